@@ -1,0 +1,269 @@
+//! [`Bucket`]: one token bucket shared by every clone.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_throttle::{Bucket, Quota};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let bucket = Bucket::new(Quota::per_second(2).burst(2));
+//! let worker = bucket.clone(); // the same bucket, not a new one
+//!
+//! assert!(bucket.try_acquire(1).is_ok());
+//! assert!(worker.try_acquire(1).is_ok());
+//! let throttled = bucket.try_acquire(1).unwrap_err();
+//! assert_eq!(throttled.wait(), Duration::from_millis(500));
+//!
+//! let start = tokio::time::Instant::now();
+//! worker.acquire(1).await.unwrap(); // waits for the next token
+//! assert_eq!(start.elapsed(), Duration::from_millis(500));
+//! # }
+//! ```
+
+mod acquire;
+mod clock;
+mod queue;
+mod shared;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub use self::acquire::Acquire;
+pub(crate) use self::shared::{Decision, Permit, Reservation, Waiter};
+use self::shared::Shared;
+use crate::Quota;
+
+/// A token bucket shared by every clone of this handle.
+///
+/// Cloning a `Bucket` is cheap (an `Arc`) and never creates a new bucket: hand one clone to
+/// each worker, layer and service and they all draw from the same tokens.
+///
+/// The bucket implements the generic cell rate algorithm (GCRA), which is an exact token
+/// bucket kept in one atomic number: refill is computed from the clock when a request comes
+/// (no background task), and a request that fits is admitted with one compare-and-swap.
+///
+/// # Semantics
+/// - **Rate invariant**: over any interval of length `t`, admitted tokens ≤ `burst + rate·t`.
+/// - **Fair**: [`acquire`](Bucket::acquire) admits waiters first come, first served, and a
+///   waiting request cannot be overtaken by [`try_acquire`](Bucket::try_acquire).
+/// - **Quiet**: each waiter is woken once, at its turn; there is no polling loop.
+/// - **Drift-free**: admission instants follow the schedule, not when a timer fired.
+/// - **Cancel-safe**: dropping a waiting [`Acquire`] gives its place back to those behind it.
+/// - **Pause**: [`pause`](Bucket::pause) holds every admission for a server's cooldown.
+///
+/// Time is read from tokio's clock, so `#[tokio::test(start_paused = true)]` drives both the
+/// decisions and the waits.
+#[derive(Clone)]
+pub struct Bucket {
+    shared: Arc<Shared>,
+}
+
+impl Bucket {
+    /// A new, full bucket.
+    pub fn new(quota: Quota) -> Self {
+        Bucket {
+            shared: Arc::new(Shared::new(quota)),
+        }
+    }
+
+    /// The quota this bucket enforces.
+    pub fn quota(&self) -> Quota {
+        self.shared.quota
+    }
+
+    /// Whether `self` and `other` are handles to the same bucket.
+    pub fn same_bucket(&self, other: &Bucket) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// Take `n` tokens now, or say how long until they fit.
+    ///
+    /// Never waits and never queues. Fair to waiters: while requests wait in
+    /// [`acquire`](Bucket::acquire), this refuses.
+    ///
+    /// # Errors
+    /// [`Throttled`], carrying the wait until `n` tokens fit. When `n` exceeds the burst it can
+    /// never fit: [`Throttled::exceeds_burst`] is true and the wait is [`Duration::MAX`].
+    #[inline]
+    pub fn try_acquire(&self, n: u32) -> Result<(), Throttled> {
+        let cost = self.cost(n).map_err(|_| Throttled::never())?;
+        if cost == 0 {
+            return Ok(());
+        }
+        match self.shared.try_admit(cost, self.shared.clock.now_ns()) {
+            Decision::Admit(_) => Ok(()),
+            Decision::Wait(ns) => Err(Throttled::after(Duration::from_nanos(ns))),
+        }
+    }
+
+    /// Wait until `n` tokens are available, then take them.
+    ///
+    /// Waiters are served first come, first served. Dropping the future before it completes
+    /// gives its place back.
+    ///
+    /// # Errors
+    /// [`ExceedsBurst`], at once, when `n` is larger than the burst: it could never fit.
+    pub fn acquire(&self, n: u32) -> Acquire<'_> {
+        Acquire::new(self, n)
+    }
+
+    /// Hold every admission for `cooldown`: a server's `Retry-After`.
+    ///
+    /// Nothing is admitted before `now + cooldown`, queued waiters included. Then admission
+    /// restarts as from an empty bucket: the first token is due when the cooldown ends, the
+    /// next one interval later, so the end of a cooldown brings no burst. A shorter pause
+    /// never shortens a longer one already in force.
+    pub fn pause(&self, cooldown: Duration) {
+        self.shared.pause(cooldown);
+    }
+
+    /// A read-only view of the bucket now, for headers and metrics.
+    pub fn snapshot(&self) -> Snapshot {
+        let s = &self.shared;
+        let now = s.clock.now_ns();
+        let tat = s.tat();
+        let burst = s.quota.burst_size();
+        let ahead = tat.saturating_sub(now);
+        let used = ahead.div_ceil(s.interval);
+        let available = u64::from(burst).saturating_sub(used) as u32;
+        let next = (ahead + s.interval).saturating_sub(s.tolerance);
+        let paused = s.paused_until();
+        Snapshot {
+            quota: s.quota,
+            available,
+            next_token_in: Duration::from_nanos(next),
+            full_in: Duration::from_nanos(ahead),
+            paused_until: (paused > now).then(|| s.clock.instant_at(paused)),
+            waiting: s.queued(),
+        }
+    }
+
+    pub(crate) fn cost(&self, n: u32) -> Result<u64, ExceedsBurst> {
+        let burst = self.shared.quota.burst_size();
+        if n > burst {
+            return Err(ExceedsBurst {
+                requested: n,
+                burst,
+            });
+        }
+        Ok(u64::from(n) * self.shared.interval)
+    }
+
+    pub(crate) fn reserve(&self, cost: u64) -> Reservation {
+        self.shared.reserve(cost)
+    }
+
+    pub(crate) fn give_back(&self, permit: Permit) {
+        self.shared.give_back(permit);
+    }
+}
+
+impl fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bucket")
+            .field("quota", &self.shared.quota)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request that does not fit now: how long until it does.
+///
+/// Returned by [`Bucket::try_acquire`]. Its [`Display`](fmt::Display) is lowercase
+/// (`request throttled`), as tower's errors are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttled {
+    wait: Duration,
+}
+
+impl Throttled {
+    pub(crate) fn after(wait: Duration) -> Self {
+        Throttled { wait }
+    }
+
+    fn never() -> Self {
+        Throttled {
+            wait: Duration::MAX,
+        }
+    }
+
+    /// How long until the request fits. [`Duration::MAX`] when it never can.
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// The wait in whole seconds, rounded **up** and at least 1: the value for a
+    /// `Retry-After` header (a 0 would invite an immediate retry).
+    pub fn retry_after_secs(&self) -> u64 {
+        let secs = self.wait.as_secs() + u64::from(self.wait.subsec_nanos() > 0);
+        secs.max(1)
+    }
+
+    /// Whether the request asked for more tokens than the burst: it can never fit.
+    pub fn exceeds_burst(&self) -> bool {
+        self.wait == Duration::MAX
+    }
+}
+
+impl fmt::Display for Throttled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.exceeds_burst() {
+            f.pad("request throttled: cost exceeds the burst capacity")
+        } else {
+            write!(f, "request throttled: retry in {:?}", self.wait)
+        }
+    }
+}
+
+impl std::error::Error for Throttled {}
+
+/// A request for more tokens than the bucket can ever hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExceedsBurst {
+    requested: u32,
+    burst: u32,
+}
+
+impl ExceedsBurst {
+    /// The tokens asked for.
+    pub fn requested(&self) -> u32 {
+        self.requested
+    }
+
+    /// The bucket's burst capacity.
+    pub fn burst(&self) -> u32 {
+        self.burst
+    }
+}
+
+impl fmt::Display for ExceedsBurst {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot acquire {} tokens from a bucket of burst {}",
+            self.requested, self.burst
+        )
+    }
+}
+
+impl std::error::Error for ExceedsBurst {}
+
+/// A read-only view of a [`Bucket`], from [`Bucket::snapshot`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The bucket's quota.
+    pub quota: Quota,
+    /// Whole tokens available now.
+    pub available: u32,
+    /// Time until one more token is available (zero when one is available now).
+    pub next_token_in: Duration,
+    /// Time until the bucket is full again.
+    pub full_in: Duration,
+    /// The end of a [`pause`](Bucket::pause) in force, if any.
+    pub paused_until: Option<Instant>,
+    /// Requests waiting in [`acquire`](Bucket::acquire) (or in a waiting layer).
+    pub waiting: usize,
+}

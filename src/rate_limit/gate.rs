@@ -1,0 +1,92 @@
+//! [`Gate`]: a service's reservation of one admission from the shared bucket.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::time::Sleep;
+
+use crate::bucket::{Bucket, Permit, Reservation, Waiter};
+
+/// What one service instance holds between `poll_ready` and `call`.
+///
+/// Cloning gives a fresh, empty gate on the same bucket (a clone must not share a
+/// reservation). Dropping a gate that holds an unused permit gives it back.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    bucket: Bucket,
+    state: State,
+    /// Kept across waits and `reset()`, rather than allocated per wait.
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+#[derive(Debug)]
+enum State {
+    Idle,
+    Waiting(Waiter),
+    Ready(Permit),
+}
+
+impl Gate {
+    pub(crate) fn new(bucket: Bucket) -> Self {
+        Gate {
+            bucket,
+            state: State::Idle,
+            sleep: None,
+        }
+    }
+
+    pub(crate) fn bucket(&self) -> &Bucket {
+        &self.bucket
+    }
+
+    /// Ready once a token of the shared bucket is reserved for the next call.
+    pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            match &mut self.state {
+                State::Ready(_) => return Poll::Ready(()),
+                State::Idle => {
+                    let one = self.bucket.cost(1).unwrap_or(0);
+                    self.state = match self.bucket.reserve(one) {
+                        Reservation::Now(p) => State::Ready(p),
+                        Reservation::Later(w) => State::Waiting(w),
+                    };
+                }
+                State::Waiting(waiter) => {
+                    let sleep = self.sleep.get_or_insert_with(|| {
+                        Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()))
+                    });
+                    let permit = std::task::ready!(waiter.poll(sleep.as_mut(), cx));
+                    self.state = State::Ready(permit);
+                }
+            }
+        }
+    }
+
+    /// Take the reserved admission for a call.
+    ///
+    /// # Panics
+    /// When no admission is reserved: `poll_ready` was not called, or did not return ready.
+    pub(crate) fn take(&mut self) -> Permit {
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Ready(p) => p,
+            other => {
+                self.state = other;
+                panic!("service not ready; poll_ready must be called first");
+            }
+        }
+    }
+}
+
+impl Clone for Gate {
+    fn clone(&self) -> Self {
+        Gate::new(self.bucket.clone())
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        if let State::Ready(permit) = std::mem::replace(&mut self.state, State::Idle) {
+            self.bucket.give_back(permit);
+        }
+    }
+}

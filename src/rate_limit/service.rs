@@ -1,0 +1,131 @@
+//! [`RateLimit`].
+
+use std::task::{Context, Poll};
+
+use tower_service::Service;
+
+use super::future::CostFuture;
+use super::gate::Gate;
+use super::UnitCost;
+use crate::{BoxError, Bucket};
+
+/// Waits in `poll_ready` until the shared [`Bucket`] admits the next request.
+///
+/// Made by [`RateLimitLayer`](super::RateLimitLayer). `poll_ready` first drives the inner
+/// service to readiness, then reserves a token; `call` spends it. So a token is only taken
+/// when the request can leave at once: requests that queue behind a busy inner service (a
+/// concurrency limit, a full connection pool) hold no tokens, and cannot leave in a burst when
+/// it frees up.
+///
+/// Cloning gives a service on the same bucket, without the original's reservation. A
+/// reservation that is never used (the service is dropped after `poll_ready`) is given back.
+///
+/// # Panics
+/// `call` panics when `poll_ready` has not returned ready since the last `call`, like
+/// tower's own middleware.
+#[derive(Debug, Clone)]
+pub struct RateLimit<S, C = UnitCost> {
+    inner: S,
+    gate: Gate,
+    cost: C,
+}
+
+impl<S> RateLimit<S> {
+    /// Wraps `inner`, one token of `bucket` per request.
+    pub fn new(inner: S, bucket: Bucket) -> Self {
+        Self::with_cost(inner, bucket, UnitCost)
+    }
+}
+
+impl<S, C> RateLimit<S, C> {
+    pub(crate) fn with_cost(inner: S, bucket: Bucket, cost: C) -> Self {
+        RateLimit {
+            inner,
+            gate: Gate::new(bucket),
+            cost,
+        }
+    }
+
+    /// The shared bucket.
+    pub fn bucket(&self) -> &Bucket {
+        self.gate.bucket()
+    }
+
+    /// A reference to the inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// A mutable reference to the inner service.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service. An unused reservation is given back.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, Req> Service<Req> for RateLimit<S, UnitCost>
+where
+    S: Service<Req>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        std::task::ready!(self.inner.poll_ready(cx))?;
+        self.gate.poll_acquire(cx).map(Ok)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let _spent = self.gate.take();
+        self.inner.call(req)
+    }
+}
+
+impl<S, Req, F> Service<Req> for RateLimit<S, F>
+where
+    S: Service<Req> + Clone,
+    S::Error: Into<BoxError>,
+    F: Fn(&Req) -> u32,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = CostFuture<S, Req>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        std::task::ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
+        self.gate.poll_acquire(cx).map(Ok)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let permit = self.gate.take();
+        let bucket = self.gate.bucket();
+        let n = (self.cost)(&req);
+        let extra = match bucket.cost(n) {
+            Err(e) => {
+                bucket.give_back(permit);
+                return CostFuture::failed(e.into());
+            }
+            Ok(0) => {
+                bucket.give_back(permit);
+                return CostFuture::called(self.inner.call(req));
+            }
+            Ok(cost) => cost - bucket.cost(1).unwrap_or(0),
+        };
+        if extra == 0 {
+            return CostFuture::called(self.inner.call(req));
+        }
+        match bucket.reserve(extra) {
+            crate::bucket::Reservation::Now(_) => CostFuture::called(self.inner.call(req)),
+            crate::bucket::Reservation::Later(waiter) => {
+                let clone = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, clone);
+                CostFuture::waiting(waiter, ready, req)
+            }
+        }
+    }
+}

@@ -1,0 +1,413 @@
+//! Parsing of the `Retry-After` response field ([RFC 9110 §10.2.3]).
+//!
+//! A `Retry-After` value is either *delta-seconds* (`120`) or an *HTTP-date*
+//! (`Sun, 06 Nov 1994 08:49:37 GMT`). Both are turned into the [`Duration`] to wait.
+//!
+//! ```
+//! use std::time::{Duration, SystemTime};
+//!
+//! let value = http::HeaderValue::from_static("120");
+//! let wait = tower_throttle::retry_after::parse(&value, SystemTime::now());
+//! assert_eq!(wait, Some(Duration::from_secs(120)));
+//! ```
+//!
+//! Parsing never panics and never overflows: values that are malformed are
+//! [`RetryAfterError::Invalid`], and waits longer than [`MAX_RETRY_AFTER`] (including numbers
+//! too large for any integer type) are [`RetryAfterError::TooLong`].
+//!
+//! [RFC 9110 §10.2.3]: https://www.rfc-editor.org/rfc/rfc9110#section-10.2.3
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use http::header::{DATE, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue};
+
+/// The longest wait a `Retry-After` value may ask for: 365 days.
+///
+/// Anything longer is almost certainly a server bug (or an attempt to park the client forever)
+/// and is reported as [`RetryAfterError::TooLong`] instead of being honoured.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Why a `Retry-After` value was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetryAfterError {
+    /// The value is neither delta-seconds nor an HTTP-date.
+    Invalid,
+    /// The value asks for a wait longer than [`MAX_RETRY_AFTER`].
+    TooLong,
+}
+
+impl fmt::Display for RetryAfterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            Self::Invalid => "invalid retry-after value",
+            Self::TooLong => "retry-after delay exceeds the maximum",
+        })
+    }
+}
+
+impl std::error::Error for RetryAfterError {}
+
+/// Parse a Retry-After value: delta-seconds or an HTTP-date measured against `now`.
+///
+/// Returns `None` for any value [`parse_bytes`] rejects.
+pub fn parse(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
+    parse_bytes(value.as_bytes(), now).ok()
+}
+
+/// Parse a Retry-After value, reporting why it was rejected.
+///
+/// - Delta-seconds are one or more ASCII digits, nothing else: no sign, no fraction. Leading
+///   zeros are allowed (`0005` is 5 seconds).
+/// - An HTTP-date may use any of the three forms of RFC 9110: IMF-fixdate
+///   (`Sun, 06 Nov 1994 08:49:37 GMT`), the obsolete RFC 850 form
+///   (`Sunday, 06-Nov-94 08:49:37 GMT`, two-digit years map to 1970–2069) or asctime
+///   (`Sun Nov  6 08:49:37 1994`). The day of the week must match the date. The wait is the
+///   time from `now` to that date; a date in the past is [`Duration::ZERO`].
+/// - Leading and trailing spaces and tabs are ignored.
+///
+/// A wait longer than [`MAX_RETRY_AFTER`] is [`RetryAfterError::TooLong`]; anything else that
+/// is not one of the forms above (empty, negative, fractional, signed, non-ASCII) is
+/// [`RetryAfterError::Invalid`].
+pub fn parse_bytes(value: &[u8], now: SystemTime) -> Result<Duration, RetryAfterError> {
+    let value = trim_ows(value);
+    if value.is_empty() {
+        return Err(RetryAfterError::Invalid);
+    }
+    let wait = if value.iter().all(u8::is_ascii_digit) {
+        delta_seconds(value)?
+    } else {
+        http_date(value)?
+            .duration_since(now)
+            .unwrap_or(Duration::ZERO)
+    };
+    if wait > MAX_RETRY_AFTER {
+        return Err(RetryAfterError::TooLong);
+    }
+    Ok(wait)
+}
+
+/// Read the `Retry-After` field of a response.
+///
+/// Returns `Ok(None)` when there is no `Retry-After` field.
+///
+/// An HTTP-date is measured against the response's own `Date` field when that is present and
+/// valid, so the wait is what the server meant even if the local clock is wrong; otherwise it
+/// is measured against `now`.
+///
+/// `Retry-After` is a singleton field, but if a response carries several, the **largest** valid
+/// wait among them is used, so the client never retries earlier than any of them asks. If none
+/// is valid, the error of the first one is returned.
+pub fn from_headers(
+    headers: &HeaderMap,
+    now: SystemTime,
+) -> Result<Option<Duration>, RetryAfterError> {
+    let reference = headers
+        .get(DATE)
+        .and_then(|date| http_date(trim_ows(date.as_bytes())).ok())
+        .unwrap_or(now);
+    let mut longest = None;
+    let mut first_error = None;
+    for value in headers.get_all(RETRY_AFTER) {
+        match parse_bytes(value.as_bytes(), reference) {
+            Ok(wait) => longest = longest.max(Some(wait)),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match (longest, first_error) {
+        (Some(wait), _) => Ok(Some(wait)),
+        (None, Some(e)) => Err(e),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Strip leading and trailing optional whitespace (SP / HTAB).
+fn trim_ows(mut value: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = value {
+        value = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = value {
+        value = rest;
+    }
+    value
+}
+
+/// `digits` is non-empty and all ASCII digits.
+fn delta_seconds(digits: &[u8]) -> Result<Duration, RetryAfterError> {
+    digits
+        .iter()
+        .try_fold(0u64, |secs, d| {
+            secs.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })
+        .map(Duration::from_secs)
+        .ok_or(RetryAfterError::TooLong)
+}
+
+fn http_date(value: &[u8]) -> Result<SystemTime, RetryAfterError> {
+    // Only visible ASCII and spaces may appear in a date; this also rules out the wider
+    // whitespace that `httpdate` would otherwise trim.
+    if !value.iter().all(|&b| b == b' ' || b.is_ascii_graphic()) {
+        return Err(RetryAfterError::Invalid);
+    }
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|s| httpdate::parse_http_date(s).ok())
+        .ok_or(RetryAfterError::Invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    /// Sun, 06 Nov 1994 08:49:37 GMT.
+    fn nov_6_1994() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(784_111_777)
+    }
+
+    fn before_nov_6_1994(secs: u64) -> SystemTime {
+        nov_6_1994() - Duration::from_secs(secs)
+    }
+
+    fn map(fields: &[(http::header::HeaderName, &'static str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in fields {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        headers
+    }
+
+    #[test]
+    fn delta_seconds_form() {
+        let now = SystemTime::now();
+        assert_eq!(parse_bytes(b"0", now), Ok(Duration::ZERO));
+        assert_eq!(parse_bytes(b"120", now), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_bytes(b"0005", now), Ok(Duration::from_secs(5)));
+        assert_eq!(
+            parse(&HeaderValue::from_static("120"), now),
+            Some(Duration::from_secs(120))
+        );
+    }
+
+    #[test]
+    fn imf_fixdate() {
+        let now = before_nov_6_1994(90);
+        let wait = parse_bytes(b"Sun, 06 Nov 1994 08:49:37 GMT", now);
+        assert_eq!(wait, Ok(Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn rfc850_date() {
+        let now = before_nov_6_1994(90);
+        let wait = parse_bytes(b"Sunday, 06-Nov-94 08:49:37 GMT", now);
+        assert_eq!(wait, Ok(Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn asctime_date() {
+        let now = before_nov_6_1994(90);
+        let wait = parse_bytes(b"Sun Nov  6 08:49:37 1994", now);
+        assert_eq!(wait, Ok(Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn surrounding_whitespace_is_ignored() {
+        let now = before_nov_6_1994(1);
+        assert_eq!(parse_bytes(b" \t7\t ", now), Ok(Duration::from_secs(7)));
+        assert_eq!(
+            parse_bytes(b"  Sun, 06 Nov 1994 08:49:37 GMT\t", now),
+            Ok(Duration::from_secs(1))
+        );
+        assert_eq!(
+            parse(&HeaderValue::from_static(" 3 "), now),
+            Some(Duration::from_secs(3))
+        );
+    }
+
+    #[test]
+    fn past_date_is_zero() {
+        let now = nov_6_1994() + Duration::from_secs(3600);
+        assert_eq!(
+            parse_bytes(b"Sun, 06 Nov 1994 08:49:37 GMT", now),
+            Ok(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn far_future_date_is_too_long() {
+        let now = before_nov_6_1994(0);
+        assert_eq!(
+            parse_bytes(b"Fri, 31 Dec 9999 23:59:59 GMT", now),
+            Err(RetryAfterError::TooLong)
+        );
+        assert_eq!(
+            parse_bytes(b"Mon, 06 Nov 1995 08:49:37 GMT", now),
+            Err(RetryAfterError::TooLong)
+        );
+    }
+
+    #[test]
+    fn cap_is_inclusive() {
+        let now = SystemTime::now();
+        let max = MAX_RETRY_AFTER.as_secs();
+        assert_eq!(
+            parse_bytes(max.to_string().as_bytes(), now),
+            Ok(MAX_RETRY_AFTER)
+        );
+        assert_eq!(
+            parse_bytes((max + 1).to_string().as_bytes(), now),
+            Err(RetryAfterError::TooLong)
+        );
+    }
+
+    #[test]
+    fn huge_numbers_are_too_long() {
+        let now = SystemTime::now();
+        let too_long = Err(RetryAfterError::TooLong);
+        assert_eq!(parse_bytes(b"18446744073709551615", now), too_long);
+        assert_eq!(parse_bytes(b"18446744073709551616", now), too_long);
+        assert_eq!(parse_bytes("9".repeat(10_000).as_bytes(), now), too_long);
+        // Leading zeros do not count towards the size.
+        let padded = format!("{}42", "0".repeat(10_000));
+        assert_eq!(
+            parse_bytes(padded.as_bytes(), now),
+            Ok(Duration::from_secs(42))
+        );
+    }
+
+    #[test]
+    fn malformed_values_are_invalid() {
+        let now = SystemTime::now();
+        for value in [
+            &b""[..],
+            b"   ",
+            b"-1",
+            b"1.5",
+            b"+5",
+            b"1 2",
+            b"5s",
+            b"0x10",
+            b"soon",
+            b"\xff\xfe",
+            "５".as_bytes(),
+            b"5\n",
+            b"\n5",
+            b"Sun, 06 Nov 1994 08:49:37 GMT\r",
+            b"Mon, 06 Nov 1994 08:49:37 GMT", // wrong weekday
+            b"Sun, 06 Nov 1994 08:49:60 GMT",
+            b"Sun, 06 Nov 1994 08:49:37 UTC",
+            b"Sun, 06 Nov 1969 08:49:37 GMT",
+            b"1994-11-06T08:49:37Z",
+        ] {
+            assert_eq!(
+                parse_bytes(value, now),
+                Err(RetryAfterError::Invalid),
+                "{:?}",
+                String::from_utf8_lossy(value)
+            );
+        }
+        assert_eq!(parse(&HeaderValue::from_static("-1"), now), None);
+    }
+
+    #[test]
+    fn error_messages() {
+        assert_eq!(
+            RetryAfterError::Invalid.to_string(),
+            "invalid retry-after value"
+        );
+        assert_eq!(
+            RetryAfterError::TooLong.to_string(),
+            "retry-after delay exceeds the maximum"
+        );
+    }
+
+    #[test]
+    fn no_field_is_none() {
+        let headers = map(&[(DATE, "Sun, 06 Nov 1994 08:49:37 GMT")]);
+        assert_eq!(from_headers(&headers, SystemTime::now()), Ok(None));
+    }
+
+    #[test]
+    fn single_field() {
+        let headers = map(&[(RETRY_AFTER, "30")]);
+        assert_eq!(
+            from_headers(&headers, SystemTime::now()),
+            Ok(Some(Duration::from_secs(30)))
+        );
+    }
+
+    #[test]
+    fn several_fields_take_the_largest_valid() {
+        let now = before_nov_6_1994(100);
+        let headers = map(&[
+            (RETRY_AFTER, "30"),
+            (RETRY_AFTER, "bogus"),
+            (RETRY_AFTER, "Sun, 06 Nov 1994 08:49:37 GMT"),
+            (RETRY_AFTER, "60"),
+        ]);
+        assert_eq!(
+            from_headers(&headers, now),
+            Ok(Some(Duration::from_secs(100)))
+        );
+    }
+
+    #[test]
+    fn several_invalid_fields_report_the_first_error() {
+        let headers = map(&[(RETRY_AFTER, "99999999999"), (RETRY_AFTER, "-1")]);
+        assert_eq!(
+            from_headers(&headers, SystemTime::now()),
+            Err(RetryAfterError::TooLong)
+        );
+        let headers = map(&[(RETRY_AFTER, "-1"), (RETRY_AFTER, "99999999999")]);
+        assert_eq!(
+            from_headers(&headers, SystemTime::now()),
+            Err(RetryAfterError::Invalid)
+        );
+    }
+
+    #[test]
+    fn date_is_measured_against_the_date_field() {
+        let headers = map(&[
+            (DATE, "Sun, 06 Nov 1994 08:48:37 GMT"),
+            (RETRY_AFTER, "Sun, 06 Nov 1994 08:49:37 GMT"),
+        ]);
+        // The local clock is an hour fast, or an hour slow: the server's minute still holds.
+        for local in [
+            nov_6_1994() + Duration::from_secs(3600),
+            before_nov_6_1994(3600),
+        ] {
+            assert_eq!(
+                from_headers(&headers, local),
+                Ok(Some(Duration::from_secs(60)))
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_date_field_falls_back_to_now() {
+        let headers = map(&[
+            (DATE, "yesterday"),
+            (RETRY_AFTER, "Sun, 06 Nov 1994 08:49:37 GMT"),
+        ]);
+        assert_eq!(
+            from_headers(&headers, before_nov_6_1994(5)),
+            Ok(Some(Duration::from_secs(5)))
+        );
+    }
+
+    #[test]
+    fn date_field_does_not_change_delta_seconds() {
+        let headers = map(&[
+            (DATE, "Sun, 06 Nov 1994 08:49:37 GMT"),
+            (RETRY_AFTER, "15"),
+        ]);
+        assert_eq!(
+            from_headers(&headers, SystemTime::now()),
+            Ok(Some(Duration::from_secs(15)))
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower_throttle::Quota;
+
+/// Checks the rate invariant over every window spanned by two admissions:
+/// tokens admitted in `[t_i, t_j]` ≤ `burst + (t_j − t_i) / interval`.
+/// `admissions` are (time since start, cost), in any order.
+pub fn assert_rate_bound(admissions: &[(Duration, u32)], quota: Quota) {
+    let mut a = admissions.to_vec();
+    a.sort();
+    let interval = quota.interval().as_nanos();
+    let burst = u128::from(quota.burst_size());
+    for i in 0..a.len() {
+        let mut tokens = 0u128;
+        for j in i..a.len() {
+            tokens += u128::from(a[j].1);
+            let span = (a[j].0 - a[i].0).as_nanos();
+            assert!(
+                tokens * interval <= burst * interval + span,
+                "{tokens} tokens admitted in {:?} (from {:?} to {:?}) exceeds burst {burst} + rate·t for {quota:?}",
+                a[j].0 - a[i].0,
+                a[i].0,
+                a[j].0,
+            );
+        }
+    }
+}
+
+/// Records admission times relative to a start instant.
+#[derive(Clone)]
+pub struct Recorder {
+    start: Instant,
+    log: Arc<std::sync::Mutex<Vec<(Duration, u32, usize)>>>,
+}
+
+impl Recorder {
+    pub fn new() -> Self {
+        Recorder {
+            start: Instant::now(),
+            log: Default::default(),
+        }
+    }
+
+    pub fn record(&self, cost: u32, id: usize) {
+        self.log
+            .lock()
+            .unwrap()
+            .push((self.start.elapsed(), cost, id));
+    }
+
+    /// (time, cost, id) in the order recorded.
+    pub fn entries(&self) -> Vec<(Duration, u32, usize)> {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn admissions(&self) -> Vec<(Duration, u32)> {
+        self.entries().into_iter().map(|(t, c, _)| (t, c)).collect()
+    }
+}
+
+/// Counts how often a future is polled.
+pub struct CountPolls<F> {
+    inner: Pin<Box<F>>,
+    polls: Arc<AtomicUsize>,
+}
+
+impl<F> CountPolls<F> {
+    pub fn new(inner: F, polls: Arc<AtomicUsize>) -> Self {
+        CountPolls {
+            inner: Box::pin(inner),
+            polls,
+        }
+    }
+}
+
+impl<F: Future> Future for CountPolls<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+/// Lets every ready task run at the current (paused) instant.
+pub async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
