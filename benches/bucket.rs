@@ -1,1 +1,173 @@
-fn main(){}
+//! Hot-path cost of admission, side by side with governor and tower.
+//!
+//! Every limiter is configured so that it never refuses: these numbers are the price of a
+//! decision, not of waiting.
+//!
+//! ```text
+//! cargo bench --bench bucket -- --warm-up-time 1 --measurement-time 3
+//! ```
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use tower::{Service, ServiceExt};
+
+const WARM_UP: Duration = Duration::from_secs(1);
+const MEASURE: Duration = Duration::from_secs(3);
+
+/// Ours, never refusing: one token per nanosecond, one second of burst.
+fn our_bucket() -> tower_throttle::Bucket {
+    tower_throttle::Bucket::new(
+        tower_throttle::Quota::with_period(Duration::from_nanos(1)).burst(1_000_000_000),
+    )
+}
+
+/// Governor, never refusing: one cell per nanosecond, the largest burst.
+fn governor_limiter() -> governor::DefaultDirectRateLimiter {
+    let quota = governor::Quota::with_period(Duration::from_nanos(1))
+        .expect("non-zero period")
+        .allow_burst(NonZeroU32::MAX);
+    governor::RateLimiter::direct(quota)
+}
+
+/// Tower's fixed window, never refusing.
+fn tower_rate() -> tower::limit::rate::Rate {
+    tower::limit::rate::Rate::new(u64::MAX, Duration::from_secs(3600))
+}
+
+/// Fails loudly if a configuration could refuse, which would make its figures meaningless.
+fn check_always_allow() {
+    let ours = our_bucket();
+    let gov = governor_limiter();
+    for _ in 0..1_000_000 {
+        assert!(ours.try_acquire(1).is_ok(), "our bucket refused");
+        assert!(gov.check().is_ok(), "governor refused");
+    }
+}
+
+fn single_thread(c: &mut Criterion) {
+    check_always_allow();
+    let mut g = c.benchmark_group("single_thread");
+    g.warm_up_time(WARM_UP).measurement_time(MEASURE);
+
+    let ours = our_bucket();
+    g.bench_function("ours_try_acquire", |b| {
+        b.iter(|| black_box(ours.try_acquire(black_box(1))).is_ok())
+    });
+
+    let gov = governor_limiter();
+    g.bench_function("governor_check", |b| b.iter(|| black_box(gov.check()).is_ok()));
+
+    g.finish();
+}
+
+/// Runs `op` on two threads, `iters` times in all, and returns the wall time from the moment
+/// both are released to the moment the last one finishes: criterion's time per iteration is
+/// then the aggregate time per operation.
+fn two_threads<F: Fn() -> bool + Sync>(iters: u64, op: F) -> Duration {
+    let barrier = Barrier::new(2);
+    let per_thread = [iters / 2, iters - iters / 2];
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+        let handles: Vec<_> = per_thread
+            .iter()
+            .map(|&n| {
+                let (barrier, op) = (&barrier, &op);
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    let mut refused = 0u64;
+                    for _ in 0..n {
+                        refused += u64::from(!op());
+                    }
+                    let end = Instant::now();
+                    assert_eq!(refused, 0, "a limiter refused under contention");
+                    (start, end)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let start = spans.iter().map(|s| s.0).min().unwrap();
+    let end = spans.iter().map(|s| s.1).max().unwrap();
+    end - start
+}
+
+fn contended(c: &mut Criterion) {
+    let mut g = c.benchmark_group("two_threads");
+    g.warm_up_time(WARM_UP).measurement_time(MEASURE);
+
+    let ours = our_bucket();
+    g.bench_function("ours_try_acquire", |b| {
+        b.iter_custom(|iters| two_threads(iters, || black_box(ours.try_acquire(1)).is_ok()))
+    });
+
+    let gov = governor_limiter();
+    g.bench_function("governor_check", |b| {
+        b.iter_custom(|iters| two_threads(iters, || black_box(gov.check()).is_ok()))
+    });
+
+    g.finish();
+}
+
+/// `iters` rounds of `ready().await` then `call(()).await` on `svc`, on `rt`.
+fn drive<S>(rt: &tokio::runtime::Runtime, svc: &mut S, iters: u64) -> Duration
+where
+    S: Service<()>,
+    S::Error: std::fmt::Debug,
+{
+    rt.block_on(async {
+        let start = Instant::now();
+        for _ in 0..iters {
+            let ready = svc.ready().await.unwrap();
+            black_box(ready.call(()).await.unwrap());
+        }
+        start.elapsed()
+    })
+}
+
+fn service_path(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Tower's `RateLimit` and `Buffer` need a runtime when they are built.
+    let _guard = rt.enter();
+    let leaf = || tower::service_fn(|()| async { Ok::<_, Infallible>(()) });
+
+    let mut g = c.benchmark_group("service_ready_call");
+    g.warm_up_time(WARM_UP).measurement_time(MEASURE);
+
+    let mut bare = leaf();
+    g.bench_function("bare_service_fn", |b| {
+        b.iter_custom(|iters| drive(&rt, &mut bare, iters))
+    });
+
+    let original = tower_throttle::RateLimit::new(leaf(), our_bucket());
+    let mut ours = original.clone();
+    g.bench_function("ours_RateLimit_clone", |b| {
+        b.iter_custom(|iters| drive(&rt, &mut ours, iters))
+    });
+
+    let mut tower_rl = tower::limit::RateLimit::new(leaf(), tower_rate());
+    g.bench_function("tower_RateLimit", |b| {
+        b.iter_custom(|iters| drive(&rt, &mut tower_rl, iters))
+    });
+
+    let mut buffered = tower::buffer::Buffer::new(
+        tower::limit::RateLimit::new(leaf(), tower_rate()),
+        1024,
+    );
+    g.bench_function("tower_Buffer_RateLimit", |b| {
+        b.iter_custom(|iters| drive(&rt, &mut buffered, iters))
+    });
+
+    g.finish();
+    drop(original);
+}
+
+criterion_group!(benches, single_thread, contended, service_path);
+criterion_main!(benches);

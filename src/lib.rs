@@ -1,4 +1,68 @@
-#![doc = include_str!("../README.md")]
+//! Tower middleware that keeps HTTP traffic inside rate limits.
+//!
+//! One [`Bucket`] — a token bucket behind a cheap, `Clone` handle — gates every request of
+//! every clone of a service: N workers, N clones, one rate. [`RateLimitLayer`] waits in
+//! `poll_ready` until the bucket admits the request.
+//!
+//! # Client: many workers, one quota
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_throttle::{Bucket, Quota, RateLimitLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let bucket = Bucket::new(Quota::per_second(8).burst(2));
+//! let api = service_fn(|id: u32| async move { Ok::<_, std::io::Error>(id) });
+//! let svc = ServiceBuilder::new()
+//!     .layer(RateLimitLayer::new(bucket.clone()))
+//!     .service(api);
+//!
+//! let start = tokio::time::Instant::now();
+//! let workers: Vec<_> = (0..10)
+//!     .map(|id| tokio::spawn(svc.clone().oneshot(id))) // clones share the bucket
+//!     .collect();
+//! for w in workers {
+//!     w.await??;
+//! }
+//! // 2 at once (the burst), then one every 125 ms.
+//! assert_eq!(start.elapsed(), Duration::from_secs(1));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Semantics
+//! 1. **Rate invariant**: over any interval of length `t`, admitted tokens ≤ `burst + rate·t`,
+//!    across all clones and tasks.
+//! 2. **Shared**: clones share one bucket; a layer applied to many services shares one bucket.
+//! 3. **Pause**: after [`Bucket::pause`]`(d)` nothing is admitted for `d`, waiters included;
+//!    then admission restarts from an empty bucket (no burst at the end of a cooldown).
+//! 5. **Fair, quiet, drift-free waiting**: first come, first served; each waiter is woken once,
+//!    at its turn; admission instants follow the schedule, never the instant a (1 ms) timer
+//!    fired; refill is lazy, with no background task.
+//! 6. **Cancel-safe**: a waiter dropped before its turn gives its place back.
+//! 7. **tower contract**: `poll_ready` returning ready means the next `call` is admitted;
+//!    `call` without it panics ("poll_ready must be called first").
+//! 8. **Bad input never panics**: configuration errors are clear errors at construction
+//!    ([`QuotaError`]); a request for more than the burst is a typed error ([`ExceedsBurst`]).
+//!
+//! # Design notes
+//! - **GCRA in one atomic.** The bucket is the generic cell rate algorithm: one `u64`, the
+//!   instant the bucket is full again. Admitting is one clock read and one compare-and-swap;
+//!   the wait queue's lock is only taken by requests that must wait.
+//! - **Reservations, not polling.** A request that must wait reserves its admission instant
+//!   at once and sleeps on one timer until then. That is what makes waiting fair, quiet and
+//!   drift-free; dropping the reservation moves everyone behind it forward.
+//! - **Inner service first.** [`RateLimit`] polls the inner service to readiness *before*
+//!   taking a token (the reverse order would let tokens be spent by requests stuck behind a
+//!   busy inner service, which then leave together in a burst above the limit).
+//! - **tokio's clock.** Time is read through `tokio::time::Instant`, so paused-clock tests drive
+//!   decisions and waits on one timeline.
+//!
+//! # Supported Rust versions
+//! The minimum supported Rust version is 1.75.
+
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

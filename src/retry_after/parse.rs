@@ -401,10 +401,7 @@ mod tests {
 
     #[test]
     fn date_field_does_not_change_delta_seconds() {
-        let headers = map(&[
-            (DATE, "Sun, 06 Nov 1994 08:49:37 GMT"),
-            (RETRY_AFTER, "15"),
-        ]);
+        let headers = map(&[(DATE, "Sun, 06 Nov 1994 08:49:37 GMT"), (RETRY_AFTER, "15")]);
         assert_eq!(
             from_headers(&headers, SystemTime::now()),
             Ok(Some(Duration::from_secs(15)))

@@ -1,0 +1,596 @@
+//! Rate-limit header fields: reading a server's quota hints, and building them.
+//!
+//! A client can slow down *before* it is refused with `429 Too Many Requests` by watching the
+//! quota a server reports on every response; [`read_quota_hint`] reads it from the field
+//! styles in common use. A server can report its own quota with [`policy_value`] and
+//! [`ratelimit_value`], which build the fields of the IETF `RateLimit` draft
+//! ([draft-ietf-httpapi-ratelimit-headers]).
+//!
+//! ```
+//! use std::time::{Duration, SystemTime};
+//! use tower_throttle::headers::{ratelimit_value, read_quota_hint};
+//!
+//! let mut headers = http::HeaderMap::new();
+//! headers.insert("ratelimit", ratelimit_value("default", 0, Duration::from_millis(2500)));
+//! assert_eq!(headers["ratelimit"], "\"default\";r=0;t=3");
+//!
+//! let hint = read_quota_hint(&headers, SystemTime::now()).unwrap();
+//! assert_eq!(hint.remaining, 0);
+//! assert_eq!(hint.reset, Some(Duration::from_secs(3)));
+//! ```
+//!
+//! [draft-ietf-httpapi-ratelimit-headers]: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/
+
+use std::cmp::Reverse;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::header::DATE;
+use http::{HeaderMap, HeaderValue};
+
+const RATELIMIT: &str = "ratelimit";
+const RATELIMIT_REMAINING: &str = "ratelimit-remaining";
+const RATELIMIT_RESET: &str = "ratelimit-reset";
+const X_RATELIMIT_REMAINING: &str = "x-ratelimit-remaining";
+const X_RATELIMIT_RESET: &str = "x-ratelimit-reset";
+
+/// Reset values above this many seconds (about 31.7 years) are Unix timestamps, not delays.
+const EPOCH_THRESHOLD: u64 = 1_000_000_000;
+
+/// The largest integer a structured field may carry (RFC 8941 §3.3.1: at most 15 digits).
+const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
+/// What a response says about the client's remaining quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QuotaHint {
+    /// Requests the client may still send before it is limited.
+    pub remaining: u64,
+    /// Time until more quota becomes available, if the server said.
+    ///
+    /// It comes straight from the server and is not capped: add it to an instant or a time
+    /// with `checked_add`.
+    pub reset: Option<Duration>,
+}
+
+/// Read the quota a server reports in the rate-limit fields of a response.
+///
+/// Sources, in order of preference (the first one that is present and well formed wins):
+///
+/// 1. The IETF draft `RateLimit` field, a structured field list such as
+///    `"default";r=0;t=30`: `r` is the remaining quota and `t` the seconds until more is
+///    available. When it lists several policies, the most restrictive one is used (the
+///    smallest `r`, then the largest `t`). A single malformed member makes the whole field
+///    malformed.
+/// 2. The older draft's separate `RateLimit-Remaining` and `RateLimit-Reset` fields.
+/// 3. `X-RateLimit-Remaining` and `X-RateLimit-Reset`.
+///
+/// For the last two sources the remaining count is required and the reset is optional (a
+/// malformed reset is read as `None`); only the first line of each field is read. A reset
+/// larger than 10^9 is a Unix timestamp rather than a delay: it is measured against the
+/// response's `Date` field when that is present and valid (the server's clock), else against
+/// `now`, and a timestamp in the past is [`Duration::ZERO`].
+///
+/// Malformed fields are skipped; this never panics, whatever the bytes.
+pub fn read_quota_hint(headers: &HeaderMap, now: SystemTime) -> Option<QuotaHint> {
+    structured_hint(headers)
+        .or_else(|| legacy_hint(headers, RATELIMIT_REMAINING, RATELIMIT_RESET, now))
+        .or_else(|| legacy_hint(headers, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, now))
+}
+
+/// `RateLimit-Policy` value for a quota of `limit` tokens per `window` (draft syntax, e.g. `"default";q=100;w=60`).
+///
+/// `name` is used only if it is a non-empty HTTP token (letters, digits and
+/// ``!#$%&'*+-.^_`|~``); otherwise the policy is named `default`. Numbers above the largest
+/// structured-field integer (10^15 − 1) are clamped to it.
+pub fn policy_value(name: &str, limit: u64, window_secs: u64) -> HeaderValue {
+    header_value(format!(
+        "\"{}\";q={};w={}",
+        policy_name(name),
+        limit.min(SF_INTEGER_MAX),
+        window_secs.min(SF_INTEGER_MAX),
+    ))
+}
+
+/// `RateLimit` value, e.g. `"default";r=0;t=3` (t rounded UP to whole seconds).
+///
+/// `name` and large numbers are treated as in [`policy_value`].
+pub fn ratelimit_value(name: &str, remaining: u64, reset: Duration) -> HeaderValue {
+    header_value(format!(
+        "\"{}\";r={};t={}",
+        policy_name(name),
+        remaining.min(SF_INTEGER_MAX),
+        ceil_secs(reset).min(SF_INTEGER_MAX),
+    ))
+}
+
+/// Whole seconds in `d`, rounding up any fraction (saturating at `u64::MAX`).
+pub fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
+}
+
+fn policy_name(name: &str) -> &str {
+    if !name.is_empty() && name.bytes().all(is_tchar) {
+        name
+    } else {
+        "default"
+    }
+}
+
+fn header_value(value: String) -> HeaderValue {
+    // Built only from a token, quotes, `;`, `=`, letters and digits: always a valid value.
+    HeaderValue::try_from(value).expect("rate-limit field values are visible ASCII")
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The `RateLimit` field; its lines are combined into one list.
+fn structured_hint(headers: &HeaderMap) -> Option<QuotaHint> {
+    let mut list = Vec::new();
+    for line in headers.get_all(RATELIMIT) {
+        if !list.is_empty() {
+            list.extend_from_slice(b", ");
+        }
+        list.extend_from_slice(line.as_bytes());
+    }
+    let members = Parser(&list).list()?;
+    let hints = members
+        .iter()
+        .map(|params| {
+            let param = |key: &[u8]| params.iter().rev().find(|(k, _)| *k == key).map(|p| p.1);
+            let remaining = param(b"r")??;
+            let reset = match param(b"t") {
+                None => None,
+                Some(t) => Some(Duration::from_secs(t?)),
+            };
+            Some(QuotaHint { remaining, reset })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    hints
+        .into_iter()
+        .min_by_key(|hint| (hint.remaining, Reverse(hint.reset)))
+}
+
+fn legacy_hint(
+    headers: &HeaderMap,
+    remaining: &str,
+    reset: &str,
+    now: SystemTime,
+) -> Option<QuotaHint> {
+    let remaining = headers.get(remaining).and_then(integer_field)?;
+    let reset = headers
+        .get(reset)
+        .and_then(integer_field)
+        .and_then(|secs| reset_after(secs, headers, now));
+    Some(QuotaHint { remaining, reset })
+}
+
+/// A field that is only a non-negative decimal integer, with optional whitespace around it.
+fn integer_field(value: &HeaderValue) -> Option<u64> {
+    let digits = std::str::from_utf8(value.as_bytes()).ok()?;
+    let digits = digits.trim_matches(|c| c == ' ' || c == '\t');
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// A reset of `secs`: a delay, or above [`EPOCH_THRESHOLD`] a Unix timestamp.
+fn reset_after(secs: u64, headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    if secs <= EPOCH_THRESHOLD {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = UNIX_EPOCH.checked_add(Duration::from_secs(secs))?;
+    let reference = headers
+        .get(DATE)
+        .and_then(|date| date.to_str().ok())
+        .and_then(|date| httpdate::parse_http_date(date).ok())
+        .unwrap_or(now);
+    Some(at.duration_since(reference).unwrap_or(Duration::ZERO))
+}
+
+/// A parameter value: `Some` for a non-negative integer, `None` for any other kind of value.
+type ParamValue = Option<u64>;
+
+/// The parameters of one list member, as keys and values.
+type Params<'a> = Vec<(&'a [u8], ParamValue)>;
+
+/// Just enough of an RFC 8941 structured field parser for a list of items whose parameters
+/// carry integers. Every method returns `None` on a syntax error.
+struct Parser<'a>(&'a [u8]);
+
+impl<'a> Parser<'a> {
+    /// A list, each member reduced to its parameters.
+    fn list(mut self) -> Option<Vec<Params<'a>>> {
+        self.take_while(|b| b == b' ');
+        let mut members = Vec::new();
+        while !self.0.is_empty() {
+            self.bare_item()?;
+            members.push(self.parameters()?);
+            self.take_while(|b| b == b' ' || b == b'\t');
+            if self.0.is_empty() {
+                break;
+            }
+            self.eat(b',')?;
+            self.take_while(|b| b == b' ' || b == b'\t');
+            if self.0.is_empty() {
+                return None;
+            }
+        }
+        Some(members)
+    }
+
+    fn parameters(&mut self) -> Option<Params<'a>> {
+        let mut params = Vec::new();
+        while self.eat(b';').is_some() {
+            self.take_while(|b| b == b' ');
+            if !matches!(self.peek(), Some(b'a'..=b'z' | b'*')) {
+                return None;
+            }
+            let key = self
+                .take_while(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' | b'*'));
+            let value = match self.eat(b'=') {
+                Some(()) => self.bare_item()?,
+                None => None, // boolean true
+            };
+            params.push((key, value));
+        }
+        Some(params)
+    }
+
+    fn bare_item(&mut self) -> Option<ParamValue> {
+        match self.peek()? {
+            b'-' | b'0'..=b'9' => self.number(),
+            b'"' => {
+                self.bump();
+                loop {
+                    match self.bump()? {
+                        b'"' => return Some(None),
+                        b'\\' => {
+                            self.bump().filter(|b| matches!(b, b'"' | b'\\'))?;
+                        }
+                        b' '..=b'~' => {}
+                        _ => return None,
+                    }
+                }
+            }
+            b'*' | b'A'..=b'Z' | b'a'..=b'z' => {
+                self.take_while(|b| is_tchar(b) || b == b':' || b == b'/');
+                Some(None)
+            }
+            b':' => {
+                self.bump();
+                self.take_while(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b));
+                self.eat(b':')?;
+                Some(None)
+            }
+            b'?' => {
+                self.bump();
+                self.bump().filter(|b| matches!(b, b'0' | b'1'))?;
+                Some(None)
+            }
+            _ => None,
+        }
+    }
+
+    fn number(&mut self) -> Option<ParamValue> {
+        let negative = self.eat(b'-').is_some();
+        let int = self.take_while(|b| b.is_ascii_digit());
+        if int.is_empty() {
+            return None;
+        }
+        if self.eat(b'.').is_some() {
+            let frac = self.take_while(|b| b.is_ascii_digit());
+            return (int.len() <= 12 && (1..=3).contains(&frac.len())).then_some(None);
+        }
+        if int.len() > 15 {
+            return None;
+        }
+        // At most 15 digits: no overflow.
+        let value = int.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+        Some((!negative || value == 0).then_some(value))
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.0.first().copied()
+    }
+
+    fn bump(&mut self) -> Option<u8> {
+        let (&first, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(first)
+    }
+
+    fn eat(&mut self, expected: u8) -> Option<()> {
+        (self.peek()? == expected).then(|| self.0 = &self.0[1..])
+    }
+
+    fn take_while(&mut self, pred: impl Fn(u8) -> bool) -> &'a [u8] {
+        let len = self.0.iter().take_while(|&&b| pred(b)).count();
+        let (taken, rest) = self.0.split_at(len);
+        self.0 = rest;
+        taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn map(fields: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for &(name, value) in fields {
+            let name = http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        headers
+    }
+
+    fn hint(remaining: u64, reset: Option<u64>) -> Option<QuotaHint> {
+        Some(QuotaHint {
+            remaining,
+            reset: reset.map(Duration::from_secs),
+        })
+    }
+
+    fn read(fields: &[(&'static str, &'static str)]) -> Option<QuotaHint> {
+        read_quota_hint(&map(fields), SystemTime::now())
+    }
+
+    /// Sun, 06 Nov 1994 08:49:37 GMT.
+    const NOV_6_1994: u64 = 784_111_777;
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn no_fields() {
+        assert_eq!(read(&[]), None);
+        assert_eq!(read(&[("ratelimit-policy", "\"default\";q=10;w=1")]), None);
+    }
+
+    #[test]
+    fn ratelimit_field() {
+        assert_eq!(
+            read(&[("ratelimit", "\"default\";r=0;t=30")]),
+            hint(0, Some(30))
+        );
+        assert_eq!(read(&[("RateLimit", "default;r=7")]), hint(7, None));
+        assert_eq!(
+            read(&[(
+                "ratelimit",
+                "\"a, b\";pk=:cHsdsRa894==:;r=5;t=2;x=1.5;y;z=?1"
+            )]),
+            hint(5, Some(2))
+        );
+        // A repeated parameter: the last one counts.
+        assert_eq!(read(&[("ratelimit", "\"p\";r=9;r=4")]), hint(4, None));
+    }
+
+    #[test]
+    fn ratelimit_field_picks_the_most_restrictive_policy() {
+        assert_eq!(
+            read(&[("ratelimit", "\"burst\";r=50;t=5, \"daily\";r=3;t=3600")]),
+            hint(3, Some(3600))
+        );
+        assert_eq!(
+            read(&[
+                ("ratelimit", "\"burst\";r=3;t=5"),
+                ("ratelimit", "\"daily\";r=3;t=60,\"hourly\";r=3"),
+            ]),
+            hint(3, Some(60))
+        );
+    }
+
+    #[test]
+    fn older_draft_fields() {
+        assert_eq!(
+            read(&[("ratelimit-remaining", "12"), ("ratelimit-reset", "40")]),
+            hint(12, Some(40))
+        );
+        assert_eq!(read(&[("ratelimit-remaining", " 12 ")]), hint(12, None));
+        assert_eq!(read(&[("ratelimit-reset", "40")]), None);
+    }
+
+    #[test]
+    fn x_ratelimit_fields() {
+        assert_eq!(
+            read(&[("x-ratelimit-remaining", "99"), ("x-ratelimit-reset", "60")]),
+            hint(99, Some(60))
+        );
+        assert_eq!(read(&[("X-RateLimit-Remaining", "0")]), hint(0, None));
+    }
+
+    #[test]
+    fn precedence() {
+        let all = [
+            ("x-ratelimit-remaining", "1"),
+            ("ratelimit-remaining", "2"),
+            ("ratelimit", "\"default\";r=3"),
+        ];
+        assert_eq!(read(&all), hint(3, None));
+        assert_eq!(read(&all[..2]), hint(2, None));
+        assert_eq!(read(&all[..1]), hint(1, None));
+        // A malformed preferred source falls through to the next.
+        assert_eq!(
+            read(&[
+                ("ratelimit", "\"default\";r=-3"),
+                ("x-ratelimit-remaining", "1")
+            ]),
+            hint(1, None)
+        );
+    }
+
+    #[test]
+    fn reset_epoch_or_delta() {
+        let epoch = NOV_6_1994.to_string();
+        let mut headers = map(&[("x-ratelimit-remaining", "5")]);
+        headers.insert("x-ratelimit-reset", epoch.parse().unwrap());
+        let read_at = |now| read_quota_hint(&headers, at(now)).unwrap().reset;
+        assert_eq!(read_at(NOV_6_1994 - 90), Some(Duration::from_secs(90)));
+        assert_eq!(read_at(NOV_6_1994 + 90), Some(Duration::ZERO));
+
+        let delta = map(&[
+            ("x-ratelimit-remaining", "5"),
+            ("x-ratelimit-reset", "1000000000"),
+        ]);
+        assert_eq!(
+            read_quota_hint(&delta, at(NOV_6_1994)),
+            hint(5, Some(1_000_000_000))
+        );
+
+        let huge = map(&[
+            ("x-ratelimit-remaining", "5"),
+            ("x-ratelimit-reset", "18446744073709551615"),
+        ]);
+        assert!(read_quota_hint(&huge, at(NOV_6_1994)).is_some());
+    }
+
+    #[test]
+    fn reset_epoch_is_measured_against_the_date_field() {
+        let mut headers = map(&[
+            ("date", "Sun, 06 Nov 1994 08:48:37 GMT"),
+            ("ratelimit-remaining", "0"),
+        ]);
+        headers.insert("ratelimit-reset", NOV_6_1994.to_string().parse().unwrap());
+        // The local clock is an hour off either way: the server's minute still holds.
+        for now in [at(NOV_6_1994 - 3600), at(NOV_6_1994 + 3600)] {
+            assert_eq!(read_quota_hint(&headers, now), hint(0, Some(60)));
+        }
+        headers.insert("date", HeaderValue::from_static("not a date"));
+        assert_eq!(
+            read_quota_hint(&headers, at(NOV_6_1994 - 5)),
+            hint(0, Some(5))
+        );
+    }
+
+    #[test]
+    fn malformed_fields_are_ignored() {
+        for value in [
+            "",
+            "\"default\"",
+            "\"default\";t=3",
+            "\"default\";r=-1",
+            "\"default\";r=1.5",
+            "\"default\";r=\"5\"",
+            "\"default\";r=5;t=-1",
+            "\"default\";r=1234567890123456",
+            "\"default\";r=5,",
+            "\"default\";r=5, ",
+            "\"default\";r=5 \"other\";r=1",
+            "\"default;r=5",
+            "\"default\";R=5",
+            "(\"a\" \"b\");r=5",
+            "r=5, t=3",
+            "limit=100, remaining=50, reset=30",
+            "\"default\";r=5, \"other\"",
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(RATELIMIT, HeaderValue::from_str(value).unwrap());
+            assert_eq!(
+                read_quota_hint(&headers, SystemTime::now()),
+                None,
+                "{value:?}"
+            );
+        }
+        for value in ["", "-1", "+1", "1.0", "1 2", "many", "99999999999999999999"] {
+            let mut headers = HeaderMap::new();
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from_str(value).unwrap());
+            assert_eq!(
+                read_quota_hint(&headers, SystemTime::now()),
+                None,
+                "{value:?}"
+            );
+        }
+        assert_eq!(
+            read(&[
+                ("x-ratelimit-remaining", "4"),
+                ("x-ratelimit-reset", "soon")
+            ]),
+            hint(4, None)
+        );
+    }
+
+    #[test]
+    fn emitted_values() {
+        assert_eq!(policy_value("default", 100, 60), "\"default\";q=100;w=60");
+        assert_eq!(policy_value("per-user_1", 5, 1), "\"per-user_1\";q=5;w=1");
+        assert_eq!(
+            ratelimit_value("default", 0, Duration::from_millis(2001)),
+            "\"default\";r=0;t=3"
+        );
+        for bad in ["", "a b", "\"x\"", "a\\b", "é", "a\r\nb", "a,b;c=d"] {
+            assert_eq!(
+                ratelimit_value(bad, 1, Duration::ZERO),
+                "\"default\";r=1;t=0"
+            );
+        }
+        assert_eq!(
+            policy_value("default", u64::MAX, u64::MAX),
+            "\"default\";q=999999999999999;w=999999999999999"
+        );
+        assert_eq!(
+            ratelimit_value("default", u64::MAX, Duration::MAX),
+            "\"default\";r=999999999999999;t=999999999999999"
+        );
+    }
+
+    #[test]
+    fn ceil_secs_rounds_up() {
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_secs(3)), 3);
+        assert_eq!(ceil_secs(Duration::new(3, 1)), 4);
+        assert_eq!(ceil_secs(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut headers = HeaderMap::new();
+        headers.insert("ratelimit-policy", policy_value("api", 100, 60));
+        headers.insert(
+            "ratelimit",
+            ratelimit_value("api", 42, Duration::from_millis(1500)),
+        );
+        assert_eq!(
+            read_quota_hint(&headers, SystemTime::now()),
+            hint(42, Some(2))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn emit_then_read(name in ".*", remaining: u64, secs: u64, nanos in 0..1_000_000_000u32) {
+            let reset = Duration::new(secs, nanos);
+            let mut headers = HeaderMap::new();
+            headers.insert("ratelimit", ratelimit_value(&name, remaining, reset));
+            let read = read_quota_hint(&headers, SystemTime::now());
+            let expected = ceil_secs(reset).min(SF_INTEGER_MAX);
+            prop_assert_eq!(read, hint(remaining.min(SF_INTEGER_MAX), Some(expected)));
+            // The policy value is always valid too.
+            let _ = policy_value(&name, remaining, secs);
+        }
+
+        #[test]
+        fn never_panics(fields in proptest::collection::vec((0..6usize, proptest::collection::vec(any::<u8>(), 0..48)), 0..6), now: u64) {
+            const NAMES: [&str; 6] =
+                [RATELIMIT, RATELIMIT_REMAINING, RATELIMIT_RESET, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, "date"];
+            let mut headers = HeaderMap::new();
+            for (name, bytes) in fields {
+                if let Ok(value) = HeaderValue::from_bytes(&bytes) {
+                    headers.append(NAMES[name], value);
+                }
+            }
+            let now = UNIX_EPOCH.checked_add(Duration::from_secs(now)).unwrap_or(UNIX_EPOCH);
+            let _ = read_quota_hint(&headers, now);
+        }
+
+        #[test]
+        fn structured_fields_never_panic(value in "[ -~]{0,64}") {
+            let _ = Parser(value.as_bytes()).list();
+        }
+    }
+}
