@@ -1,1 +1,346 @@
-fn main(){}
+//! Admission accuracy and cost under contention, in real time.
+//!
+//! 200 tasks on a 2-worker runtime share one limiter of 1000 per second with a burst of 10
+//! for 3 seconds. Each task loops: wait for permission, record the admission instant. At
+//! 3 s every task is aborted and only admissions before 3 s count. The ideal is
+//! `10 + 1000 × 3 = 3010` admissions, never more than 110 in any 100 ms.
+//!
+//! Each wait is wrapped in a future that counts its polls: an acquire that has to wait costs
+//! at least two (one to queue, one when woken), so *wakeups* are polls minus one per acquire.
+//! CPU time is that of the whole process, read from `/proc`.
+//!
+//! ```text
+//! cargo bench --bench accuracy
+//! ```
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tower::{Service, ServiceExt};
+
+const TASKS: usize = 200;
+const WORKERS: usize = 2;
+const RATE: u32 = 1000;
+const BURST: u32 = 10;
+const RUN: Duration = Duration::from_secs(3);
+const WINDOW: Duration = Duration::from_millis(100);
+const IDEAL: u64 = BURST as u64 + RATE as u64 * 3;
+const WINDOW_IDEAL: u64 = BURST as u64 + RATE as u64 / 10;
+
+/// What every task of one run shares.
+struct Recorder {
+    start: Instant,
+    /// Polls of all the wait futures.
+    polls: AtomicU64,
+    /// Wait futures polled at least once.
+    started: AtomicU64,
+    /// Admission instants, relative to `start`.
+    admitted: Mutex<Vec<Duration>>,
+}
+
+impl Recorder {
+    fn new() -> Self {
+        Recorder {
+            start: Instant::now(),
+            polls: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+            admitted: Mutex::new(Vec::with_capacity(8 * IDEAL as usize)),
+        }
+    }
+
+    /// Waits for `wait`, counting its polls.
+    async fn counted<F: Future>(&self, wait: F) -> F::Output {
+        let mut wait = std::pin::pin!(wait);
+        let mut first = true;
+        std::future::poll_fn(|cx| {
+            if std::mem::take(&mut first) {
+                self.started.fetch_add(1, Ordering::Relaxed);
+            }
+            self.polls.fetch_add(1, Ordering::Relaxed);
+            wait.as_mut().poll(cx)
+        })
+        .await
+    }
+
+    fn record(&self) {
+        let t = self.start.elapsed();
+        self.admitted.lock().unwrap().push(t);
+    }
+}
+
+/// CPU time of the process, from `/proc/self/stat` (`utime + stime`, in clock ticks).
+fn cpu_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces; `utime`
+    // and `stime` are fields 14 and 15, i.e. the 12th and 13th after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Linux reports `/proc` CPU times in units of `USER_HZ`, 100 on every mainstream platform.
+const TICKS_PER_SEC: f64 = 100.0;
+
+/// CPU nanoseconds of each live thread of the process, from `/proc/self/task/*/schedstat`:
+/// finer than `/proc/self/stat`, but blind to threads that have exited.
+fn thread_cpu_ns() -> HashMap<u64, u64> {
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let ns = std::fs::read_to_string(entry.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok());
+        if let Some(ns) = ns {
+            out.insert(tid, ns);
+        }
+    }
+    out
+}
+
+fn cpu_ns_since(before: &HashMap<u64, u64>) -> u64 {
+    thread_cpu_ns()
+        .into_iter()
+        .map(|(tid, ns)| ns.saturating_sub(before.get(&tid).copied().unwrap_or(0)))
+        .sum()
+}
+
+struct Row {
+    name: &'static str,
+    admitted: u64,
+    max_window: u64,
+    polls: u64,
+    wakeups: u64,
+    cpu_stat_s: Option<f64>,
+    cpu_ns: u64,
+}
+
+/// Runs one peer: `make` builds the limiter inside the runtime, `task` is one task's loop.
+fn run<L, T, Fut>(name: &'static str, make: impl FnOnce() -> L, task: T) -> Row
+where
+    T: Fn(&L, Arc<Recorder>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let ticks_before = cpu_ticks();
+    let threads_before = thread_cpu_ns();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(WORKERS)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rec = rt.block_on(async {
+        let limiter = make();
+        let rec = Arc::new(Recorder::new());
+        let handles: Vec<_> = (0..TASKS)
+            .map(|_| tokio::spawn(task(&limiter, Arc::clone(&rec))))
+            .collect();
+        tokio::time::sleep_until((rec.start + RUN).into()).await;
+        for h in &handles {
+            h.abort();
+        }
+        for h in handles {
+            let _ = h.await;
+        }
+        rec
+    });
+    let cpu_ns = cpu_ns_since(&threads_before);
+    drop(rt);
+    let cpu_stat_s = match (ticks_before, cpu_ticks()) {
+        (Some(a), Some(b)) => Some((b - a) as f64 / TICKS_PER_SEC),
+        _ => None,
+    };
+
+    let mut ts: Vec<Duration> = rec
+        .admitted
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|&t| t < RUN)
+        .collect();
+    ts.sort_unstable();
+    let polls = rec.polls.load(Ordering::Relaxed);
+    let started = rec.started.load(Ordering::Relaxed);
+    Row {
+        name,
+        admitted: ts.len() as u64,
+        max_window: max_in_window(&ts, WINDOW),
+        polls,
+        wakeups: polls - started,
+        cpu_stat_s,
+        cpu_ns,
+    }
+}
+
+/// The most instants of sorted `ts` in any half-open window `[t, t + w)`; checking windows
+/// that start at an instant is enough.
+fn max_in_window(ts: &[Duration], w: Duration) -> u64 {
+    let mut best = 0;
+    let mut end = 0;
+    for (i, &t) in ts.iter().enumerate() {
+        while end < ts.len() && ts[end] < t + w {
+            end += 1;
+        }
+        best = best.max(end - i);
+    }
+    best as u64
+}
+
+/// One task's loop through a tower service: `ready().await` then `call().await`.
+async fn through_service<S>(mut svc: S, rec: Arc<Recorder>)
+where
+    S: Service<()>,
+    S::Error: std::fmt::Debug,
+{
+    loop {
+        rec.counted(async {
+            let ready = svc.ready().await.expect("service failed");
+            ready.call(()).await.expect("call failed");
+        })
+        .await;
+        rec.record();
+    }
+}
+
+type Leaf = tower::util::ServiceFn<fn(()) -> std::future::Ready<Result<(), Infallible>>>;
+
+/// The service behind every limiter: answers at once.
+fn leaf() -> Leaf {
+    let answer: fn(()) -> std::future::Ready<Result<(), Infallible>> =
+        |()| std::future::ready(Ok(()));
+    tower::service_fn(answer)
+}
+
+fn our_quota() -> tower_throttle::Quota {
+    tower_throttle::Quota::per_second(RATE).burst(BURST)
+}
+
+fn main() {
+    let rows = [
+        run(
+            "ours `Bucket::acquire(1)`",
+            || tower_throttle::Bucket::new(our_quota()),
+            |bucket, rec| {
+                let bucket = bucket.clone();
+                async move {
+                    loop {
+                        rec.counted(bucket.acquire(1)).await.expect("within burst");
+                        rec.record();
+                    }
+                }
+            },
+        ),
+        run(
+            "ours `RateLimit` (a clone per task)",
+            || tower_throttle::RateLimit::new(leaf(), tower_throttle::Bucket::new(our_quota())),
+            |svc, rec| through_service(svc.clone(), rec),
+        ),
+        run(
+            "governor 0.10 `until_ready()`",
+            || {
+                let quota = governor::Quota::per_second(NonZeroU32::new(RATE).unwrap())
+                    .allow_burst(NonZeroU32::new(BURST).unwrap());
+                Arc::new(governor::RateLimiter::direct(quota))
+            },
+            |limiter, rec| {
+                let limiter = Arc::clone(limiter);
+                async move {
+                    loop {
+                        rec.counted(limiter.until_ready()).await;
+                        rec.record();
+                    }
+                }
+            },
+        ),
+        run(
+            "leaky-bucket 1.1 `acquire_one()`",
+            || {
+                Arc::new(
+                    leaky_bucket::RateLimiter::builder()
+                        .initial(BURST as usize)
+                        .max(BURST as usize)
+                        .refill(1)
+                        .interval(Duration::from_millis(1))
+                        .build(),
+                )
+            },
+            |limiter, rec| {
+                let limiter = Arc::clone(limiter);
+                async move {
+                    loop {
+                        rec.counted(limiter.acquire_one()).await;
+                        rec.record();
+                    }
+                }
+            },
+        ),
+        run(
+            "tower `Buffer(RateLimit)`, 1000 per 1 s",
+            || {
+                let rate = tower::limit::rate::Rate::new(u64::from(RATE), Duration::from_secs(1));
+                tower::buffer::Buffer::new(tower::limit::RateLimit::new(leaf(), rate), 256)
+            },
+            |svc, rec| through_service(svc.clone(), rec),
+        ),
+        run(
+            "tower `Buffer(RateLimit)`, 10 per 10 ms",
+            || {
+                let rate = tower::limit::rate::Rate::new(10, Duration::from_millis(10));
+                tower::buffer::Buffer::new(tower::limit::RateLimit::new(leaf(), rate), 256)
+            },
+            |svc, rec| through_service(svc.clone(), rec),
+        ),
+    ];
+
+    print_table(&rows);
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "{TASKS} tasks, {WORKERS} workers, {RATE}/s burst {BURST}, {} s: ideal {IDEAL} \
+         admitted, at most {WINDOW_IDEAL} in any {} ms\n",
+        RUN.as_secs(),
+        WINDOW.as_millis()
+    );
+    println!(
+        "| limiter | admitted | / ideal | max in 100 ms | polls / adm. | wakeups / adm. \
+         | CPU s (/proc/self/stat) | CPU ms (threads) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let adm = r.admitted.max(1) as f64;
+        let stat = r
+            .cpu_stat_s
+            .map_or_else(|| "n/a".to_owned(), |s| format!("{s:.2}"));
+        println!(
+            "| {} | {} | {:.4} | {} | {:.2} | {:.2} | {} | {:.1} |",
+            r.name,
+            r.admitted,
+            r.admitted as f64 / IDEAL as f64,
+            r.max_window,
+            r.polls as f64 / adm,
+            r.wakeups as f64 / adm,
+            stat,
+            r.cpu_ns as f64 / 1e6,
+        );
+    }
+    if let Some(ours) = rows.first() {
+        println!(
+            "\n{}: {:.3} admissions per poll, {:.3} admissions per wakeup",
+            ours.name,
+            ours.admitted as f64 / ours.polls.max(1) as f64,
+            ours.admitted as f64 / ours.wakeups.max(1) as f64,
+        );
+    }
+}

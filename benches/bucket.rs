@@ -60,7 +60,9 @@ fn single_thread(c: &mut Criterion) {
     });
 
     let gov = governor_limiter();
-    g.bench_function("governor_check", |b| b.iter(|| black_box(gov.check()).is_ok()));
+    g.bench_function("governor_check", |b| {
+        b.iter(|| black_box(gov.check()).is_ok())
+    });
 
     g.finish();
 }
@@ -157,10 +159,8 @@ fn service_path(c: &mut Criterion) {
         b.iter_custom(|iters| drive(&rt, &mut tower_rl, iters))
     });
 
-    let mut buffered = tower::buffer::Buffer::new(
-        tower::limit::RateLimit::new(leaf(), tower_rate()),
-        1024,
-    );
+    let mut buffered =
+        tower::buffer::Buffer::new(tower::limit::RateLimit::new(leaf(), tower_rate()), 1024);
     g.bench_function("tower_Buffer_RateLimit", |b| {
         b.iter_custom(|iters| drive(&rt, &mut buffered, iters))
     });

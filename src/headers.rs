@@ -77,7 +77,8 @@ pub fn read_quota_hint(headers: &HeaderMap, now: SystemTime) -> Option<QuotaHint
         .or_else(|| legacy_hint(headers, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, now))
 }
 
-/// `RateLimit-Policy` value for a quota of `limit` tokens per `window` (draft syntax, e.g. `"default";q=100;w=60`).
+/// `RateLimit-Policy` value for a quota of `limit` tokens per window of `window_secs` seconds
+/// (draft syntax, e.g. `"default";q=100;w=60`).
 ///
 /// `name` is used only if it is a non-empty HTTP token (letters, digits and
 /// ``!#$%&'*+-.^_`|~``); otherwise the policy is named `default`. Numbers above the largest
@@ -339,8 +340,8 @@ mod tests {
         read_quota_hint(&map(fields), SystemTime::now())
     }
 
-    /// Sun, 06 Nov 1994 08:49:37 GMT.
-    const NOV_6_1994: u64 = 784_111_777;
+    /// Tue, 14 Nov 2023 22:13:20 GMT.
+    const NOV_14_2023: u64 = 1_700_000_000;
 
     fn at(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs)
@@ -426,19 +427,19 @@ mod tests {
 
     #[test]
     fn reset_epoch_or_delta() {
-        let epoch = NOV_6_1994.to_string();
+        let epoch = NOV_14_2023.to_string();
         let mut headers = map(&[("x-ratelimit-remaining", "5")]);
         headers.insert("x-ratelimit-reset", epoch.parse().unwrap());
         let read_at = |now| read_quota_hint(&headers, at(now)).unwrap().reset;
-        assert_eq!(read_at(NOV_6_1994 - 90), Some(Duration::from_secs(90)));
-        assert_eq!(read_at(NOV_6_1994 + 90), Some(Duration::ZERO));
+        assert_eq!(read_at(NOV_14_2023 - 90), Some(Duration::from_secs(90)));
+        assert_eq!(read_at(NOV_14_2023 + 90), Some(Duration::ZERO));
 
         let delta = map(&[
             ("x-ratelimit-remaining", "5"),
             ("x-ratelimit-reset", "1000000000"),
         ]);
         assert_eq!(
-            read_quota_hint(&delta, at(NOV_6_1994)),
+            read_quota_hint(&delta, at(NOV_14_2023)),
             hint(5, Some(1_000_000_000))
         );
 
@@ -446,23 +447,30 @@ mod tests {
             ("x-ratelimit-remaining", "5"),
             ("x-ratelimit-reset", "18446744073709551615"),
         ]);
-        assert!(read_quota_hint(&huge, at(NOV_6_1994)).is_some());
+        assert_eq!(read_quota_hint(&huge, at(NOV_14_2023)), hint(5, None));
+
+        // Just past the threshold: a timestamp in 2001, long gone.
+        let epoch = map(&[
+            ("x-ratelimit-remaining", "5"),
+            ("x-ratelimit-reset", "1000000001"),
+        ]);
+        assert_eq!(read_quota_hint(&epoch, at(NOV_14_2023)), hint(5, Some(0)));
     }
 
     #[test]
     fn reset_epoch_is_measured_against_the_date_field() {
         let mut headers = map(&[
-            ("date", "Sun, 06 Nov 1994 08:48:37 GMT"),
+            ("date", "Tue, 14 Nov 2023 22:12:20 GMT"),
             ("ratelimit-remaining", "0"),
         ]);
-        headers.insert("ratelimit-reset", NOV_6_1994.to_string().parse().unwrap());
+        headers.insert("ratelimit-reset", NOV_14_2023.to_string().parse().unwrap());
         // The local clock is an hour off either way: the server's minute still holds.
-        for now in [at(NOV_6_1994 - 3600), at(NOV_6_1994 + 3600)] {
+        for now in [at(NOV_14_2023 - 3600), at(NOV_14_2023 + 3600)] {
             assert_eq!(read_quota_hint(&headers, now), hint(0, Some(60)));
         }
         headers.insert("date", HeaderValue::from_static("not a date"));
         assert_eq!(
-            read_quota_hint(&headers, at(NOV_6_1994 - 5)),
+            read_quota_hint(&headers, at(NOV_14_2023 - 5)),
             hint(0, Some(5))
         );
     }

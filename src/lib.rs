@@ -68,8 +68,10 @@
 #![deny(missing_docs)]
 
 pub mod bucket;
+pub mod headers;
 mod quota;
 pub mod rate_limit;
+pub mod retry_after;
 
 pub use crate::bucket::{Acquire, Bucket, ExceedsBurst, Snapshot, Throttled};
 pub use crate::quota::{Quota, QuotaError};

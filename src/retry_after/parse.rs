@@ -98,8 +98,9 @@ pub fn parse_bytes(value: &[u8], now: SystemTime) -> Result<Duration, RetryAfter
 /// is measured against `now`.
 ///
 /// `Retry-After` is a singleton field, but if a response carries several, the **largest** valid
-/// wait among them is used, so the client never retries earlier than any of them asks. If none
-/// is valid, the error of the first one is returned.
+/// wait among them is used, so the client never retries earlier than any of them asks; for the
+/// same reason a field asking for too long ([`RetryAfterError::TooLong`]) wins over shorter
+/// ones. Invalid fields are skipped; if none is valid, the error of the first one is returned.
 pub fn from_headers(
     headers: &HeaderMap,
     now: SystemTime,
@@ -119,6 +120,8 @@ pub fn from_headers(
         }
     }
     match (longest, first_error) {
+        // Never retry earlier than any instruction: a too-long field wins over shorter ones.
+        (_, Some(RetryAfterError::TooLong)) => Err(RetryAfterError::TooLong),
         (Some(wait), _) => Ok(Some(wait)),
         (None, Some(e)) => Err(e),
         (None, None) => Ok(None),
@@ -245,7 +248,7 @@ mod tests {
             Err(RetryAfterError::TooLong)
         );
         assert_eq!(
-            parse_bytes(b"Mon, 06 Nov 1995 08:49:37 GMT", now),
+            parse_bytes(b"Wed, 06 Nov 1996 08:49:37 GMT", now),
             Err(RetryAfterError::TooLong)
         );
     }
@@ -362,10 +365,19 @@ mod tests {
             from_headers(&headers, SystemTime::now()),
             Err(RetryAfterError::TooLong)
         );
-        let headers = map(&[(RETRY_AFTER, "-1"), (RETRY_AFTER, "99999999999")]);
+        let headers = map(&[(RETRY_AFTER, "-1"), (RETRY_AFTER, "x")]);
         assert_eq!(
             from_headers(&headers, SystemTime::now()),
             Err(RetryAfterError::Invalid)
+        );
+    }
+
+    #[test]
+    fn a_too_long_field_wins_over_shorter_ones() {
+        let headers = map(&[(RETRY_AFTER, "5"), (RETRY_AFTER, "99999999999")]);
+        assert_eq!(
+            from_headers(&headers, SystemTime::now()),
+            Err(RetryAfterError::TooLong)
         );
     }
 
