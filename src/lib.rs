@@ -67,6 +67,9 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[macro_use]
+mod trace;
+
 pub mod bucket;
 pub mod headers;
 mod quota;
@@ -76,6 +79,7 @@ pub mod retry_after;
 pub use crate::bucket::{Acquire, Bucket, ExceedsBurst, Snapshot, Throttled};
 pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};
+pub use crate::retry_after::{RetryAfter, RetryAfterLayer};
 
 /// The boxed error of layers whose inner errors are converted, as in tower.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

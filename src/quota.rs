@@ -215,7 +215,7 @@ impl Quota {
             return Err(QuotaError::InvalidHeadroom);
         }
         let period = (self.period_ns as f64 / fraction).ceil();
-        if !(period < u64::MAX as f64) {
+        if period >= u64::MAX as f64 {
             return Err(QuotaError::Overflow);
         }
         let burst = ((f64::from(self.burst) * fraction) as u32).max(1);
@@ -317,7 +317,10 @@ mod tests {
     #[test]
     fn interval_rounds_up() {
         assert_eq!(Quota::per_second(3).interval_ns(), 333_333_334);
-        assert_eq!(Quota::per_hour(2000).interval(), Duration::from_millis(1800));
+        assert_eq!(
+            Quota::per_hour(2000).interval(),
+            Duration::from_millis(1800)
+        );
         assert_eq!(Quota::with_period(Duration::from_millis(7)).burst_size(), 1);
         assert_eq!(Quota::per_second(1).headroom(1.0), Quota::per_second(1));
         assert_eq!(

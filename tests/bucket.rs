@@ -86,7 +86,11 @@ async fn semantic_3_pause_holds_everyone_then_restarts_empty() {
     advance(Duration::from_secs(30) - MS).await;
     settle().await;
     assert!(bucket.try_acquire(1).is_err());
-    assert_eq!(rec.entries().len(), 1, "a waiter was admitted during the pause");
+    assert_eq!(
+        rec.entries().len(),
+        1,
+        "a waiter was admitted during the pause"
+    );
     for t in tasks {
         t.await.unwrap();
     }
@@ -106,7 +110,10 @@ async fn semantic_3_pause_first_token_due_when_cooldown_ends() {
     assert_eq!(t.wait(), Duration::from_nanos(1));
     advance(Duration::from_nanos(1)).await;
     bucket.try_acquire(1).unwrap();
-    assert!(bucket.try_acquire(1).is_err(), "burst at the end of a cooldown");
+    assert!(
+        bucket.try_acquire(1).is_err(),
+        "burst at the end of a cooldown"
+    );
     // A shorter pause does not shorten a longer one.
     bucket.pause(Duration::from_secs(10));
     bucket.pause(Duration::from_secs(1));

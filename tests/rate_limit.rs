@@ -94,14 +94,14 @@ async fn semantic_7_ready_means_the_next_call_is_admitted() {
 #[should_panic(expected = "poll_ready must be called first")]
 async fn semantic_7_call_without_poll_ready_panics() {
     let mut svc = RateLimit::new(echo(), Bucket::new(Quota::per_second(10)));
-    let _ = svc.call(1);
+    drop(svc.call(1));
 }
 
 #[tokio::test(start_paused = true)]
 async fn semantic_7_call_twice_after_one_poll_ready_panics() {
     let mut svc = RateLimit::new(echo(), Bucket::new(Quota::per_second(10)));
     svc.ready().await.unwrap();
-    let _ = svc.call(1);
+    drop(svc.call(1));
     let second = std::panic::AssertUnwindSafe(async { svc.call(2).await })
         .catch_unwind()
         .await;

@@ -19,8 +19,12 @@ impl Clock {
     #[inline]
     pub(crate) fn now_ns(&self) -> u64 {
         // u64 nanoseconds last 584 years; saturate rather than wrap after that.
-        u64::try_from(Instant::now().saturating_duration_since(self.origin).as_nanos())
-            .unwrap_or(u64::MAX)
+        u64::try_from(
+            Instant::now()
+                .saturating_duration_since(self.origin)
+                .as_nanos(),
+        )
+        .unwrap_or(u64::MAX)
     }
 
     /// The tokio instant of `ns` on this clock.

@@ -32,8 +32,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use self::acquire::Acquire;
-pub(crate) use self::shared::{Decision, Permit, Reservation, Waiter};
 use self::shared::Shared;
+pub(crate) use self::shared::{Decision, Permit, Reservation, Waiter};
 use crate::Quota;
 
 /// A token bucket shared by every clone of this handle.

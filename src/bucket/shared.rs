@@ -26,9 +26,9 @@
 
 use std::future::Future as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use tokio::time::Sleep;
 

@@ -1,0 +1,156 @@
+//! [`RetryAfterLayer`] and its builder.
+
+use std::error::Error;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use tower_layer::Layer;
+
+use super::backoff::{Backoff, Jitter};
+use super::budget::RetryBudget;
+use super::policy::{CooldownJitter, Failure, Policy};
+use super::RetryAfter;
+use crate::Bucket;
+
+/// Retries what a server pushes back (`429`, `503`) after its `Retry-After`, pausing the shared
+/// [`Bucket`] so that every worker backs off together; retries transport errors and other 5xx
+/// with exponential backoff.
+///
+/// Put it **outside** the [`RateLimitLayer`](crate::RateLimitLayer) of the same bucket, so that
+/// every attempt, retries included, waits for a token:
+///
+/// ```text
+/// RetryAfterLayer ──► RateLimitLayer ──► ConcurrencyLimit ──► client
+/// ```
+///
+/// Cloning this layer does not create a new bucket, nor a new retry budget.
+///
+/// # Defaults
+/// | setting | default |
+/// |---|---|
+/// | [`push_back`](Self::push_back) statuses | 429, 503 |
+/// | [`max_retries`](Self::max_retries) | 3 |
+/// | [`backoff`](Self::backoff) | 100 ms doubling to 10 s, full jitter |
+/// | [`default_cooldown`](Self::default_cooldown) (push-back without `Retry-After`) | 1 s |
+/// | [`max_retry_after`](Self::max_retry_after) | 5 min |
+/// | [`retry_after_jitter`](Self::retry_after_jitter) | up to 10 % of the cooldown, ≤ 1 s, added |
+/// | [`deadline`](Self::deadline) | none |
+/// | [`budget`](Self::budget) | 20 % of requests, 10 in reserve |
+/// | [`retry_non_idempotent`](Self::retry_non_idempotent) | false |
+/// | [`read_quota_headers`](Self::read_quota_headers) | true |
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RetryAfterLayer {
+    policy: Arc<Policy>,
+}
+
+impl RetryAfterLayer {
+    /// A layer that pauses `bucket` when the server pushes back.
+    pub fn new(bucket: Bucket) -> Self {
+        RetryAfterLayer {
+            policy: Arc::new(Policy {
+                bucket,
+                push_back: vec![
+                    StatusCode::TOO_MANY_REQUESTS,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                ],
+                max_retries: 3,
+                backoff: Backoff::default(),
+                default_cooldown: Duration::from_secs(1),
+                max_retry_after: Duration::from_secs(300),
+                cooldown_jitter: CooldownJitter::Proportional,
+                deadline: None,
+                budget: Some(RetryBudget::default()),
+                retry_non_idempotent: false,
+                read_quota_headers: true,
+                classify: Arc::new(Failure::classify),
+            }),
+        }
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut Policy)) -> Self {
+        f(Arc::make_mut(&mut self.policy));
+        self
+    }
+
+    /// The statuses that mean "slow down": the bucket is paused for their `Retry-After` (or
+    /// the [`default_cooldown`](Self::default_cooldown)) and the request is retried after it.
+    pub fn push_back(self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
+        let statuses = statuses.into_iter().collect();
+        self.with(|p| p.push_back = statuses)
+    }
+
+    /// The most retries per request (0 disables retrying; push-backs still pause the bucket).
+    pub fn max_retries(self, n: u32) -> Self {
+        self.with(|p| p.max_retries = n)
+    }
+
+    /// The backoff of transport errors and 5xx responses.
+    pub fn backoff(self, base: Duration, max: Duration, jitter: Jitter) -> Self {
+        self.with(|p| p.backoff = Backoff::new(base, max, jitter))
+    }
+
+    /// The cooldown of a push-back response without a (valid) `Retry-After`.
+    pub fn default_cooldown(self, cooldown: Duration) -> Self {
+        self.with(|p| p.default_cooldown = cooldown)
+    }
+
+    /// The longest server cooldown honoured. When a server asks for longer, its response is
+    /// returned to the caller at once (with the requested delay in its [`RetryInfo`](super::RetryInfo))
+    /// rather than sleeping for days.
+    pub fn max_retry_after(self, max: Duration) -> Self {
+        self.with(|p| p.max_retry_after = max)
+    }
+
+    /// The most jitter added on top of a server's cooldown (uniform in `[0, max]`). Jitter is
+    /// only ever added: a retry never goes out before the server's cooldown ends.
+    pub fn retry_after_jitter(self, max: Duration) -> Self {
+        self.with(|p| p.cooldown_jitter = CooldownJitter::UpTo(max))
+    }
+
+    /// An overall time limit per request, first attempt to last: a retry whose wait would end
+    /// past it is not made, and the last result is returned.
+    pub fn deadline(self, deadline: Duration) -> Self {
+        self.with(|p| p.deadline = Some(deadline))
+    }
+
+    /// The budget of error and 5xx retries, shared by every clone; `None` for no budget.
+    pub fn budget(self, budget: Option<RetryBudget>) -> Self {
+        self.with(|p| p.budget = budget)
+    }
+
+    /// Also retry non-idempotent requests (POST, PATCH) that may have reached the server.
+    /// Off by default: a 429, or a connection that was never made, is retried for any method.
+    pub fn retry_non_idempotent(self, yes: bool) -> Self {
+        self.with(|p| p.retry_non_idempotent = yes)
+    }
+
+    /// Read the server's rate-limit headers (`RateLimit`, `X-RateLimit-*`) on every response
+    /// and pause the bucket until the reset when the remaining quota is 0.
+    pub fn read_quota_headers(self, yes: bool) -> Self {
+        self.with(|p| p.read_quota_headers = yes)
+    }
+
+    /// How to tell whether a failed request may have reached the server (see [`Failure`]).
+    pub fn classify_error<F>(self, f: F) -> Self
+    where
+        F: Fn(&(dyn Error + 'static)) -> Failure + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        self.with(|p| p.classify = f)
+    }
+
+    /// The shared bucket.
+    pub fn bucket(&self) -> &Bucket {
+        &self.policy.bucket
+    }
+}
+
+impl<S> Layer<S> for RetryAfterLayer {
+    type Service = RetryAfter<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RetryAfter::from_policy(inner, self.policy.clone())
+    }
+}

@@ -1,0 +1,270 @@
+//! The retry decisions: what a response or an error means, and how long to wait.
+
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, Method, StatusCode};
+
+use super::backoff::{uniform, Backoff};
+use super::budget::RetryBudget;
+use super::replay::is_idempotent;
+use crate::headers::read_quota_hint;
+use crate::Bucket;
+
+/// Whether a failed request may have reached the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// It never left: the connection could not be made. Always safe to retry.
+    NotSent,
+    /// It may have reached the server: retried only when the method is idempotent (or when
+    /// non-idempotent retries are allowed).
+    MaybeSent,
+}
+
+/// Classifies transport errors; the default looks for a refused or unreachable connection in
+/// the error's source chain.
+pub(crate) type Classify = Arc<dyn Fn(&(dyn Error + 'static)) -> Failure + Send + Sync>;
+
+impl Failure {
+    /// The default classification: [`Failure::NotSent`] when the error's source chain holds an
+    /// I/O error of a connection that could not be made (refused, address or network
+    /// unreachable), else [`Failure::MaybeSent`]. Use it as the fallback of a custom
+    /// [`classify_error`](super::RetryAfterLayer::classify_error).
+    pub fn classify(err: &(dyn Error + 'static)) -> Failure {
+        default_classify(err)
+    }
+}
+
+fn default_classify(err: &(dyn Error + 'static)) -> Failure {
+    use std::io::ErrorKind::*;
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                ConnectionRefused | AddrNotAvailable | HostUnreachable | NetworkUnreachable
+            ) {
+                return Failure::NotSent;
+            }
+        }
+        next = e.source();
+    }
+    Failure::MaybeSent
+}
+
+/// The jitter put on top of a server-given cooldown: never subtracted.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum CooldownJitter {
+    /// Up to 10 % of the cooldown, at most 1 s.
+    Proportional,
+    /// Up to this much.
+    UpTo(Duration),
+}
+
+impl CooldownJitter {
+    fn sample(self, cooldown: Duration) -> Duration {
+        match self {
+            CooldownJitter::Proportional => uniform((cooldown / 10).min(Duration::from_secs(1))),
+            CooldownJitter::UpTo(max) => uniform(max),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct Policy {
+    pub(crate) bucket: Bucket,
+    pub(crate) push_back: Vec<StatusCode>,
+    pub(crate) max_retries: u32,
+    pub(crate) backoff: Backoff,
+    pub(crate) default_cooldown: Duration,
+    pub(crate) max_retry_after: Duration,
+    pub(crate) cooldown_jitter: CooldownJitter,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) budget: Option<RetryBudget>,
+    pub(crate) retry_non_idempotent: bool,
+    pub(crate) read_quota_headers: bool,
+    pub(crate) classify: Classify,
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Policy")
+            .field("push_back", &self.push_back)
+            .field("max_retries", &self.max_retries)
+            .field("backoff", &self.backoff)
+            .field("default_cooldown", &self.default_cooldown)
+            .field("max_retry_after", &self.max_retry_after)
+            .field("deadline", &self.deadline)
+            .field("budget", &self.budget)
+            .field("retry_non_idempotent", &self.retry_non_idempotent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What to do after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Hand the result to the caller.
+    Return,
+    /// Send again after this delay.
+    Retry(Duration),
+}
+
+/// Where a retry stands: what the policy needs from the future.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attempt<'a> {
+    pub(crate) method: &'a Method,
+    /// Retries done so far.
+    pub(crate) retries: u32,
+    /// Time since the first attempt.
+    pub(crate) elapsed: Duration,
+    pub(crate) previous_delay: Duration,
+    /// Whether a copy of the request exists to send again.
+    pub(crate) replayable: bool,
+}
+
+/// A response's verdict, with the cooldown the server asked for (if it asked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub(crate) action: Action,
+    pub(crate) cooldown: Option<Duration>,
+}
+
+impl Policy {
+    fn may_retry(&self, a: &Attempt<'_>) -> bool {
+        a.replayable && a.retries < self.max_retries
+    }
+
+    fn within_deadline(&self, a: &Attempt<'_>, delay: Duration) -> bool {
+        self.deadline
+            .map_or(true, |d| a.elapsed.saturating_add(delay) <= d)
+    }
+
+    fn retry_after(&self, a: &Attempt<'_>, delay: Duration) -> Action {
+        if self.within_deadline(a, delay) {
+            Action::Retry(delay)
+        } else {
+            Action::Return
+        }
+    }
+
+    fn backoff(&self, a: &Attempt<'_>, floor: Option<Duration>) -> Action {
+        if !self.budget.as_ref().map_or(true, RetryBudget::withdraw) {
+            trace_event!(warn, "retry budget exhausted; returning the failure");
+            return Action::Return;
+        }
+        let mut delay = self.backoff.delay(a.retries, a.previous_delay);
+        if let Some(floor) = floor {
+            delay = delay.max(floor + self.cooldown_jitter.sample(floor));
+        }
+        self.retry_after(a, delay)
+    }
+
+    /// Decide on a response, pausing the shared bucket when the server pushes back.
+    pub(crate) fn on_response(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        a: &Attempt<'_>,
+    ) -> Verdict {
+        let now = SystemTime::now();
+        let hint = if self.read_quota_headers {
+            read_quota_hint(headers, now)
+        } else {
+            None
+        };
+        let exhausted = hint.filter(|h| h.remaining == 0);
+        if let Some(reset) = exhausted.and_then(|h| h.reset) {
+            // Slow down before the 429: hold everyone until the quota resets.
+            if !reset.is_zero() && reset <= self.max_retry_after {
+                trace_event!(info, ?reset, "server quota exhausted; pausing the bucket");
+                self.bucket.pause(reset);
+            }
+        }
+        let rate_limited_403 = status == StatusCode::FORBIDDEN && exhausted.is_some();
+        let retry_after = super::from_headers(headers, now);
+        if self.push_back.contains(&status) || rate_limited_403 {
+            return self.on_push_back(status, retry_after, exhausted.and_then(|h| h.reset), a);
+        }
+        if status.is_server_error() {
+            let floor = retry_after
+                .ok()
+                .flatten()
+                .filter(|d| *d <= self.max_retry_after);
+            let idempotent = is_idempotent(a.method) || self.retry_non_idempotent;
+            let action = if idempotent && self.may_retry(a) {
+                self.backoff(a, floor)
+            } else {
+                Action::Return
+            };
+            trace_event!(debug, %status, ?action, "server error");
+            return Verdict {
+                action,
+                cooldown: None,
+            };
+        }
+        Verdict {
+            action: Action::Return,
+            cooldown: None,
+        }
+    }
+
+    fn on_push_back(
+        &self,
+        status: StatusCode,
+        retry_after: Result<Option<Duration>, super::RetryAfterError>,
+        reset: Option<Duration>,
+        a: &Attempt<'_>,
+    ) -> Verdict {
+        let cooldown = match retry_after {
+            Ok(Some(d)) => d,
+            Ok(None) => reset.unwrap_or(self.default_cooldown),
+            Err(super::RetryAfterError::Invalid) => self.default_cooldown,
+            Err(_) => Duration::MAX,
+        };
+        if cooldown > self.max_retry_after {
+            trace_event!(
+                warn,
+                %status,
+                ?cooldown,
+                max = ?self.max_retry_after,
+                "server cooldown over the cap; returning the response"
+            );
+            return Verdict {
+                action: Action::Return,
+                cooldown: Some(cooldown),
+            };
+        }
+        trace_event!(warn, %status, ?cooldown, "server pushed back; pausing the bucket");
+        self.bucket.pause(cooldown);
+        // 429 (and a rate-limit 403) mean the server refused the request: safe for any method.
+        let refused = status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::FORBIDDEN;
+        let allowed = refused || is_idempotent(a.method) || self.retry_non_idempotent;
+        let action = if allowed && self.may_retry(a) {
+            self.retry_after(a, cooldown + self.cooldown_jitter.sample(cooldown))
+        } else {
+            Action::Return
+        };
+        Verdict {
+            action,
+            cooldown: Some(cooldown),
+        }
+    }
+
+    /// Decide on a transport error.
+    pub(crate) fn on_error(&self, err: &(dyn Error + 'static), a: &Attempt<'_>) -> Action {
+        let failure = (self.classify)(err);
+        let allowed =
+            failure == Failure::NotSent || is_idempotent(a.method) || self.retry_non_idempotent;
+        let action = if allowed && self.may_retry(a) {
+            self.backoff(a, None)
+        } else {
+            Action::Return
+        };
+        trace_event!(debug, error = %err, ?failure, ?action, "request failed");
+        action
+    }
+}
