@@ -76,7 +76,7 @@ mod quota;
 pub mod rate_limit;
 pub mod retry_after;
 
-pub use crate::bucket::{Acquire, Bucket, ExceedsBurst, Snapshot, Throttled};
+pub use crate::bucket::{Acquire, AcquireError, Algorithm, Bucket, ExceedsBurst, Snapshot, Throttled};
 pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};
 pub use crate::retry_after::{RetryAfter, RetryAfterLayer};

@@ -241,6 +241,11 @@ impl Quota {
         self.period_ns.div_ceil(u64::from(self.count))
     }
 
+    /// The period in nanoseconds.
+    pub(crate) fn period_ns(&self) -> u64 {
+        self.period_ns
+    }
+
     /// The emission interval: one token is added every this long (rounded up to 1 ns).
     pub fn interval(&self) -> Duration {
         Duration::from_nanos(self.interval_ns())

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use support::{assert_rate_bound, settle, CountPolls, Recorder};
 use tokio::time::{advance, Instant};
-use tower_throttle::{Bucket, Quota};
+use tower_throttle::{AcquireError, Bucket, Quota};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -247,7 +247,9 @@ async fn semantic_6_cancel_of_last_waiter_returns_its_slot() {
 #[tokio::test(start_paused = true)]
 async fn semantic_8_acquire_more_than_burst_fails_at_once() {
     let bucket = Bucket::new(Quota::per_second(10).burst(5));
-    let err = bucket.acquire(6).await.unwrap_err();
+    let AcquireError::ExceedsBurst(err) = bucket.acquire(6).await.unwrap_err() else {
+        panic!("expected ExceedsBurst");
+    };
     assert_eq!((err.requested(), err.burst()), (6, 5));
     let t = bucket.try_acquire(6).unwrap_err();
     assert!(t.exceeds_burst());

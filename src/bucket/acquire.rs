@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
-use super::{Bucket, ExceedsBurst, Reservation, Waiter};
+use super::{AcquireError, Bucket, Reservation, Waiter};
 
 /// Waits for tokens of a [`Bucket`]: the future of [`Bucket::acquire`].
 ///
@@ -39,30 +39,32 @@ impl<'a> Acquire<'a> {
 }
 
 impl Future for Acquire<'_> {
-    type Output = Result<(), ExceedsBurst>;
+    type Output = Result<(), AcquireError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         loop {
             match &mut this.state {
                 State::Start => {
-                    let cost = match this.bucket.cost(this.n) {
-                        Ok(0) => {
-                            this.state = State::Done;
-                            return Poll::Ready(Ok(()));
-                        }
-                        Ok(cost) => cost,
+                    if this.n == 0 {
+                        this.state = State::Done;
+                        return Poll::Ready(Ok(()));
+                    }
+                    let reserved = this
+                        .bucket
+                        .check(this.n)
+                        .map_err(AcquireError::from)
+                        .and_then(|()| this.bucket.reserve(this.n, true));
+                    match reserved {
                         Err(e) => {
                             this.state = State::Done;
                             return Poll::Ready(Err(e));
                         }
-                    };
-                    match this.bucket.reserve(cost) {
-                        Reservation::Now(_) => {
+                        Ok(Reservation::Now(_)) => {
                             this.state = State::Done;
                             return Poll::Ready(Ok(()));
                         }
-                        Reservation::Later(waiter) => {
+                        Ok(Reservation::Later(waiter)) => {
                             this.state = State::Waiting {
                                 waiter,
                                 sleep: Box::pin(tokio::time::sleep_until(
@@ -73,9 +75,9 @@ impl Future for Acquire<'_> {
                     }
                 }
                 State::Waiting { waiter, sleep } => {
-                    let _permit = std::task::ready!(waiter.poll(sleep.as_mut(), cx));
+                    let result = std::task::ready!(waiter.poll(sleep.as_mut(), cx));
                     this.state = State::Done;
-                    return Poll::Ready(Ok(()));
+                    return Poll::Ready(result.map(drop).map_err(AcquireError::from));
                 }
                 State::Done => panic!("`Acquire` polled after completion"),
             }

@@ -21,9 +21,12 @@
 //! ```
 
 mod acquire;
+mod algorithm;
 mod clock;
+mod gcra;
 mod queue;
 mod shared;
+mod window;
 
 use std::fmt;
 use std::sync::Arc;
@@ -32,8 +35,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use self::acquire::Acquire;
+pub use self::algorithm::Algorithm;
 use self::shared::Shared;
-pub(crate) use self::shared::{Decision, Permit, Reservation, Waiter};
+pub(crate) use self::shared::{Permit, Reservation, Waiter};
 use crate::Quota;
 
 /// A token bucket shared by every clone of this handle.
@@ -41,9 +45,10 @@ use crate::Quota;
 /// Cloning a `Bucket` is cheap (an `Arc`) and never creates a new bucket: hand one clone to
 /// each worker, layer and service and they all draw from the same tokens.
 ///
-/// The bucket implements the generic cell rate algorithm (GCRA), which is an exact token
-/// bucket kept in one atomic number: refill is computed from the clock when a request comes
-/// (no background task), and a request that fits is admitted with one compare-and-swap.
+/// By default the bucket implements the generic cell rate algorithm (GCRA), which is an exact
+/// token bucket kept in one atomic number: refill is computed from the clock when a request
+/// comes (no background task), and a request that fits is admitted with one compare-and-swap.
+/// [`Bucket::with_algorithm`] picks a leaky bucket or a window instead (see [`Algorithm`]).
 ///
 /// # Semantics
 /// - **Rate invariant**: over any interval of length `t`, admitted tokens ≤ `burst + rate·t`.
@@ -62,16 +67,42 @@ pub struct Bucket {
 }
 
 impl Bucket {
-    /// A new, full bucket.
+    /// A new, full token bucket.
     pub fn new(quota: Quota) -> Self {
+        Self::with_algorithm(quota, Algorithm::TokenBucket)
+    }
+
+    /// A new bucket deciding with `algorithm`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{bucket::Algorithm, Bucket, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Strictly spaced: no burst even when idle, at most 100 waiting.
+    /// let leaky = Bucket::with_algorithm(
+    ///     Quota::per_second(10),
+    ///     Algorithm::LeakyBucket { max_queue: 100 },
+    /// );
+    /// leaky.try_acquire(1).unwrap();
+    /// assert_eq!(leaky.try_acquire(1).unwrap_err().wait(), Duration::from_millis(100));
+    /// # }
+    /// ```
+    pub fn with_algorithm(quota: Quota, algorithm: Algorithm) -> Self {
         Bucket {
-            shared: Arc::new(Shared::new(quota)),
+            shared: Arc::new(Shared::new(quota, algorithm)),
         }
     }
 
     /// The quota this bucket enforces.
     pub fn quota(&self) -> Quota {
-        self.shared.quota
+        self.shared.quota()
+    }
+
+    /// The algorithm this bucket decides with.
+    pub fn algorithm(&self) -> Algorithm {
+        self.shared.algorithm()
     }
 
     /// Whether `self` and `other` are handles to the same bucket.
@@ -89,13 +120,13 @@ impl Bucket {
     /// never fit: [`Throttled::exceeds_burst`] is true and the wait is [`Duration::MAX`].
     #[inline]
     pub fn try_acquire(&self, n: u32) -> Result<(), Throttled> {
-        let cost = self.cost(n).map_err(|_| Throttled::never())?;
-        if cost == 0 {
+        if n == 0 {
             return Ok(());
         }
-        match self.shared.try_admit(cost, self.shared.clock.now_ns()) {
-            Decision::Admit(_) => Ok(()),
-            Decision::Wait(ns) => Err(Throttled::after(Duration::from_nanos(ns))),
+        self.shared.check(n).map_err(|_| Throttled::never())?;
+        match self.shared.try_admit(n) {
+            Ok(_) => Ok(()),
+            Err(ns) => Err(Throttled::after(Duration::from_nanos(ns))),
         }
     }
 
@@ -105,7 +136,8 @@ impl Bucket {
     /// gives its place back.
     ///
     /// # Errors
-    /// [`ExceedsBurst`], at once, when `n` is larger than the burst: it could never fit.
+    /// [`AcquireError::ExceedsBurst`], at once, when `n` is larger than the burst (it could
+    /// never fit), and [`AcquireError::QueueFull`] when a leaky bucket's queue is full.
     pub fn acquire(&self, n: u32) -> Acquire<'_> {
         Acquire::new(self, n)
     }
@@ -120,40 +152,39 @@ impl Bucket {
         self.shared.pause(cooldown);
     }
 
+    /// Change the quota of this live bucket, for every clone, without rebuilding it.
+    ///
+    /// The change never lets a burst through: the tokens available right after it are at most
+    /// those available right before (and at most the new burst); from then on the bucket
+    /// refills at the new rate. Queued waiters keep their order and are rescheduled at the
+    /// new rate; a waiter asking for more than the new burst fails with
+    /// [`AcquireError::ExceedsBurst`].
+    pub fn set_quota(&self, quota: Quota) {
+        self.shared.set_quota(quota);
+    }
+
     /// A read-only view of the bucket now, for headers and metrics.
     pub fn snapshot(&self) -> Snapshot {
-        let s = &self.shared;
-        let now = s.clock.now_ns();
-        let tat = s.tat();
-        let burst = s.quota.burst_size();
-        let ahead = tat.saturating_sub(now);
-        let used = ahead.div_ceil(s.interval);
-        let available = u64::from(burst).saturating_sub(used) as u32;
-        let next = (ahead + s.interval).saturating_sub(s.tolerance);
-        let paused = s.paused_until();
+        let (level, paused_in, waiting, quota) = self.shared.level();
+        let now = Instant::now();
         Snapshot {
-            quota: s.quota,
-            available,
-            next_token_in: Duration::from_nanos(next),
-            full_in: Duration::from_nanos(ahead),
-            paused_until: (paused > now).then(|| s.clock.instant_at(paused)),
-            waiting: s.queued(),
+            quota,
+            available: u32::try_from(level.available).unwrap_or(u32::MAX),
+            next_token_in: Duration::from_nanos(level.next_in),
+            full_in: Duration::from_nanos(level.full_in),
+            paused_until: (paused_in > 0).then(|| now + Duration::from_nanos(paused_in)),
+            waiting,
         }
     }
 
-    pub(crate) fn cost(&self, n: u32) -> Result<u64, ExceedsBurst> {
-        let burst = self.shared.quota.burst_size();
-        if n > burst {
-            return Err(ExceedsBurst {
-                requested: n,
-                burst,
-            });
-        }
-        Ok(u64::from(n) * self.shared.interval)
+    pub(crate) fn check(&self, n: u32) -> Result<(), ExceedsBurst> {
+        self.shared.check(n)
     }
 
-    pub(crate) fn reserve(&self, cost: u64) -> Reservation {
-        self.shared.reserve(cost)
+    /// Admit now, or queue: callers check the size first. `bounded`: honour a leaky
+    /// bucket's queue limit.
+    pub(crate) fn reserve(&self, n: u32, bounded: bool) -> Result<Reservation, AcquireError> {
+        self.shared.reserve(n, bounded)
     }
 
     pub(crate) fn give_back(&self, permit: Permit) {
@@ -164,7 +195,8 @@ impl Bucket {
 impl fmt::Debug for Bucket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Bucket")
-            .field("quota", &self.shared.quota)
+            .field("quota", &self.shared.quota())
+            .field("algorithm", &self.shared.algorithm())
             .finish_non_exhaustive()
     }
 }
@@ -183,7 +215,7 @@ impl Throttled {
         Throttled { wait }
     }
 
-    fn never() -> Self {
+    pub(crate) fn never() -> Self {
         Throttled {
             wait: Duration::MAX,
         }
@@ -222,8 +254,8 @@ impl std::error::Error for Throttled {}
 /// A request for more tokens than the bucket can ever hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExceedsBurst {
-    requested: u32,
-    burst: u32,
+    pub(crate) requested: u32,
+    pub(crate) burst: u32,
 }
 
 impl ExceedsBurst {
@@ -249,6 +281,38 @@ impl fmt::Display for ExceedsBurst {
 }
 
 impl std::error::Error for ExceedsBurst {}
+
+/// Why [`Bucket::acquire`] failed at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AcquireError {
+    /// More tokens than the bucket can ever hold.
+    ExceedsBurst(ExceedsBurst),
+    /// A leaky bucket's queue of waiters is full.
+    QueueFull {
+        /// The queue's capacity.
+        max_queue: usize,
+    },
+}
+
+impl From<ExceedsBurst> for AcquireError {
+    fn from(e: ExceedsBurst) -> Self {
+        AcquireError::ExceedsBurst(e)
+    }
+}
+
+impl fmt::Display for AcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcquireError::ExceedsBurst(e) => e.fmt(f),
+            AcquireError::QueueFull { max_queue } => {
+                write!(f, "request throttled: {max_queue} requests already waiting")
+            }
+        }
+    }
+}
+
+impl std::error::Error for AcquireError {}
 
 /// A read-only view of a [`Bucket`], from [`Bucket::snapshot`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

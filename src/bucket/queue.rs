@@ -7,11 +7,14 @@ use std::task::Waker;
 
 #[derive(Debug)]
 pub(crate) struct Entry {
-    /// Cost in nanoseconds of bucket time (`tokens × interval`).
-    pub(crate) cost: u64,
+    pub(crate) tokens: u32,
     /// Admission instant, nanoseconds on the bucket's clock.
     pub(crate) deadline: u64,
+    /// Arrival order.
+    pub(crate) seq: u64,
     pub(crate) waker: Option<Waker>,
+    /// The request can no longer fit (the quota shrank below it).
+    pub(crate) failed: bool,
 }
 
 #[derive(Debug)]
@@ -75,21 +78,10 @@ impl Queue {
         }
     }
 
-    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
-        self.slots.iter_mut().filter_map(|s| match s {
-            Slot::Full(e) => Some(e),
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, &Entry)> {
+        self.slots.iter().enumerate().filter_map(|(k, s)| match s {
+            Slot::Full(e) => Some((k, e)),
             Slot::Free(_) => None,
         })
-    }
-
-    /// The entry admitted first (smallest deadline).
-    pub(crate) fn first(&self) -> Option<&Entry> {
-        self.slots
-            .iter()
-            .filter_map(|s| match s {
-                Slot::Full(e) => Some(e),
-                Slot::Free(_) => None,
-            })
-            .min_by_key(|e| e.deadline)
     }
 }

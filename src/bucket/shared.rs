@@ -1,31 +1,26 @@
-//! The state every clone of a [`Bucket`](super::Bucket) shares: a GCRA schedule and its
-//! wait queue.
-//!
-//! # The schedule
-//! The bucket keeps one number, `tat` ("theoretical arrival time"): the instant at which the
-//! bucket would be full again. With `T` the emission interval and `B` the burst, a request of
-//! `n` tokens at `now` is admitted at `max(tat, now) + n·T − B·T` and moves `tat` to
-//! `max(tat, now) + n·T`. Admitting at that instant — or later — keeps every window of length
-//! `t` within `B + t/T` tokens.
+//! The state every clone of a [`Bucket`](super::Bucket) shares: an engine (GCRA or a window
+//! model) and the queue of reservations waiting for their turn.
 //!
 //! # Waiting
-//! A request that has to wait *reserves* its admission instant at once (it moves `tat`), joins
-//! the queue with that instant and sleeps on one timer until then. So:
+//! A request that has to wait *reserves* its admission instant at once (the engine commits it),
+//! joins the queue with that instant and sleeps on one timer until then. So:
 //! - **fair**: instants are handed out in arrival order;
 //! - **quiet**: a waiter wakes once, when its turn comes, and nobody polls;
 //! - **drift-free**: instants come from the schedule, not from when a timer fired;
-//! - **cancel-safe**: a waiter dropped before its turn takes its cost out of `tat` and moves
-//!   everyone behind it forward by that cost (waking them to re-arm their timers).
+//! - **cancel-safe**: a waiter dropped before its turn is taken out of the schedule, and
+//!   everyone behind it is rescheduled as if it had never come (and woken to re-arm).
 //!
-//! The fast path (admit now or refuse) is one clock read and one compare-and-swap; it never
-//! takes the queue's lock. It cannot overtake a queued waiter: while anyone waits, `tat` lies
-//! beyond `now + B·T`, so nothing fits without a reservation of its own.
+//! Pauses and quota changes reschedule the queue the same way: release every queued
+//! reservation, change the engine, reserve them again in arrival order.
 //!
-//! Every change of `tat` that is not a fast-path admission (reserve, cancel, give-back, pause)
-//! happens under the queue's lock, so the queue and `tat` move together.
+//! # Locking
+//! The token and leaky buckets admit on the fast path with one clock read and one
+//! compare-and-swap, without the lock; they cannot overtake a queued waiter, because while
+//! anyone waits, `tat` lies beyond `now + B·T`. Every other change happens under the lock, so
+//! the queue and the schedule move together. Window engines decide under the lock.
 
 use std::future::Future as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -33,28 +28,41 @@ use std::time::Duration;
 use tokio::time::Sleep;
 
 use super::clock::Clock;
+use super::gcra::{Gcra, Level};
 use super::queue::{Entry, Queue};
+use super::window::{Fixed, Log, Sliding, Window};
+use super::{AcquireError, Algorithm, ExceedsBurst};
 use crate::Quota;
 
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) quota: Quota,
-    /// Emission interval `T`, nanoseconds.
-    pub(crate) interval: u64,
-    /// `B·T`: how far `tat` may lie ahead of `now` for a request to still fit.
-    pub(crate) tolerance: u64,
     pub(crate) clock: Clock,
-    tat: AtomicU64,
+    algorithm: Algorithm,
+    gcra: Gcra,
+    /// The most tokens one request may take.
+    capacity: AtomicU32,
     paused_until: AtomicU64,
-    queue: Mutex<Queue>,
+    state: Mutex<State>,
 }
 
-/// An admission that has been granted but not used yet.
+#[derive(Debug)]
+struct State {
+    quota: Quota,
+    queue: Queue,
+    /// Arrival order of queued reservations.
+    seq: u64,
+    /// Window engines: the latest instant committed, so later arrivals go no earlier.
+    tail: u64,
+    window: Option<Box<dyn Window>>,
+}
+
+/// An admission granted and not used yet.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Permit {
-    /// Cost in bucket nanoseconds.
-    cost: u64,
-    /// `tat` right after this admission: before that instant, giving the permit back is exact.
+    tokens: u32,
+    /// The admission instant.
+    at: u64,
+    /// GCRA: `tat` right after this admission; giving the permit back is exact before it.
     tat: u64,
 }
 
@@ -65,164 +73,301 @@ pub(crate) enum Reservation {
     Later(Waiter),
 }
 
-/// Outcome of a decision made without waiting.
-pub(crate) enum Decision {
-    Admit(Permit),
-    /// Nanoseconds until the request would fit.
-    Wait(u64),
+fn engine_params(quota: &Quota, algorithm: Algorithm) -> (u64, u64) {
+    let interval = quota.interval_ns();
+    match algorithm {
+        Algorithm::LeakyBucket { .. } => (interval, interval),
+        _ => (interval, interval * u64::from(quota.burst_size())),
+    }
+}
+
+fn capacity_of(quota: &Quota, algorithm: Algorithm) -> u32 {
+    match algorithm {
+        Algorithm::TokenBucket | Algorithm::LeakyBucket { .. } => quota.burst_size(),
+        _ => quota.count(),
+    }
+}
+
+fn window_of(quota: &Quota, algorithm: Algorithm, now: u64) -> Option<Box<dyn Window>> {
+    let (limit, width) = (u64::from(quota.count()), quota.period_ns());
+    match algorithm {
+        Algorithm::FixedWindow => Some(Box::new(Fixed::new(limit, width, now))),
+        Algorithm::SlidingWindow => Some(Box::new(Sliding::new(limit, width, now))),
+        Algorithm::SlidingLog => Some(Box::new(Log::new(limit, width))),
+        _ => None,
+    }
 }
 
 impl Shared {
-    pub(crate) fn new(quota: Quota) -> Self {
-        let interval = quota.interval_ns();
+    pub(crate) fn new(quota: Quota, algorithm: Algorithm) -> Self {
+        let clock = Clock::new();
+        let (interval, tolerance) = engine_params(&quota, algorithm);
         Shared {
-            quota,
-            interval,
-            tolerance: interval * u64::from(quota.burst_size()),
-            clock: Clock::new(),
-            tat: AtomicU64::new(0),
+            algorithm,
+            gcra: Gcra::new(interval, tolerance),
+            capacity: AtomicU32::new(capacity_of(&quota, algorithm)),
             paused_until: AtomicU64::new(0),
-            queue: Mutex::new(Queue::default()),
+            state: Mutex::new(State {
+                quota,
+                queue: Queue::default(),
+                seq: 0,
+                tail: 0,
+                window: window_of(&quota, algorithm, clock.now_ns()),
+            }),
+            clock,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Queue> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         // No code path panics while holding the lock; recover the data if one ever did.
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Admit `cost` (bucket nanoseconds, ≤ tolerance) now, or say how long until it fits.
+    pub(crate) fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    pub(crate) fn quota(&self) -> Quota {
+        self.lock().quota
+    }
+
+    /// Check a request's size against the capacity.
     #[inline]
-    pub(crate) fn try_admit(&self, cost: u64, now: u64) -> Decision {
-        let mut tat = self.tat.load(Ordering::Acquire);
-        loop {
-            let new = tat.max(now) + cost;
-            let admit_at = new.saturating_sub(self.tolerance);
-            if admit_at > now {
-                return Decision::Wait(admit_at - now);
-            }
-            match self
-                .tat
-                .compare_exchange_weak(tat, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Decision::Admit(Permit { cost, tat: new }),
-                Err(actual) => tat = actual,
+    pub(crate) fn check(&self, tokens: u32) -> Result<(), ExceedsBurst> {
+        let capacity = self.capacity.load(Ordering::Acquire);
+        if tokens > capacity {
+            return Err(ExceedsBurst {
+                requested: tokens,
+                burst: capacity,
+            });
+        }
+        Ok(())
+    }
+
+    /// Admit now or say how many nanoseconds until `tokens` fit. Never queues.
+    #[inline]
+    pub(crate) fn try_admit(&self, tokens: u32) -> Result<Permit, u64> {
+        let now = self.clock.now_ns();
+        if self.algorithm.is_gcra() {
+            return self
+                .gcra
+                .try_admit(u64::from(tokens), now)
+                .map(|tat| Permit {
+                    tokens,
+                    at: now,
+                    tat,
+                });
+        }
+        let mut st = self.lock();
+        let not_before = self.not_before(&st, now);
+        let window = st.window.as_mut().expect("window engine");
+        window.prune(now);
+        let at = window.earliest(u64::from(tokens), not_before);
+        if at > now {
+            return Err(at - now);
+        }
+        window.commit(u64::from(tokens), now);
+        st.tail = st.tail.max(now);
+        Ok(Permit {
+            tokens,
+            at: now,
+            tat: 0,
+        })
+    }
+
+    fn not_before(&self, st: &State, now: u64) -> u64 {
+        now.max(st.tail)
+            .max(self.paused_until.load(Ordering::Acquire))
+    }
+
+    /// Commit `tokens` at their earliest instant after everything committed so far: the
+    /// instant and (GCRA) the `tat` after it. Under the lock.
+    fn commit(&self, st: &mut State, tokens: u32, now: u64) -> (u64, u64) {
+        let not_before = self.not_before(st, now);
+        match st.window.as_mut() {
+            None => self.gcra.reserve(u64::from(tokens), now),
+            Some(window) => {
+                window.prune(now);
+                let at = window.earliest(u64::from(tokens), not_before);
+                window.commit(u64::from(tokens), at);
+                st.tail = st.tail.max(at);
+                (at, 0)
             }
         }
     }
 
     /// Admit now if possible, else reserve the earliest instant after everyone queued.
-    pub(crate) fn reserve(self: &Arc<Self>, cost: u64) -> Reservation {
-        let now = self.clock.now_ns();
-        if let Decision::Admit(p) = self.try_admit(cost, now) {
-            return Reservation::Now(p);
-        }
-        let mut queue = self.lock();
-        let now = self.clock.now_ns();
-        let mut tat = self.tat.load(Ordering::Acquire);
-        let (new, admit_at) = loop {
-            let new = tat.max(now) + cost;
-            match self
-                .tat
-                .compare_exchange_weak(tat, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => break (new, new.saturating_sub(self.tolerance)),
-                Err(actual) => tat = actual,
+    /// `bounded`: refuse when a leaky bucket's queue is full (the waiting layer applies
+    /// backpressure instead).
+    pub(crate) fn reserve(
+        self: &Arc<Self>,
+        tokens: u32,
+        bounded: bool,
+    ) -> Result<Reservation, AcquireError> {
+        if self.algorithm.is_gcra() {
+            if let Ok(p) = self.try_admit(tokens) {
+                return Ok(Reservation::Now(p));
             }
-        };
-        if admit_at <= now {
-            // Refilled between the fast path and the lock.
-            return Reservation::Now(Permit { cost, tat: new });
         }
-        let key = queue.insert(Entry {
-            cost,
-            deadline: admit_at,
+        let mut st = self.lock();
+        if let Algorithm::LeakyBucket { max_queue } = self.algorithm {
+            if bounded && st.queue.len() >= max_queue {
+                return Err(AcquireError::QueueFull { max_queue });
+            }
+        }
+        let now = self.clock.now_ns();
+        let (at, tat) = self.commit(&mut st, tokens, now);
+        if at <= now {
+            return Ok(Reservation::Now(Permit { tokens, at, tat }));
+        }
+        st.seq += 1;
+        let seq = st.seq;
+        let key = st.queue.insert(Entry {
+            tokens,
+            deadline: at,
+            seq,
             waker: None,
+            failed: false,
         });
-        Reservation::Later(Waiter {
+        Ok(Reservation::Later(Waiter {
             shared: Arc::clone(self),
             key: Some(key),
             armed: None,
-        })
+        }))
     }
 
-    /// Return an unused permit. Exact while the bucket has not refilled past it; after that
-    /// its tokens would have been back anyway and nothing is returned.
+    /// Return an unused permit; those queued move forward.
     pub(crate) fn give_back(&self, permit: Permit) {
-        let mut queue = self.lock();
+        let mut st = self.lock();
         let now = self.clock.now_ns();
-        if now >= permit.tat {
+        self.undo(&mut st, permit, 0, now);
+    }
+
+    /// Take an unused admission out of the schedule and reschedule everyone queued after
+    /// `after_seq`. For GCRA this is exact while the bucket has not refilled past the
+    /// admission; after that its tokens would have come back anyway and nothing changes.
+    fn undo(&self, st: &mut State, permit: Permit, after_seq: u64, now: u64) {
+        if st.window.is_none() && now >= permit.tat {
             return;
         }
-        self.sub_tat(permit.cost);
-        let wakers = shift_earlier(&mut queue, now, permit.cost);
-        drop(queue);
+        self.reschedule(st, after_seq, now, |shared, st| match st.window.as_mut() {
+            None => shared.gcra.release(u64::from(permit.tokens)),
+            Some(w) => w.release(u64::from(permit.tokens), permit.at),
+        });
+    }
+
+    /// Release every reservation queued after `after_seq`, apply `change`, then reserve them
+    /// again in arrival order, waking those whose instant moved.
+    fn reschedule(
+        &self,
+        st: &mut State,
+        after_seq: u64,
+        now: u64,
+        change: impl FnOnce(&Self, &mut State),
+    ) {
+        let mut later: Vec<(u64, usize)> = st
+            .queue
+            .iter()
+            .filter(|(_, e)| e.seq > after_seq && !e.failed)
+            .map(|(k, e)| (e.seq, k))
+            .collect();
+        later.sort_unstable();
+        for &(_, key) in later.iter().rev() {
+            let e = st.queue.get_mut(key);
+            let (tokens, at) = (u64::from(e.tokens), e.deadline);
+            match st.window.as_mut() {
+                None => self.gcra.release(tokens),
+                Some(w) => w.release(tokens, at),
+            }
+        }
+        st.tail = st
+            .queue
+            .iter()
+            .filter(|(_, e)| e.seq <= after_seq && !e.failed)
+            .map(|(_, e)| e.deadline)
+            .max()
+            .unwrap_or(0);
+        change(self, st);
+        let capacity = self.capacity.load(Ordering::Acquire);
+        let mut wakers = Vec::new();
+        for (_, key) in later {
+            let tokens = st.queue.get_mut(key).tokens;
+            let moved = if tokens > capacity {
+                st.queue.get_mut(key).failed = true;
+                true
+            } else {
+                let (at, _) = self.commit(st, tokens, now);
+                let e = st.queue.get_mut(key);
+                std::mem::replace(&mut e.deadline, at) != at
+            };
+            if moved {
+                wakers.extend(st.queue.get_mut(key).waker.take());
+            }
+        }
         wakers.into_iter().for_each(Waker::wake);
     }
 
-    fn sub_tat(&self, cost: u64) {
-        // Under the lock; only fast-path admissions race, and `fetch_update` keeps them.
-        let _ = self
-            .tat
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                Some(t.saturating_sub(cost))
-            });
-    }
-
-    /// Hold every admission, queued ones included, until `now + d`; restart from an empty
+    /// Hold every admission, queued ones included, until `now + d`; restart as from an empty
     /// bucket whose first token is due when the cooldown ends.
     pub(crate) fn pause(&self, d: Duration) {
-        let mut queue = self.lock();
+        let mut st = self.lock();
         let now = self.clock.now_ns();
         let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         // Clamp far-off pauses so arithmetic stays in range (about 146 years).
         let end = now.saturating_add(d).min(u64::MAX / 4);
-        self.paused_until.fetch_max(end, Ordering::AcqRel);
-        // The first queued waiter may go at `end + (its cost − T)`; everyone behind keeps
-        // their spacing.
-        let shift = queue.first().map_or(0, |first| {
-            let earliest = end + first.cost - self.interval;
-            earliest.saturating_sub(first.deadline)
-        });
-        let floor = end + self.tolerance - self.interval;
-        let _ = self
-            .tat
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                Some(t.saturating_add(shift).max(floor))
-            });
-        let mut wakers = Vec::new();
-        if shift > 0 {
-            for e in queue.iter_mut() {
-                e.deadline += shift;
-                wakers.extend(e.waker.take());
-            }
+        if self.paused_until.fetch_max(end, Ordering::AcqRel) >= end {
+            return;
         }
-        drop(queue);
-        wakers.into_iter().for_each(Waker::wake);
+        self.reschedule(&mut st, 0, now, |shared, st| match st.window.as_mut() {
+            None => shared.gcra.restart_at(end),
+            Some(w) => w.restart_at(end),
+        });
     }
 
-    pub(crate) fn tat(&self) -> u64 {
-        self.tat.load(Ordering::Acquire)
+    /// Change the quota of the live bucket, never raising the tokens available now.
+    pub(crate) fn set_quota(&self, quota: Quota) {
+        let mut st = self.lock();
+        let now = self.clock.now_ns();
+        st.quota = quota;
+        let algorithm = self.algorithm;
+        self.reschedule(&mut st, 0, now, |shared, st| {
+            shared
+                .capacity
+                .store(capacity_of(&quota, algorithm), Ordering::Release);
+            match st.window.as_mut() {
+                None => {
+                    let (interval, tolerance) = engine_params(&quota, algorithm);
+                    shared.gcra.set_params(interval, tolerance, now);
+                }
+                Some(w) => w.set_limit(u64::from(quota.count()), quota.period_ns(), now),
+            }
+        });
     }
 
-    pub(crate) fn paused_until(&self) -> u64 {
-        self.paused_until.load(Ordering::Acquire)
+    pub(crate) fn level(&self) -> (Level, u64, usize, Quota) {
+        let mut st = self.lock();
+        let now = self.clock.now_ns();
+        let not_before = self.not_before(&st, now);
+        let paused = self.paused_until.load(Ordering::Acquire);
+        let queued = st.queue.len();
+        let quota = st.quota;
+        let level = match st.window.as_mut() {
+            None => self.gcra.level(now),
+            Some(w) => {
+                w.prune(now);
+                Level {
+                    available: if not_before > now {
+                        0
+                    } else {
+                        w.available(now)
+                    },
+                    next_in: w.earliest(1, not_before) - now,
+                    full_in: w.clear_in(now).max(not_before - now),
+                }
+            }
+        };
+        (level, paused.saturating_sub(now), queued, quota)
     }
-
-    pub(crate) fn queued(&self) -> usize {
-        self.lock().len()
-    }
-}
-
-/// Move every waiter due after `after` forward by `cost`; returns the wakers to call once the
-/// lock is released.
-fn shift_earlier(queue: &mut Queue, after: u64, cost: u64) -> Vec<Waker> {
-    let mut wakers = Vec::new();
-    for e in queue.iter_mut().filter(|e| e.deadline > after) {
-        e.deadline -= cost;
-        wakers.extend(e.waker.take());
-    }
-    wakers
 }
 
 /// A queued reservation. Dropping it before its turn gives its place back.
@@ -240,20 +385,32 @@ impl Waiter {
         &mut self,
         mut sleep: std::pin::Pin<&mut Sleep>,
         cx: &mut Context<'_>,
-    ) -> Poll<Permit> {
+    ) -> Poll<Result<Permit, ExceedsBurst>> {
         let key = self.key.expect("waiter polled after completion");
         loop {
             let (deadline, now) = {
-                let mut queue = self.shared.lock();
+                let mut st = self.shared.lock();
                 let now = self.shared.clock.now_ns();
-                let entry = queue.get_mut(key);
-                if entry.deadline <= now {
-                    let e = queue.remove(key);
+                let entry = st.queue.get_mut(key);
+                if entry.failed || entry.deadline <= now {
+                    let e = st.queue.remove(key);
                     self.key = None;
-                    return Poll::Ready(Permit {
-                        cost: e.cost,
-                        tat: e.deadline + self.shared.tolerance,
-                    });
+                    if e.failed {
+                        return Poll::Ready(Err(ExceedsBurst {
+                            requested: e.tokens,
+                            burst: self.shared.capacity.load(Ordering::Acquire),
+                        }));
+                    }
+                    let tat = if st.window.is_some() {
+                        0
+                    } else {
+                        e.deadline + self.shared.gcra.tolerance()
+                    };
+                    return Poll::Ready(Ok(Permit {
+                        tokens: e.tokens,
+                        at: e.deadline,
+                        tat,
+                    }));
                 }
                 match &entry.waker {
                     Some(w) if w.will_wake(cx.waker()) => {}
@@ -282,16 +439,18 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         let Some(key) = self.key else { return };
-        let mut queue = self.shared.lock();
+        let mut st = self.shared.lock();
         let now = self.shared.clock.now_ns();
-        let e = queue.remove(key);
-        if e.deadline <= now {
-            // Its turn came and went unused; the tokens flowed at the scheduled time.
+        let e = st.queue.remove(key);
+        if e.failed {
             return;
         }
-        self.shared.sub_tat(e.cost);
-        let wakers = shift_earlier(&mut queue, e.deadline, e.cost);
-        drop(queue);
-        wakers.into_iter().for_each(Waker::wake);
+        let tat = e.deadline + self.shared.gcra.tolerance();
+        let permit = Permit {
+            tokens: e.tokens,
+            at: e.deadline,
+            tat,
+        };
+        self.shared.undo(&mut st, permit, e.seq, now);
     }
 }

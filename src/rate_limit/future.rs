@@ -86,7 +86,9 @@ where
                     svc,
                     req,
                 } => {
-                    std::task::ready!(waiter.poll(sleep.as_mut(), cx));
+                    if let Err(e) = std::task::ready!(waiter.poll(sleep.as_mut(), cx)) {
+                        return Poll::Ready(Err(e.into()));
+                    }
                     let mut svc = svc.take().expect("polled after completion");
                     let req = req.take().expect("polled after completion");
                     svc.call(req)

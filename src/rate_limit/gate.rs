@@ -45,18 +45,22 @@ impl Gate {
             match &mut self.state {
                 State::Ready(_) => return Poll::Ready(()),
                 State::Idle => {
-                    let one = self.bucket.cost(1).unwrap_or(0);
-                    self.state = match self.bucket.reserve(one) {
-                        Reservation::Now(p) => State::Ready(p),
-                        Reservation::Later(w) => State::Waiting(w),
+                    // One token always fits (every burst is at least 1), and the waiting
+                    // layer is never refused: it waits.
+                    self.state = match self.bucket.reserve(1, false) {
+                        Ok(Reservation::Now(p)) => State::Ready(p),
+                        Ok(Reservation::Later(w)) => State::Waiting(w),
+                        Err(_) => unreachable!("an unbounded one-token reservation"),
                     };
                 }
                 State::Waiting(waiter) => {
                     let sleep = self.sleep.get_or_insert_with(|| {
                         Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()))
                     });
-                    let permit = std::task::ready!(waiter.poll(sleep.as_mut(), cx));
-                    self.state = State::Ready(permit);
+                    self.state = match std::task::ready!(waiter.poll(sleep.as_mut(), cx)) {
+                        Ok(permit) => State::Ready(permit),
+                        Err(_) => State::Idle,
+                    };
                 }
             }
         }

@@ -7,6 +7,7 @@ use tower_service::Service;
 use super::future::CostFuture;
 use super::gate::Gate;
 use super::UnitCost;
+use crate::bucket::Reservation;
 use crate::{BoxError, Bucket};
 
 /// Waits in `poll_ready` until the shared [`Bucket`] admits the next request.
@@ -105,27 +106,23 @@ where
         let permit = self.gate.take();
         let bucket = self.gate.bucket();
         let n = (self.cost)(&req);
-        let extra = match bucket.cost(n) {
-            Err(e) => {
-                bucket.give_back(permit);
-                return CostFuture::failed(e.into());
-            }
-            Ok(0) => {
-                bucket.give_back(permit);
-                return CostFuture::called(self.inner.call(req));
-            }
-            Ok(cost) => cost - bucket.cost(1).unwrap_or(0),
-        };
-        if extra == 0 {
+        if let Err(e) = bucket.check(n) {
+            bucket.give_back(permit);
+            return CostFuture::failed(e.into());
+        }
+        if n == 0 {
+            bucket.give_back(permit);
+        }
+        if n <= 1 {
             return CostFuture::called(self.inner.call(req));
         }
-        match bucket.reserve(extra) {
-            crate::bucket::Reservation::Now(_) => CostFuture::called(self.inner.call(req)),
-            crate::bucket::Reservation::Later(waiter) => {
+        match bucket.reserve(n - 1, false) {
+            Ok(Reservation::Later(waiter)) => {
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
                 CostFuture::waiting(waiter, ready, req)
             }
+            _ => CostFuture::called(self.inner.call(req)),
         }
     }
 }

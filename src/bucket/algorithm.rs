@@ -1,0 +1,63 @@
+//! [`Algorithm`]: how a [`Bucket`](super::Bucket) turns its [`Quota`](crate::Quota) into
+//! admissions.
+
+/// How a bucket decides, chosen by name at construction with
+/// [`Bucket::with_algorithm`](super::Bucket::with_algorithm).
+///
+/// Every algorithm works behind the same [`Bucket`](super::Bucket) handle, so the waiting and
+/// rejecting layers, weighted costs, fair (FIFO), quiet and cancel-safe waiting,
+/// [`pause`](super::Bucket::pause), [`snapshot`](super::Bucket::snapshot) and
+/// [`set_quota`](super::Bucket::set_quota) work the same for each.
+///
+/// # Choosing an algorithm
+///
+/// | algorithm | shape | bound over any interval of length `t` | state | pick it when |
+/// |---|---|---|---|---|
+/// | [`TokenBucket`](Algorithm::TokenBucket) (default) | bursts up to `burst`, then the rate | `burst + rate·t` | 8 bytes, lock-free | almost always: idle clients may burst |
+/// | [`LeakyBucket`](Algorithm::LeakyBucket) | strict spacing, no bursts | no two admissions closer than `1/rate` | 8 bytes | the downstream cannot take bursts at all |
+/// | [`FixedWindow`](Algorithm::FixedWindow) | up to `count` per aligned `period` | `count` per aligned window, up to `2·count` across a boundary | a counter | you must match an API documented as "N per minute, resetting on the minute" |
+/// | [`SlidingWindow`](Algorithm::SlidingWindow) | weighted two-window estimate | see below | two counters | you want windows without the boundary burst, at low cost |
+/// | [`SlidingLog`](Algorithm::SlidingLog) | exact sliding window | `count` in every window of length `period` | one entry per admission in the last `period` | you need the exact window and `count` is modest |
+///
+/// The quota's `count` and `period` give the rate (`count / period`) for every algorithm; the
+/// token bucket also uses its `burst`. A request may cost at most `burst` tokens (token and
+/// leaky bucket) or `count` tokens (windows).
+///
+/// **Fixed windows** are aligned to multiples of the period since the UNIX epoch (a
+/// one-minute window resets on the minute). A client can take `count` at the end of one window
+/// and `count` again at the start of the next: up to twice the limit across a boundary.
+///
+/// **Sliding window** (approximate) admits when `previous · (1 − f) + current + cost ≤ count`,
+/// where `f` is the elapsed fraction of the current aligned window: the previous window's count
+/// is assumed to be spread evenly over it. When it was, the estimate is exact; its worst case is
+/// a previous window whose whole count came at its very end, which lets through up to
+/// `count · (1 + f)` in the trailing window — at most twice the limit, and only for traffic that
+/// bunched at a boundary. Use [`SlidingLog`](Algorithm::SlidingLog) when that matters.
+///
+/// ![Admissions over time for each algorithm under the same bursty arrivals](https://raw.githubusercontent.com/tower-throttle/tower-throttle/main/docs/algorithms.svg)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Token bucket (GCRA): bursts up to the quota's burst, then the sustained rate.
+    #[default]
+    TokenBucket,
+    /// Leaky bucket: one admission per interval, strictly spaced; at most `max_queue` requests
+    /// wait in [`acquire`](super::Bucket::acquire), more are refused at once.
+    LeakyBucket {
+        /// The most requests waiting at once.
+        max_queue: usize,
+    },
+    /// Fixed windows of the quota's period, aligned to the clock, `count` per window.
+    FixedWindow,
+    /// Sliding window, approximated from two aligned fixed windows.
+    SlidingWindow,
+    /// Exact sliding window: a log of the admissions in the last period.
+    SlidingLog,
+}
+
+impl Algorithm {
+    /// Whether the engine is the lock-free GCRA (token and leaky bucket).
+    pub(crate) fn is_gcra(self) -> bool {
+        matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket { .. })
+    }
+}

@@ -1,0 +1,120 @@
+//! The token bucket as GCRA: one atomic instant, `tat`, at which the bucket is full again.
+//!
+//! With `T` the emission interval and `B·T` the tolerance, `n` tokens at `now` are admitted at
+//! `max(tat, now) + n·T − B·T` and move `tat` to `max(tat, now) + n·T`. Admitting at that instant
+//! or later keeps every window of length `t` within `B + t/T` tokens. The leaky bucket is the
+//! same schedule with a tolerance of one interval.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug)]
+pub(crate) struct Gcra {
+    tat: AtomicU64,
+    interval: AtomicU64,
+    tolerance: AtomicU64,
+}
+
+/// Bucket state for a snapshot.
+pub(crate) struct Level {
+    pub(crate) available: u64,
+    pub(crate) next_in: u64,
+    pub(crate) full_in: u64,
+}
+
+impl Gcra {
+    pub(crate) fn new(interval: u64, tolerance: u64) -> Self {
+        Gcra {
+            tat: AtomicU64::new(0),
+            interval: AtomicU64::new(interval),
+            tolerance: AtomicU64::new(tolerance),
+        }
+    }
+
+    #[inline]
+    fn params(&self) -> (u64, u64) {
+        (
+            self.interval.load(Ordering::Acquire),
+            self.tolerance.load(Ordering::Acquire),
+        )
+    }
+
+    /// Admit `tokens` now: `Ok(tat after)`, or `Err(nanoseconds until they fit)`.
+    #[inline]
+    pub(crate) fn try_admit(&self, tokens: u64, now: u64) -> Result<u64, u64> {
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            let (interval, tolerance) = self.params();
+            let new = tat.max(now) + tokens * interval;
+            let at = new.saturating_sub(tolerance);
+            if at > now {
+                return Err(at - now);
+            }
+            match self
+                .tat
+                .compare_exchange_weak(tat, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(new),
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    /// Commit `tokens` at their earliest instant: `(instant, tat after)`. Under the lock.
+    pub(crate) fn reserve(&self, tokens: u64, now: u64) -> (u64, u64) {
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            let (interval, tolerance) = self.params();
+            let new = tat.max(now) + tokens * interval;
+            match self
+                .tat
+                .compare_exchange_weak(tat, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return (new.saturating_sub(tolerance).max(now), new),
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    /// Undo a reservation that sits in the chain after every admission since. Under the lock.
+    pub(crate) fn release(&self, tokens: u64) {
+        let interval = self.interval.load(Ordering::Acquire);
+        let _ = self
+            .tat
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                Some(t.saturating_sub(tokens * interval))
+            });
+    }
+
+    /// Empty at `end`, first token due then. Under the lock.
+    pub(crate) fn restart_at(&self, end: u64) {
+        let (interval, tolerance) = self.params();
+        let floor = end + tolerance - interval;
+        self.tat.fetch_max(floor, Ordering::AcqRel);
+    }
+
+    /// Change interval and tolerance without raising the tokens available now. Under the lock,
+    /// with queued reservations released.
+    pub(crate) fn set_params(&self, interval: u64, tolerance: u64, now: u64) {
+        let available = self.level(now).available;
+        let burst = tolerance / interval;
+        let ahead = (burst - available.min(burst)) * interval;
+        self.interval.store(interval, Ordering::Release);
+        self.tolerance.store(tolerance, Ordering::Release);
+        self.tat.store(now + ahead, Ordering::Release);
+    }
+
+    pub(crate) fn level(&self, now: u64) -> Level {
+        let (interval, tolerance) = self.params();
+        let ahead = self.tat.load(Ordering::Acquire).saturating_sub(now);
+        let burst = tolerance / interval;
+        Level {
+            available: burst.saturating_sub(ahead.div_ceil(interval)),
+            next_in: (ahead + interval).saturating_sub(tolerance),
+            full_in: ahead,
+        }
+    }
+
+    pub(crate) fn tolerance(&self) -> u64 {
+        self.tolerance.load(Ordering::Acquire)
+    }
+}

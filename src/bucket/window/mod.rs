@@ -1,0 +1,44 @@
+//! Window algorithms: fixed, sliding (two-window estimate) and sliding log.
+//!
+//! Each model keeps the admissions it has committed (past and reserved for the future) and
+//! answers one question: the earliest instant, not before a given one, at which `n` more
+//! tokens fit. Every operation runs under the bucket's lock.
+
+mod fixed;
+mod log;
+mod sliding;
+
+pub(crate) use self::fixed::Fixed;
+pub(crate) use self::log::Log;
+pub(crate) use self::sliding::Sliding;
+
+/// A window model. Times are nanoseconds on the bucket's clock.
+pub(crate) trait Window: Send + std::fmt::Debug {
+    /// The earliest instant `≥ not_before` at which `tokens` fit (`tokens ≤ limit`).
+    fn earliest(&self, tokens: u64, not_before: u64) -> u64;
+    /// Record `tokens` admitted (or reserved) at `at`.
+    fn commit(&mut self, tokens: u64, at: u64);
+    /// Undo a commitment that was never used.
+    fn release(&mut self, tokens: u64, at: u64);
+    /// Forget what can no longer matter at `now` or later.
+    fn prune(&mut self, now: u64);
+    /// Tokens that fit at `now`, ignoring reservations after `now`.
+    fn available(&self, now: u64) -> u64;
+    /// Time from `now` until nothing committed at or before `now` counts any more.
+    fn clear_in(&self, now: u64) -> u64;
+    /// Restart after a pause ending at `end` as from an empty bucket: little enough capacity
+    /// at `end` that the end of a cooldown brings no burst.
+    fn restart_at(&mut self, end: u64);
+    /// Change the limit and the period; never raise what is available at `now`.
+    fn set_limit(&mut self, limit: u64, width: u64, now: u64);
+}
+
+/// Windows aligned to multiples of `width` since the UNIX epoch: the offset, in the bucket's
+/// clock, of the window boundaries.
+pub(crate) fn epoch_phase(width: u64, clock_now: u64) -> u64 {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    // Boundaries fall where (t + phase) % width == 0.
+    (wall % width + width - clock_now % width) % width
+}
