@@ -56,6 +56,11 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Whether this is a window algorithm (fixed, sliding or sliding log).
+    pub fn is_window(self) -> bool {
+        !self.is_gcra()
+    }
+
     /// Whether the engine is the lock-free GCRA (token and leaky bucket).
     pub(crate) fn is_gcra(self) -> bool {
         matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket { .. })

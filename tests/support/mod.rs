@@ -50,6 +50,10 @@ impl Recorder {
         }
     }
 
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
     pub fn record(&self, cost: u32, id: usize) {
         self.log
             .lock()
