@@ -34,7 +34,8 @@
 /// `count · (1 + f)` in the trailing window — at most twice the limit, and only for traffic that
 /// bunched at a boundary. Use [`SlidingLog`](Algorithm::SlidingLog) when that matters.
 ///
-/// ![Admissions over time for each algorithm under the same bursty arrivals](https://raw.githubusercontent.com/tower-throttle/tower-throttle/main/docs/algorithms.svg)
+/// The README shows admissions over time for each algorithm under the same bursty arrivals
+/// (`docs/algorithms.svg`, drawn by `cargo run --example algorithms_svg`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Algorithm {
