@@ -32,6 +32,24 @@
 //! # }
 //! ```
 //!
+//! # Server push-back: retry outside, rate limit inside
+//!
+//! [`RetryAfterLayer`] goes **outside** the [`RateLimitLayer`] of the same bucket: a 429 or 503
+//! [pauses](Bucket::pause) the shared bucket for the server's `Retry-After`, so every worker
+//! holds, and each retry waits for a token like any request. See [`retry_after`] for a runnable
+//! example and the retry rules (idempotency, backoff, budget, `max_retry_after`).
+//!
+//! ```text
+//! RetryAfterLayer ──► RateLimitLayer ──► ConcurrencyLimit ──► hyper / reqwest
+//!       │ 429/503: pause()     │ poll_ready: wait for a token
+//!       └──────────────► Bucket (shared) ◄──────┘
+//! ```
+//!
+//! # Choosing an algorithm
+//! The token bucket is the default; [`Bucket::with_algorithm`] picks a leaky bucket (strict
+//! spacing), a fixed window, a sliding window or an exact sliding log behind the same handle.
+//! See [`Algorithm`] for the trade-offs.
+//!
 //! # Semantics
 //! 1. **Rate invariant**: over any interval of length `t`, admitted tokens ≤ `burst + rate·t`,
 //!    across all clones and tasks.
@@ -74,6 +92,8 @@ pub mod bucket;
 pub mod headers;
 mod quota;
 pub mod rate_limit;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 pub mod retry_after;
 
 pub use crate::bucket::{Acquire, AcquireError, Algorithm, Bucket, ExceedsBurst, Snapshot, Throttled};

@@ -145,6 +145,12 @@ impl RetryAfterLayer {
     pub fn bucket(&self) -> &Bucket {
         &self.policy.bucket
     }
+
+    /// The decision logic, shared with the reqwest middleware.
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn policy(&self) -> Arc<Policy> {
+        self.policy.clone()
+    }
 }
 
 impl<S> Layer<S> for RetryAfterLayer {

@@ -66,6 +66,8 @@ pub use self::parse::*;
 pub use self::policy::Failure;
 pub use self::replay::{HttpResponse, Replay};
 pub use self::service::RetryAfter;
+#[cfg(feature = "reqwest")]
+pub(crate) use self::policy::{Action, Attempt, Policy};
 
 /// Left in the extensions of every response the layer returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +77,10 @@ pub struct RetryInfo {
 }
 
 impl RetryInfo {
+    pub(crate) fn new(attempts: u32, cooldown: Option<Duration>) -> Self {
+        RetryInfo { attempts, cooldown }
+    }
+
     /// Attempts made, the first included.
     pub fn attempts(&self) -> u32 {
         self.attempts

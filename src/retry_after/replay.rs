@@ -4,8 +4,9 @@ use http::{Extensions, HeaderMap, Method, StatusCode};
 
 /// A request that may be sent again, identically.
 ///
-/// Implemented for [`http::Request<B>`] with a `Clone` body: the copy has the same method, URI,
-/// version, headers, extensions and body. Implement it for other request types (or for a
+/// Implemented for [`http::Request<B>`] with a `Clone` body (the copy has the same method, URI,
+/// version, headers, extensions and body) and, with the `reqwest` feature, for
+/// `reqwest::Request` (through its `try_clone`). Implement it for other request types (or for a
 /// newtype around a request whose body may stream) and return `None` from
 /// [`replay`](Replay::replay) when the request cannot be sent twice: such a request is sent
 /// once and never retried, rather than re-sent with an empty or partial body.
@@ -36,7 +37,7 @@ impl<B: Clone> Replay for http::Request<B> {
 
 /// A response whose status and headers the layer reads.
 ///
-/// Implemented for [`http::Response<B>`].
+/// Implemented for [`http::Response<B>`] and, with the `reqwest` feature, `reqwest::Response`.
 pub trait HttpResponse {
     /// The status code.
     fn status(&self) -> StatusCode;

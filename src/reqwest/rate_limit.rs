@@ -1,0 +1,108 @@
+//! [`RateLimitMiddleware`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use ::reqwest::{Request, Response};
+use http::Extensions;
+use reqwest_middleware::{Middleware, Next};
+
+use crate::Bucket;
+
+type Cost = Arc<dyn Fn(&Request) -> u32 + Send + Sync>;
+
+/// Waits for a token of a shared [`Bucket`] before each request: the
+/// [`RateLimitLayer`](crate::RateLimitLayer) of a `reqwest_middleware::ClientWithMiddleware`.
+///
+/// Every request that passes through waits its turn, first come, first served, and waits out
+/// any [`pause`](Bucket::pause) in force. Attach it **after** a retry middleware (such as
+/// [`RetryAfterMiddleware`](super::RetryAfterMiddleware)) so that it runs inside the retry
+/// loop and every attempt takes a token. A request dropped while it waits gives its place
+/// back.
+///
+/// Cloning this middleware does not create a new bucket.
+///
+/// ```
+/// use reqwest_middleware::ClientBuilder;
+/// use tower_throttle::reqwest::RateLimitMiddleware;
+/// use tower_throttle::{Bucket, Quota};
+///
+/// let bucket = Bucket::new(Quota::per_minute(600).burst(10));
+/// let limit = RateLimitMiddleware::new(bucket.clone());
+/// assert!(limit.bucket().same_bucket(&bucket));
+///
+/// let client = ClientBuilder::new(reqwest::Client::new()).with(limit).build();
+/// ```
+///
+/// # Errors
+/// A request that the bucket can never admit — its [`cost`](Self::cost) exceeds the burst, or
+/// a leaky bucket's queue is full — fails at once with a
+/// `reqwest_middleware::Error::Middleware` wrapping an [`AcquireError`](crate::AcquireError);
+/// it is not sent.
+#[derive(Clone)]
+#[must_use]
+pub struct RateLimitMiddleware {
+    bucket: Bucket,
+    cost: Option<Cost>,
+}
+
+impl RateLimitMiddleware {
+    /// A middleware that admits each request for one token of `bucket`.
+    pub fn new(bucket: Bucket) -> Self {
+        RateLimitMiddleware { bucket, cost: None }
+    }
+
+    /// Charge each request `cost(&request)` tokens instead of one, for APIs that meter by
+    /// size or weight. A cost of zero lets the request through without waiting.
+    ///
+    /// ```
+    /// use tower_throttle::reqwest::RateLimitMiddleware;
+    /// use tower_throttle::{Bucket, Quota};
+    ///
+    /// // A batch endpoint that costs one token per id in the query.
+    /// let limit = RateLimitMiddleware::new(Bucket::new(Quota::per_second(100))).cost(|req| {
+    ///     let ids = req.url().query_pairs().filter(|(k, _)| k == "id").count();
+    ///     u32::try_from(ids).unwrap_or(u32::MAX).max(1)
+    /// });
+    /// ```
+    pub fn cost<F>(self, cost: F) -> Self
+    where
+        F: Fn(&Request) -> u32 + Send + Sync + 'static,
+    {
+        RateLimitMiddleware {
+            bucket: self.bucket,
+            cost: Some(Arc::new(cost)),
+        }
+    }
+
+    /// The shared bucket.
+    pub fn bucket(&self) -> &Bucket {
+        &self.bucket
+    }
+}
+
+impl fmt::Debug for RateLimitMiddleware {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitMiddleware")
+            .field("bucket", &self.bucket)
+            .field("cost", &self.cost.as_ref().map(|_| "Fn(&Request) -> u32"))
+            .finish()
+    }
+}
+
+#[async_trait::async_trait]
+impl Middleware for RateLimitMiddleware {
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let n = self.cost.as_ref().map_or(1, |cost| cost(&req));
+        self.bucket
+            .acquire(n)
+            .await
+            .map_err(reqwest_middleware::Error::middleware)?;
+        next.run(req, extensions).await
+    }
+}
