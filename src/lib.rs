@@ -96,7 +96,9 @@ pub mod rate_limit;
 pub mod reqwest;
 pub mod retry_after;
 
-pub use crate::bucket::{Acquire, AcquireError, Algorithm, Bucket, ExceedsBurst, Snapshot, Throttled};
+pub use crate::bucket::{
+    Acquire, AcquireError, Algorithm, Bucket, BucketBuilder, ExceedsBurst, Snapshot, Throttled,
+};
 pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};
 pub use crate::retry_after::{RetryAfter, RetryAfterLayer};

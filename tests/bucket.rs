@@ -306,3 +306,24 @@ fn bucket_is_send_sync_and_cheap_to_clone() {
         assert_send(&b.acquire(1));
     });
 }
+
+#[cfg(feature = "quanta")]
+#[tokio::test]
+async fn tsc_clock_decides_and_waits_like_the_tokio_clock() {
+    // Real time: the TSC does not follow tokio's paused clock.
+    let bucket = Bucket::builder(Quota::per_second(20).burst(1))
+        .tsc_clock()
+        .build();
+    bucket.try_acquire(1).unwrap();
+    let wait = bucket.try_acquire(1).unwrap_err().wait();
+    assert!(
+        wait <= Duration::from_millis(50) && wait > Duration::from_millis(40),
+        "{wait:?}"
+    );
+    let start = std::time::Instant::now();
+    bucket.acquire(1).await.unwrap();
+    bucket.acquire(1).await.unwrap();
+    let took = start.elapsed();
+    // Two more tokens at 20/s: 50 ms each, never early.
+    assert!(took >= Duration::from_millis(90), "{took:?}");
+}

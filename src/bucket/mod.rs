@@ -22,6 +22,7 @@
 
 mod acquire;
 mod algorithm;
+mod builder;
 mod clock;
 mod gcra;
 mod queue;
@@ -36,6 +37,7 @@ use tokio::time::Instant;
 
 pub use self::acquire::Acquire;
 pub use self::algorithm::Algorithm;
+pub use self::builder::BucketBuilder;
 use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
 use crate::Quota;
@@ -90,9 +92,12 @@ impl Bucket {
     /// # }
     /// ```
     pub fn with_algorithm(quota: Quota, algorithm: Algorithm) -> Self {
-        Bucket {
-            shared: Arc::new(Shared::new(quota, algorithm)),
-        }
+        Self::builder(quota).algorithm(algorithm).build()
+    }
+
+    /// A builder, for the algorithm and the clock.
+    pub fn builder(quota: Quota) -> BucketBuilder {
+        BucketBuilder::new(quota)
     }
 
     /// The quota this bucket enforces.

@@ -99,8 +99,7 @@ fn window_of(quota: &Quota, algorithm: Algorithm, now: u64) -> Option<Box<dyn Wi
 }
 
 impl Shared {
-    pub(crate) fn new(quota: Quota, algorithm: Algorithm) -> Self {
-        let clock = Clock::new();
+    pub(crate) fn new(quota: Quota, algorithm: Algorithm, clock: Clock) -> Self {
         let (interval, tolerance) = engine_params(&quota, algorithm);
         Shared {
             algorithm,
@@ -420,14 +419,17 @@ impl Waiter {
             };
             if self.armed != Some(deadline) {
                 self.armed = Some(deadline);
-                sleep.as_mut().reset(self.shared.clock.instant_at(deadline));
+                sleep
+                    .as_mut()
+                    .reset(self.shared.clock.instant_at(deadline, now));
             }
             match sleep.as_mut().poll(cx) {
                 Poll::Pending => return Poll::Pending,
                 // The timer fired before the clock reached the deadline (a coarser timer):
                 // re-arm a tick later rather than spin.
                 Poll::Ready(()) if deadline > now => {
-                    let later = self.shared.clock.instant_at(deadline) + Duration::from_millis(1);
+                    let later =
+                        self.shared.clock.instant_at(deadline, now) + Duration::from_millis(1);
                     sleep.as_mut().reset(later);
                 }
                 Poll::Ready(()) => {}

@@ -100,7 +100,7 @@ where
                             let attempts = *this.retries + 1;
                             return Poll::Ready(result.map(|mut resp| {
                                 resp.extensions_mut()
-                                    .insert(RetryInfo { attempts, cooldown });
+                                    .insert(RetryInfo::new(attempts, cooldown));
                                 resp
                             }));
                         }

@@ -1,0 +1,60 @@
+//! [`BucketBuilder`].
+
+use std::sync::Arc;
+
+use super::clock::Clock;
+use super::shared::Shared;
+use super::{Algorithm, Bucket};
+use crate::Quota;
+
+/// Builds a [`Bucket`]: [`Bucket::builder`].
+///
+/// ```
+/// use tower_throttle::{Algorithm, Bucket, Quota};
+///
+/// let bucket = Bucket::builder(Quota::per_minute(100))
+///     .algorithm(Algorithm::SlidingLog)
+///     .build();
+/// assert_eq!(bucket.algorithm(), Algorithm::SlidingLog);
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct BucketBuilder {
+    quota: Quota,
+    algorithm: Algorithm,
+    clock: Clock,
+}
+
+impl BucketBuilder {
+    pub(crate) fn new(quota: Quota) -> Self {
+        BucketBuilder {
+            quota,
+            algorithm: Algorithm::TokenBucket,
+            clock: Clock::tokio(),
+        }
+    }
+
+    /// The algorithm (default: [`Algorithm::TokenBucket`]).
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// Decide on the CPU's time-stamp counter (through `quanta`) instead of tokio's clock:
+    /// about 10 ns a read instead of about 25. Waits still sleep on tokio's timer.
+    ///
+    /// Opt in only for the hottest paths: a bucket on this clock does not follow tokio's
+    /// paused test clock (`start_paused`), so its decisions cannot be driven by it.
+    #[cfg(feature = "quanta")]
+    pub fn tsc_clock(mut self) -> Self {
+        self.clock = Clock::tsc();
+        self
+    }
+
+    /// The bucket, full.
+    pub fn build(self) -> Bucket {
+        Bucket {
+            shared: Arc::new(Shared::new(self.quota, self.algorithm, self.clock)),
+        }
+    }
+}
