@@ -90,8 +90,10 @@ mod trace;
 
 pub mod bucket;
 pub mod headers;
+pub mod keyed;
 mod quota;
 pub mod rate_limit;
+pub mod reject;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 pub mod retry_after;
@@ -99,8 +101,10 @@ pub mod retry_after;
 pub use crate::bucket::{
     Acquire, AcquireError, Algorithm, Bucket, BucketBuilder, ExceedsBurst, Snapshot, Throttled,
 };
+pub use crate::keyed::KeyedBucket;
 pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};
+pub use crate::reject::RejectLayer;
 pub use crate::retry_after::{RetryAfter, RetryAfterLayer};
 
 /// The boxed error of layers whose inner errors are converted, as in tower.

@@ -1,8 +1,9 @@
-//! The bucket's clock: nanoseconds since the bucket was made.
+//! The clock of buckets and keyed stores: nanoseconds since the bucket was made.
 //!
 //! The default reads tokio's clock, so `#[tokio::test(start_paused = true)]` drives decisions
 //! and waits on one timeline. With the `quanta` feature a bucket can opt into the CPU's
-//! time-stamp counter instead ([`BucketBuilder::tsc_clock`](super::BucketBuilder::tsc_clock)),
+//! time-stamp counter instead ([`BucketBuilder::tsc_clock`](super::BucketBuilder::tsc_clock),
+//! [`KeyedBucketBuilder::tsc_clock`](crate::keyed::KeyedBucketBuilder::tsc_clock)),
 //! which reads in about a third of the time. Waits still sleep on tokio's timer; only the
 //! decisions read the TSC.
 //!
@@ -54,6 +55,7 @@ impl Clock {
     }
 
     /// The tokio instant of `ns` on this clock, `now` being [`now_ns`](Self::now_ns).
+    #[cfg_attr(not(feature = "quanta"), allow(unused_variables))]
     pub(crate) fn instant_at(&self, ns: u64, now: u64) -> Instant {
         let far = || Instant::now() + Duration::from_secs(86_400 * 365 * 30);
         match self {

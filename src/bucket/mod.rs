@@ -38,6 +38,7 @@ use tokio::time::Instant;
 pub use self::acquire::Acquire;
 pub use self::algorithm::Algorithm;
 pub use self::builder::BucketBuilder;
+pub(crate) use self::clock::Clock;
 use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
 use crate::Quota;

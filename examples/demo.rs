@@ -1,0 +1,258 @@
+//! The main demo: a batch of requests through the client stack
+//! (`RetryAfterLayer` → `RateLimitLayer` → concurrency limit → hyper).
+//!
+//! With no arguments it starts an in-process axum server that enforces its own quota (429 +
+//! `Retry-After` above it) and runs a batch against it, with a progress bar and a summary.
+//!
+//! ```text
+//! cargo run --example demo                       # throttled client vs. the local server
+//! cargo run --example demo -- --no-throttle      # the same batch without the client limiter
+//! cargo run --release --example demo -- --url http://127.0.0.1:8080/ \
+//!     --requests 1000 --concurrency 32 --rate 50 --burst 10 --json
+//! ```
+//!
+//! With `--json` the last line of stdout is a JSON object: `requests`, `ok` (2xx), `status_429`
+//! (429 responses seen, retried ones included), `failed` (requests that ended without a 2xx),
+//! `elapsed_s`, `achieved_rps`, `allowed_rps`, `p50_ms`, `p99_ms`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use indicatif::{ProgressBar, ProgressStyle};
+use tower::limit::ConcurrencyLimitLayer;
+use tower::util::BoxCloneService;
+use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+
+/// Command-line options.
+#[derive(Debug)]
+struct Options {
+    url: Option<String>,
+    requests: u64,
+    concurrency: usize,
+    rate: u32,
+    burst: u32,
+    throttle: bool,
+    json: bool,
+}
+
+const USAGE: &str = "usage: demo [--url URL] [--requests N] [--concurrency C] [--rate R] \
+[--burst B] [--no-throttle] [--json]";
+
+fn parse_args() -> Result<Options, String> {
+    let mut o = Options {
+        url: None,
+        requests: 200,
+        concurrency: 32,
+        rate: 45,
+        burst: 10,
+        throttle: true,
+        json: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
+        };
+        match arg.as_str() {
+            "--url" => o.url = Some(value("--url")?),
+            "--requests" => o.requests = number(&value("--requests")?, "--requests")?,
+            "--concurrency" => o.concurrency = number(&value("--concurrency")?, "--concurrency")?,
+            "--rate" => o.rate = number(&value("--rate")?, "--rate")?,
+            "--burst" => o.burst = number(&value("--burst")?, "--burst")?,
+            "--no-throttle" => o.throttle = false,
+            "--json" => o.json = true,
+            "-h" | "--help" => return Err(USAGE.to_string()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    if o.concurrency == 0 {
+        return Err("--concurrency must be at least 1".into());
+    }
+    Ok(o)
+}
+
+fn number<T: std::str::FromStr>(s: &str, name: &str) -> Result<T, String> {
+    s.parse()
+        .map_err(|_| format!("{name}: {s:?} is not a valid number"))
+}
+
+/// The local server: 50 requests per second, burst 10, enforced with 429 + `Retry-After`.
+async fn local_server() -> SocketAddr {
+    let quota = Quota::per_second(50).burst(10);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(Bucket::new(quota)).reject());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1");
+    let addr = listener.local_addr().expect("local address");
+    tokio::spawn(async move { axum::serve(listener, app).await.expect("server") });
+    addr
+}
+
+type Svc =
+    BoxCloneService<http::Request<Full<Bytes>>, http::Response<hyper::body::Incoming>, BoxError>;
+
+/// The client stack. Every attempt that comes back 429 is counted, retried ones included.
+fn client(bucket: &Bucket, throttle: bool, concurrency: usize, seen_429: Arc<AtomicU64>) -> Svc {
+    let hyper = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let counted = ServiceBuilder::new()
+        .layer(ConcurrencyLimitLayer::new(concurrency))
+        .map_response(move |resp: http::Response<hyper::body::Incoming>| {
+            if resp.status() == http::StatusCode::TOO_MANY_REQUESTS {
+                seen_429.fetch_add(1, Ordering::Relaxed);
+            }
+            resp
+        })
+        .service(hyper);
+    let retry = RetryAfterLayer::new(bucket.clone()).max_retries(8);
+    if throttle {
+        BoxCloneService::new(
+            ServiceBuilder::new()
+                .layer(retry)
+                .layer(RateLimitLayer::new(bucket.clone()))
+                .service(counted),
+        )
+    } else {
+        BoxCloneService::new(ServiceBuilder::new().layer(retry).service(counted))
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+#[tokio::main]
+async fn main() {
+    let o = match parse_args() {
+        Ok(o) => o,
+        Err(msg) => {
+            eprintln!("{msg}");
+            std::process::exit(2);
+        }
+    };
+    let url: http::Uri = match &o.url {
+        Some(u) => match u.parse::<http::Uri>() {
+            Ok(uri) if uri.scheme_str() == Some("http") => uri,
+            Ok(_) => {
+                eprintln!("--url: only http:// URLs are supported");
+                std::process::exit(2);
+            }
+            Err(e) => {
+                eprintln!("--url: {e}");
+                std::process::exit(2);
+            }
+        },
+        None => format!("http://{}/", local_server().await)
+            .parse()
+            .expect("local URL"),
+    };
+    let quota = match Quota::try_per_second(o.rate).and_then(|q| q.try_burst(o.burst)) {
+        Ok(q) => q,
+        Err(e) => {
+            eprintln!("--rate/--burst: {e}");
+            std::process::exit(2);
+        }
+    };
+    let bucket = Bucket::new(quota);
+    let seen_429 = Arc::new(AtomicU64::new(0));
+    let svc = client(&bucket, o.throttle, o.concurrency, seen_429.clone());
+
+    let bar = if o.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(o.requests)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {per_sec} {msg}").expect("template"),
+    );
+    let next = Arc::new(AtomicU64::new(0));
+    let ok = Arc::new(AtomicU64::new(0));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(o.requests as usize)));
+    let start = Instant::now();
+    let workers: Vec<_> = (0..o.concurrency)
+        .map(|_| {
+            let (svc, url, next, ok) = (svc.clone(), url.clone(), next.clone(), ok.clone());
+            let (latencies, bar, seen) = (latencies.clone(), bar.clone(), seen_429.clone());
+            let requests = o.requests;
+            tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < requests {
+                    let req = http::Request::get(url.clone())
+                        .body(Full::new(Bytes::new()))
+                        .expect("request");
+                    let sent = Instant::now();
+                    if let Ok(resp) = svc.clone().oneshot(req).await {
+                        let success = resp.status().is_success();
+                        // Read the body so the connection goes back to the pool.
+                        let _ = resp.into_body().collect().await;
+                        if success {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    latencies.lock().unwrap().push(sent.elapsed());
+                    bar.set_message(format!("429s: {}", seen.load(Ordering::Relaxed)));
+                    bar.inc(1);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.expect("worker");
+    }
+    bar.finish();
+    let elapsed = start.elapsed().as_secs_f64();
+
+    let mut lat = latencies.lock().unwrap().clone();
+    lat.sort();
+    let (p50, p99) = (percentile(&lat, 0.50), percentile(&lat, 0.99));
+    let ok = ok.load(Ordering::Relaxed);
+    let status_429 = seen_429.load(Ordering::Relaxed);
+    let failed = o.requests - ok;
+    let achieved = o.requests as f64 / elapsed;
+    let allowed = quota.per_second_f64();
+    println!("target        {url}");
+    println!(
+        "client        {}",
+        if o.throttle {
+            format!(
+                "throttled at {allowed:.1} req/s, burst {}",
+                quota.burst_size()
+            )
+        } else {
+            "no client limiter (--no-throttle)".to_string()
+        }
+    );
+    println!("requests      {}", o.requests);
+    println!("succeeded     {ok}");
+    println!("failed        {failed}");
+    println!("429s seen     {status_429}");
+    println!("elapsed       {elapsed:.2} s");
+    println!("rate          {achieved:.1} req/s achieved, {allowed:.1} req/s allowed");
+    println!(
+        "latency       p50 {:.1} ms, p99 {:.1} ms",
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3
+    );
+    if o.json {
+        println!(
+            "{{\"requests\":{},\"ok\":{ok},\"status_429\":{status_429},\"failed\":{failed},\"elapsed_s\":{elapsed:.3},\"achieved_rps\":{achieved:.3},\"allowed_rps\":{allowed:.3},\"p50_ms\":{:.3},\"p99_ms\":{:.3}}}",
+            o.requests,
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3
+        );
+    }
+}

@@ -1,0 +1,101 @@
+//! [`KeyedLayer`]: per-key limits plus an optional global ceiling, built by
+//! [`RateLimitLayer::keyed`].
+
+use std::fmt;
+
+use super::store::KeyedBucket;
+use crate::reject::{Keyed, Limits, RejectLayer};
+use crate::{Bucket, RateLimitLayer};
+
+/// What happens to a request whose key cannot be extracted (the header is missing, the peer
+/// address unknown, the extractor returned `None`).
+///
+/// Never a free pass by default, never a panic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// All such requests share one bucket of the per-key quota (the default): anonymous
+    /// clients are served, together, at the rate of one key.
+    #[default]
+    Shared,
+    /// Refuse them with `400 Bad Request` ([`RejectedBy::MissingKey`](crate::reject::RejectedBy::MissingKey)).
+    Reject,
+    /// Let them through the per-key limit; the global ceiling, if any, still applies. Only
+    /// for traffic you trust (an internal health check).
+    Allow,
+}
+
+/// Per-key limits, plus an optional global ceiling: made by [`RateLimitLayer::keyed`], made
+/// into a layer by [`reject`](Self::reject).
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use tower_throttle::keyed::{KeyedBucket, MissingKey, PeerIp};
+/// use tower_throttle::{Bucket, Quota, RateLimitLayer};
+///
+/// let layer = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_second(10)), PeerIp::new())
+///     .global(Bucket::new(Quota::per_second(1000)))
+///     .on_missing_key(MissingKey::Reject)
+///     .reject();
+/// let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(layer);
+/// // Serve with `app.into_make_service_with_connect_info::<SocketAddr>()` so that `PeerIp`
+/// // sees the client address (feature `axum`).
+/// ```
+#[derive(Clone)]
+#[must_use = "call `.reject()` to make the layer"]
+pub struct KeyedLayer<K, E> {
+    bucket: KeyedBucket<K>,
+    extractor: E,
+    global: Option<Bucket>,
+    missing: MissingKey,
+}
+
+impl RateLimitLayer {
+    /// One bucket per key: `extractor` finds a request's key (see
+    /// [`KeyExtractor`](super::KeyExtractor)), `bucket` holds a bucket per key.
+    pub fn keyed<K, E>(bucket: KeyedBucket<K>, extractor: E) -> KeyedLayer<K, E> {
+        KeyedLayer {
+            bucket,
+            extractor,
+            global: None,
+            missing: MissingKey::default(),
+        }
+    }
+}
+
+impl<K, E> KeyedLayer<K, E> {
+    /// Add a ceiling on all keys together.
+    ///
+    /// A request must fit both its key's bucket and `global`. One refused by its key costs the
+    /// global bucket nothing, and one refused by the global bucket costs its key nothing.
+    pub fn global(mut self, global: Bucket) -> Self {
+        self.global = Some(global);
+        self
+    }
+
+    /// What to do with requests that have no key (default: [`MissingKey::Shared`]).
+    pub fn on_missing_key(mut self, outcome: MissingKey) -> Self {
+        self.missing = outcome;
+        self
+    }
+
+    /// Refuse requests over a limit with `429 Too Many Requests`: see [`RejectLayer`].
+    pub fn reject(self) -> RejectLayer<K, E> {
+        let keyed = Keyed {
+            bucket: self.bucket,
+            extractor: self.extractor,
+            missing: self.missing,
+        };
+        RejectLayer::new(Limits::keyed(keyed, self.global))
+    }
+}
+
+impl<K, E> fmt::Debug for KeyedLayer<K, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLayer")
+            .field("bucket", &self.bucket)
+            .field("global", &self.global)
+            .field("missing", &self.missing)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,60 @@
+//! Per-key limits: [`KeyedBucket`] (a bucket per key, forgotten when full again), the
+//! [`KeyExtractor`]s that find a request's key, and [`KeyedLayer`] (per-key plus global, made
+//! by [`RateLimitLayer::keyed`](crate::RateLimitLayer::keyed)).
+//!
+//! | Extractor | Key | Use |
+//! |---|---|---|
+//! | [`PeerIp`] | connection address (IPv6 by /64) | servers facing clients directly |
+//! | [`ClientIp`] | client address behind trusted proxies | behind a load balancer / CDN |
+//! | [`HeaderKey`] | a header's value (digest) | API keys, tenant ids |
+//! | [`GlobalKey`] | one key for all | a single shared bucket |
+//! | any `Fn(&Request<B>) -> Option<K>` | yours | users, routes… |
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_throttle::keyed::{KeyedBucket, PeerIp};
+//! use tower_throttle::{Bucket, Quota, RateLimitLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), std::convert::Infallible> {
+//! let per_ip = KeyedBucket::new(Quota::per_second(1));
+//! let mut svc = ServiceBuilder::new()
+//!     .layer(RateLimitLayer::keyed(per_ip.clone(), PeerIp::new()).reject())
+//!     .service(service_fn(|_: http::Request<String>| async {
+//!         Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+//!     }));
+//!
+//! let from = |peer: &str| {
+//!     let mut req = http::Request::new(String::new());
+//!     req.extensions_mut().insert(peer.parse::<SocketAddr>().unwrap());
+//!     req
+//! };
+//! assert_eq!(svc.ready().await?.call(from("192.0.2.1:1000")).await?.status(), 200);
+//! assert_eq!(svc.ready().await?.call(from("192.0.2.1:1001")).await?.status(), 429);
+//! assert_eq!(svc.ready().await?.call(from("192.0.2.2:1000")).await?.status(), 200);
+//! assert_eq!(per_ip.len(), 2);
+//!
+//! // A second later both buckets are full again, and are swept away by later inserts.
+//! tokio::time::advance(std::time::Duration::from_secs(1)).await;
+//! assert_eq!(svc.ready().await?.call(from("192.0.2.1:1002")).await?.status(), 200);
+//! # Ok(())
+//! # }
+//! ```
+
+mod client_ip;
+mod extractor;
+mod forwarded;
+mod gcra;
+mod ip;
+mod layer;
+mod store;
+mod table;
+
+pub(crate) use self::store::Grant;
+
+pub use self::client_ip::{ClientIp, ProxyHeaders};
+pub use self::extractor::{GlobalKey, HeaderKey, KeyExtractor, PeerIp};
+pub use self::ip::{Cidr, CidrError};
+pub use self::layer::{KeyedLayer, MissingKey};
+pub use self::store::{KeyedBucket, KeyedBucketBuilder, DEFAULT_MAX_KEYS};

@@ -1,0 +1,406 @@
+//! One shard of a [`KeyedBucket`](super::KeyedBucket): an open-addressing table from key to
+//! `tat`, with linear probing and no tombstones.
+//!
+//! # Memory
+//! A slot is an `Option<(K, NonZeroU64)>`: the `tat` of a live entry is never zero, so the
+//! option costs nothing and a `u64` key takes 16 bytes. The table is indexed by multiplying
+//! the hash into its length (any length works, not only powers of two) and grows by half
+//! when 3/4 full, so a growing table is 1/2 to 3/4 full: 21 to 32 bytes per `u64` key, with
+//! no control bytes. It shrinks when less than 1/8 full.
+//!
+//! # Eviction
+//! An entry whose `tat` has passed is a full bucket, the same as no entry, so removing it loses
+//! nothing. Removal happens as part of inserting, never on a thread of its own:
+//! - every insert sweeps a couple of slots ahead of a cursor that walks the table;
+//! - before the table grows, every expired entry is dropped, and it grows only if the live
+//!   ones still need the room (so it tracks the keys active now, not every key ever seen);
+//! - a table that has emptied shrinks.
+//!
+//! At its cap a table sweeps a bounded window looking for an expired entry to replace; if it
+//! finds none the insert is refused (the store then uses its overflow bucket). It never drops
+//! a live entry: a throttled key keeps its state whatever the churn of other keys.
+
+use std::hash::{BuildHasher, Hash};
+use std::num::NonZeroU64;
+
+#[derive(Debug)]
+struct Entry<K> {
+    key: K,
+    tat: NonZeroU64,
+}
+
+/// Slots swept by every insert.
+const SWEEP_PER_INSERT: usize = 4;
+/// Slots swept, at most, by an insert into a table at its cap.
+const SWEEP_AT_CAP: usize = 64;
+/// The smallest allocated table.
+const MIN_CAPACITY: usize = 8;
+
+#[derive(Debug)]
+pub(crate) struct Table<K> {
+    slots: Box<[Option<Entry<K>>]>,
+    len: usize,
+    /// Next slot the incremental sweep looks at.
+    cursor: usize,
+    /// A lower bound of the smallest `tat` in the table: before it nothing can be evicted.
+    earliest: u64,
+}
+
+/// The bytes of one slot for keys of type `K`.
+pub(crate) const fn slot_size<K>() -> usize {
+    std::mem::size_of::<Option<Entry<K>>>()
+}
+
+/// The largest table a shard of `max_len` keys needs: 3/4 full at the cap.
+fn max_capacity(max_len: usize) -> usize {
+    max_len
+        .saturating_mul(4)
+        .div_ceil(3)
+        .saturating_add(1)
+        .max(MIN_CAPACITY)
+}
+
+fn empty_slots<K>(n: usize) -> Box<[Option<Entry<K>>]> {
+    (0..n).map(|_| None).collect()
+}
+
+impl<K: Hash + Eq> Table<K> {
+    pub(crate) fn new() -> Self {
+        Table {
+            slots: empty_slots(0),
+            len: 0,
+            cursor: 0,
+            earliest: u64::MAX,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    #[inline]
+    fn home(&self, hash: u64) -> usize {
+        // Multiply-shift: maps the hash onto any table length without a division.
+        ((u128::from(hash) * self.slots.len() as u128) >> 64) as usize
+    }
+
+    #[inline]
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.slots.len() {
+            0
+        } else {
+            i + 1
+        }
+    }
+
+    /// The slot holding `key`.
+    #[inline]
+    pub(crate) fn find(&self, hash: u64, key: &K) -> Option<usize> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mut i = self.home(hash);
+        // Terminates: the table is never more than 3/4 full.
+        loop {
+            match &self.slots[i] {
+                None => return None,
+                Some(e) if e.key == *key => return Some(i),
+                Some(_) => i = self.next(i),
+            }
+        }
+    }
+
+    /// The `tat` in slot `i` (from [`find`](Self::find)).
+    #[inline]
+    pub(crate) fn tat(&self, i: usize) -> u64 {
+        self.slots[i].as_ref().map_or(0, |e| e.tat.get())
+    }
+
+    /// Sets the `tat` in slot `i` (from [`find`](Self::find)).
+    #[inline]
+    pub(crate) fn set_tat(&mut self, i: usize, tat: u64) {
+        if let (Some(e), Some(tat)) = (self.slots[i].as_mut(), NonZeroU64::new(tat)) {
+            e.tat = tat;
+            self.earliest = self.earliest.min(tat.get());
+        }
+    }
+
+    /// Adds `key` (absent) with `tat` (in the future). Gives the key back when the table is
+    /// at its cap of `max_len` entries and has no expired entry to make room.
+    pub(crate) fn insert<S: BuildHasher>(
+        &mut self,
+        hasher: &S,
+        hash: u64,
+        key: K,
+        tat: u64,
+        now: u64,
+        max_len: usize,
+    ) -> Result<(), K> {
+        let Some(tat) = NonZeroU64::new(tat) else {
+            return Ok(()); // a full bucket: nothing to remember
+        };
+        self.sweep(hasher, now, SWEEP_PER_INSERT);
+        if self.len >= max_len {
+            if now >= self.earliest {
+                self.sweep(hasher, now, SWEEP_AT_CAP);
+            }
+            if self.len >= max_len {
+                return Err(key);
+            }
+        }
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
+            self.make_room(hasher, now, max_len);
+        }
+        self.place(hash, Entry { key, tat });
+        Ok(())
+    }
+
+    /// Undoes an admission that moved the `tat` of `key` to `after`, if nothing was admitted
+    /// for the key since. An entry that becomes full is removed.
+    pub(crate) fn refund<S: BuildHasher>(
+        &mut self,
+        hasher: &S,
+        hash: u64,
+        key: &K,
+        cost: u64,
+        after: u64,
+        now: u64,
+    ) {
+        let Some(i) = self.find(hash, key) else {
+            return;
+        };
+        if self.tat(i) != after {
+            return;
+        }
+        let tat = after.saturating_sub(cost);
+        if tat <= now {
+            self.remove(hasher, i);
+        } else {
+            self.set_tat(i, tat);
+        }
+    }
+
+    fn place(&mut self, hash: u64, entry: Entry<K>) {
+        let mut i = self.home(hash);
+        while self.slots[i].is_some() {
+            i = self.next(i);
+        }
+        self.earliest = self.earliest.min(entry.tat.get());
+        self.slots[i] = Some(entry);
+        self.len += 1;
+    }
+
+    /// Drops every expired entry, then grows (if the live entries still need the room), keeps
+    /// or shrinks the table.
+    fn make_room<S: BuildHasher>(&mut self, hasher: &S, now: u64, max_len: usize) {
+        let cap = self.slots.len();
+        let live = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|e| e.tat.get() > now)
+            .count();
+        let needed = live + 1;
+        let new_cap = if needed * 5 > cap * 3 {
+            // Still more than 3/5 full: grow by half, so the next full pass is far off.
+            (cap + cap / 2).max(MIN_CAPACITY).min(max_capacity(max_len))
+        } else if needed * 8 < cap {
+            (needed * 2).max(MIN_CAPACITY)
+        } else {
+            cap
+        };
+        self.rebuild(hasher, now, new_cap);
+    }
+
+    /// Moves the live entries into a table of `cap` slots.
+    fn rebuild<S: BuildHasher>(&mut self, hasher: &S, now: u64, cap: usize) {
+        let old = std::mem::replace(&mut self.slots, empty_slots(cap));
+        self.len = 0;
+        self.cursor = 0;
+        self.earliest = u64::MAX;
+        for entry in old.into_vec().into_iter().flatten() {
+            if entry.tat.get() > now {
+                let hash = hasher.hash_one(&entry.key);
+                self.place(hash, entry);
+            }
+        }
+    }
+
+    /// Looks at up to `budget` slots from the cursor, removing expired entries.
+    fn sweep<S: BuildHasher>(&mut self, hasher: &S, now: u64, budget: usize) {
+        if self.len == 0 {
+            return;
+        }
+        let mut removed = false;
+        for _ in 0..budget {
+            let i = self.cursor;
+            match &self.slots[i] {
+                // A removal shifts the next entries back into `i`: look at `i` again.
+                Some(e) if e.tat.get() <= now => {
+                    self.remove(hasher, i);
+                    removed = true;
+                    if self.len == 0 {
+                        break;
+                    }
+                }
+                _ => self.cursor = self.next(i),
+            }
+        }
+        if removed && self.slots.len() > MIN_CAPACITY && self.len * 8 < self.slots.len() {
+            self.rebuild(hasher, now, (self.len * 2).max(MIN_CAPACITY));
+        }
+    }
+
+    /// Removes slot `i`, shifting back the entries of its probe run (no tombstones).
+    fn remove<S: BuildHasher>(&mut self, hasher: &S, i: usize) {
+        self.slots[i] = None;
+        self.len -= 1;
+        let mut hole = i;
+        let mut j = self.next(i);
+        while let Some(e) = &self.slots[j] {
+            let home = self.home(hasher.hash_one(&e.key));
+            // The entry may fill the hole unless its home lies in (hole, j].
+            let stays = if hole <= j {
+                hole < home && home <= j
+            } else {
+                hole < home || home <= j
+            };
+            if !stays {
+                self.slots[hole] = self.slots[j].take();
+                hole = j;
+            }
+            j = self.next(j);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hasher() -> foldhash::quality::FixedState {
+        foldhash::quality::FixedState::with_seed(7)
+    }
+
+    fn insert(t: &mut Table<u64>, key: u64, tat: u64, now: u64, max: usize) -> bool {
+        let h = hasher();
+        t.insert(&h, h.hash_one(key), key, tat, now, max).is_ok()
+    }
+
+    fn find(t: &Table<u64>, key: u64) -> Option<u64> {
+        t.find(hasher().hash_one(key), &key).map(|i| t.tat(i))
+    }
+
+    #[test]
+    fn slot_sizes() {
+        assert_eq!(slot_size::<u64>(), 16);
+        assert_eq!(slot_size::<std::net::IpAddr>(), 32);
+    }
+
+    #[test]
+    fn insert_find_and_grow() {
+        let mut t = Table::new();
+        for k in 0..1000 {
+            assert!(insert(&mut t, k, 10 + k, 0, usize::MAX));
+        }
+        assert_eq!(t.len(), 1000);
+        assert!(t.capacity() * 3 >= t.len() * 4);
+        for k in 0..1000 {
+            assert_eq!(find(&t, k), Some(10 + k));
+        }
+        assert_eq!(find(&t, 5000), None);
+    }
+
+    #[test]
+    fn expired_entries_are_swept_and_the_table_shrinks() {
+        let mut t = Table::new();
+        for k in 0..10_000 {
+            insert(&mut t, k, 100, 0, usize::MAX);
+        }
+        let big = t.capacity();
+        // Later, every old entry is full again; new keys sweep them out.
+        for k in 10_000..20_000 {
+            insert(&mut t, k, 1000 + k, 500, usize::MAX);
+        }
+        assert!(t.capacity() <= big, "{} > {big}", t.capacity());
+        for k in 10_000..20_000 {
+            assert_eq!(find(&t, k), Some(1000 + k), "key {k}");
+        }
+        // And at 50_000 every entry has expired: the first inserts sweep and shrink.
+        for k in 0..20_000 {
+            insert(&mut t, 100_000 + k, 60_000, 50_000, usize::MAX);
+        }
+        assert!(t.len() <= 20_000 + SWEEP_PER_INSERT);
+    }
+
+    #[test]
+    fn the_cap_holds_and_live_entries_survive() {
+        let mut t = Table::new();
+        assert!(insert(&mut t, 1, u64::MAX / 2, 0, 100)); // throttled for a long time
+        for k in 2..=100 {
+            assert!(insert(&mut t, k, 10, 0, 100));
+        }
+        assert!(!insert(&mut t, 1000, 10, 0, 100), "over the cap");
+        assert_eq!(t.len(), 100);
+        // Once the short-lived entries expire, new keys replace them; key 1 stays.
+        for k in 2000..2099 {
+            assert!(insert(&mut t, k, 50, 20, 100), "key {k}");
+        }
+        assert_eq!(find(&t, 1), Some(u64::MAX / 2));
+        assert!(t.len() <= 100);
+    }
+
+    #[test]
+    fn refund_undoes_only_the_last_admission() {
+        let h = hasher();
+        let mut t = Table::new();
+        insert(&mut t, 1, 30, 0, 10);
+        t.refund(&h, h.hash_one(1), &1, 10, 40, 0); // stale
+        assert_eq!(find(&t, 1), Some(30));
+        t.refund(&h, h.hash_one(1), &1, 10, 30, 0);
+        assert_eq!(find(&t, 1), Some(20));
+        t.refund(&h, h.hash_one(1), &1, 20, 20, 0); // full again: removed
+        assert_eq!(find(&t, 1), None);
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn removal_keeps_every_other_key_reachable() {
+        // Many removals in a crowded table, checked against a model.
+        let h = hasher();
+        let mut t = Table::new();
+        let mut model = std::collections::HashMap::new();
+        let mut x: u64 = 1;
+        for step in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = x % 512;
+            let now = step;
+            if let Some(i) = t.find(h.hash_one(key), &key) {
+                let tat = t.tat(i);
+                if tat > now {
+                    t.set_tat(i, tat + 3);
+                    model.insert(key, tat + 3);
+                    continue;
+                }
+                t.set_tat(i, now + 40);
+            } else if t
+                .insert(&h, h.hash_one(key), key, now + 40, now, 400)
+                .is_err()
+            {
+                continue;
+            }
+            model.insert(key, now + 40);
+            for (k, tat) in &model {
+                if *tat > now {
+                    assert_eq!(find(&t, *k), Some(*tat), "key {k} at step {step}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The rate-limit fields a [`Reject`](super::Reject) service adds to responses.
+//!
+//! - `Retry-After` (rejections only): whole seconds, rounded up, at least 1.
+//! - `RateLimit-Policy`: one member per limit, `"name";q=<count>;w=<seconds>`.
+//! - `RateLimit`: one member per limit whose state is known, `"name";r=<left>;t=<seconds>`,
+//!   where `t` is the time until one more request is allowed (rounded up).
+//! - Optionally `X-RateLimit-Limit`, `-Remaining` and `-Reset` (delta seconds) for the most
+//!   restrictive limit.
+//!
+//! A field the response already has (set by a custom rejection response, say) is left alone.
+
+use http::header::RETRY_AFTER;
+use http::{HeaderMap, HeaderValue};
+
+use super::rejected::{Rejected, Status};
+use crate::headers::{ceil_secs, policy_value, ratelimit_value};
+use crate::Quota;
+
+const RATELIMIT_POLICY: &str = "ratelimit-policy";
+const RATELIMIT: &str = "ratelimit";
+const X_LIMIT: &str = "x-ratelimit-limit";
+const X_REMAINING: &str = "x-ratelimit-remaining";
+const X_RESET: &str = "x-ratelimit-reset";
+
+/// The policy of `quota` as (`q`, `w`): its count per period, the period in whole seconds.
+/// A period that is not whole seconds is widened to the next second, with the count it holds.
+pub(crate) fn window(quota: Quota) -> (u64, u64) {
+    let period = quota.period();
+    let count = u64::from(quota.count());
+    if period.subsec_nanos() == 0 && period.as_secs() > 0 {
+        return (count, period.as_secs());
+    }
+    let w = ceil_secs(period).max(1);
+    let q = u128::from(count) * u128::from(w) * 1_000_000_000 / period.as_nanos().max(1);
+    (u64::try_from(q).unwrap_or(u64::MAX), w)
+}
+
+/// `RateLimit-Policy` for `quota` under `name`.
+pub(crate) fn policy(name: &str, quota: Quota) -> HeaderValue {
+    let (q, w) = window(quota);
+    policy_value(name, q, w)
+}
+
+/// The limits of a layer as `RateLimit-Policy` names them.
+pub(crate) type Policies = [Option<(&'static str, Quota)>; 2];
+
+/// What a service adds to its responses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Spec {
+    pub(crate) x_ratelimit: bool,
+    /// Fields on admitted responses too, not only on rejections.
+    pub(crate) admitted: bool,
+}
+
+impl Spec {
+    /// The fields of an admitted response, if it gets any.
+    pub(crate) fn admitted(
+        &self,
+        policies: impl FnOnce() -> Policies,
+        statuses: [Option<Status>; 2],
+    ) -> Option<Fields> {
+        self.admitted.then(|| Fields {
+            policies: policies(),
+            statuses,
+            retry_after: None,
+            x_ratelimit: self.x_ratelimit,
+            rejected: None,
+        })
+    }
+
+    /// The fields of the answer to a rejected request: a refusal gets `Retry-After`, a
+    /// fallback's answer only the `RateLimit` fields.
+    pub(crate) fn rejected(
+        &self,
+        policies: impl FnOnce() -> Policies,
+        rejected: Rejected,
+        refusal: bool,
+    ) -> Fields {
+        let Some(status) = rejected.status().copied() else {
+            return Fields {
+                policies: [None, None],
+                statuses: [None, None],
+                retry_after: None,
+                x_ratelimit: false,
+                rejected: Some(rejected),
+            };
+        };
+        Fields {
+            policies: policies(),
+            statuses: [Some(status), None],
+            retry_after: if refusal {
+                rejected.retry_after_secs()
+            } else {
+                None
+            },
+            x_ratelimit: self.x_ratelimit,
+            rejected: Some(rejected),
+        }
+    }
+}
+
+/// The fields to add to one response.
+#[derive(Debug, Clone)]
+pub(crate) struct Fields {
+    pub(crate) policies: Policies,
+    pub(crate) statuses: [Option<Status>; 2],
+    pub(crate) retry_after: Option<u64>,
+    pub(crate) x_ratelimit: bool,
+    pub(crate) rejected: Option<Rejected>,
+}
+
+impl Fields {
+    pub(crate) fn apply<B>(self, res: &mut http::Response<B>) {
+        let headers = res.headers_mut();
+        if let Some(secs) = self.retry_after {
+            if !headers.contains_key(RETRY_AFTER) {
+                headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+            }
+        }
+        if !headers.contains_key(RATELIMIT_POLICY) {
+            for (name, quota) in self.policies.iter().flatten() {
+                headers.append(RATELIMIT_POLICY, policy(name, *quota));
+            }
+        }
+        let statuses = self.statuses.iter().flatten();
+        if !headers.contains_key(RATELIMIT) {
+            for s in statuses.clone() {
+                headers.append(RATELIMIT, ratelimit_value(s.name, s.remaining, s.reset));
+            }
+        }
+        if self.x_ratelimit {
+            if let Some(s) = statuses.min_by_key(|s| s.remaining) {
+                x_fields(headers, s);
+            }
+        }
+        if let Some(rejected) = self.rejected {
+            res.extensions_mut().insert(rejected);
+        }
+    }
+}
+
+fn x_fields(headers: &mut HeaderMap, s: &Status) {
+    if headers.contains_key(X_REMAINING) {
+        return;
+    }
+    headers.insert(X_LIMIT, HeaderValue::from(window(s.quota).0));
+    headers.insert(X_REMAINING, HeaderValue::from(s.remaining));
+    headers.insert(X_RESET, HeaderValue::from(ceil_secs(s.reset)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn windows() {
+        assert_eq!(window(Quota::per_second(10)), (10, 1));
+        assert_eq!(window(Quota::per_minute(100).burst(5)), (100, 60));
+        assert_eq!(window(Quota::per_hour(2000)), (2000, 3600));
+        assert_eq!(
+            window(Quota::with_period(Duration::from_millis(250))),
+            (4, 1)
+        );
+        assert_eq!(
+            window(Quota::with_period(Duration::from_millis(1500))),
+            (1, 2)
+        );
+        assert_eq!(window(Quota::new(3, Duration::from_millis(2500))), (3, 3));
+        assert_eq!(
+            policy("per-key", Quota::per_second(5)),
+            "\"per-key\";q=5;w=1"
+        );
+    }
+
+    #[test]
+    fn apply_keeps_existing_fields() {
+        let fields = Fields {
+            policies: [Some(("default", Quota::per_second(1))), None],
+            statuses: [
+                Some(Status {
+                    name: "default",
+                    quota: Quota::per_second(1),
+                    remaining: 0,
+                    reset: Duration::from_millis(300),
+                }),
+                None,
+            ],
+            retry_after: Some(1),
+            x_ratelimit: true,
+            rejected: None,
+        };
+        let mut res = http::Response::new(());
+        res.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        fields.apply(&mut res);
+        let h = res.headers();
+        assert_eq!(h[RETRY_AFTER], "7");
+        assert_eq!(h["ratelimit-policy"], "\"default\";q=1;w=1");
+        assert_eq!(h["ratelimit"], "\"default\";r=0;t=1");
+        assert_eq!(h["x-ratelimit-limit"], "1");
+        assert_eq!(h["x-ratelimit-remaining"], "0");
+        assert_eq!(h["x-ratelimit-reset"], "1");
+    }
+}

@@ -1,0 +1,209 @@
+//! [`RejectLayer`], and [`RateLimitLayer::reject`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Response;
+use tower_layer::Layer;
+
+use super::fields::Spec;
+use super::limits::Limits;
+use super::rejected::Rejected;
+use super::respond::{Fallback, RespondWith, TooManyRequests};
+use super::service::{Config, Reject};
+use crate::keyed::GlobalKey;
+use crate::RateLimitLayer;
+
+/// Rejects requests over the limit with `429 Too Many Requests` instead of waiting: the
+/// server side.
+///
+/// Made by [`RateLimitLayer::reject`] (one bucket for everything) or
+/// [`KeyedLayer::reject`](crate::keyed::KeyedLayer::reject) (a bucket per key, and optionally a
+/// global ceiling). Cloning this layer does not create a new bucket: every service it wraps,
+/// and every clone of those, draws from the same buckets.
+///
+/// A rejection carries `Retry-After` (whole seconds, rounded up, never 0), the IETF draft
+/// fields `RateLimit-Policy` and `RateLimit`, and the [`Rejected`] in the response
+/// extensions. Options:
+///
+/// - [`x_ratelimit_headers`](Self::x_ratelimit_headers): also `X-RateLimit-Limit`,
+///   `-Remaining` and `-Reset`.
+/// - [`admitted_headers`](Self::admitted_headers): the rate-limit fields on every response.
+/// - [`max_wait`](Self::max_wait): let a request that would fit soon wait, rather than refuse it.
+/// - [`on_reject`](Self::on_reject): build the rejection response yourself.
+/// - [`fallback`](Self::fallback): send over-limit requests to another service.
+///
+/// ```
+/// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+/// use tower_throttle::{Bucket, Quota, RateLimitLayer};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), std::convert::Infallible> {
+/// let mut svc = ServiceBuilder::new()
+///     .layer(RateLimitLayer::new(Bucket::new(Quota::per_minute(1))).reject())
+///     .service(service_fn(|_: http::Request<String>| async {
+///         Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello")))
+///     }));
+///
+/// let ok = svc.ready().await?.call(http::Request::new(String::new())).await?;
+/// assert_eq!(ok.status(), 200);
+/// let no = svc.ready().await?.call(http::Request::new(String::new())).await?;
+/// assert_eq!(no.status(), 429);
+/// assert_eq!(no.headers()["retry-after"], "60");
+/// assert_eq!(no.headers()["ratelimit-policy"], "\"default\";q=1;w=60");
+/// assert_eq!(no.headers()["ratelimit"], "\"default\";r=0;t=60");
+/// # Ok(())
+/// # }
+/// ```
+#[must_use]
+pub struct RejectLayer<K = (), E = GlobalKey, O = TooManyRequests> {
+    limits: Limits<K, E>,
+    on_reject: O,
+    max_wait: Duration,
+    x_ratelimit: bool,
+    admitted: bool,
+}
+
+impl RateLimitLayer {
+    /// Reject requests over the limit at once, instead of waiting: see [`RejectLayer`].
+    pub fn reject(self) -> RejectLayer {
+        RejectLayer::new(Limits::single(self.bucket().clone()))
+    }
+}
+
+impl<K, E> RejectLayer<K, E> {
+    pub(crate) fn new(limits: Limits<K, E>) -> Self {
+        RejectLayer {
+            limits,
+            on_reject: TooManyRequests,
+            max_wait: Duration::ZERO,
+            x_ratelimit: false,
+            admitted: false,
+        }
+    }
+}
+
+impl<K, E, O> RejectLayer<K, E, O> {
+    /// Let a request over the limit wait up to `max_wait` for its turn before it is refused.
+    ///
+    /// A request that would fit within `max_wait` reserves its turn and waits for it in the
+    /// response future (a request that would not is refused at once, without waiting). The
+    /// wait applies to the per-key bucket, or to the bucket of a single-bucket layer; the
+    /// global ceiling of a keyed layer is checked when the key's turn comes and never queues.
+    /// The inner service must be `Clone` (it is, for axum and hyper services). Zero, the
+    /// default, never waits.
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// Also send `X-RateLimit-Limit` (the count per window of the most restrictive limit),
+    /// `X-RateLimit-Remaining` and `X-RateLimit-Reset` (seconds until one more request is
+    /// allowed, as a delay). Off by default.
+    pub fn x_ratelimit_headers(mut self, on: bool) -> Self {
+        self.x_ratelimit = on;
+        self
+    }
+
+    /// Add `RateLimit-Policy` and `RateLimit` to admitted responses too, so clients can slow
+    /// down before they are refused. Off by default (it reads the global bucket's state, which
+    /// takes a lock).
+    pub fn admitted_headers(mut self, on: bool) -> Self {
+        self.admitted = on;
+        self
+    }
+
+    /// Build the rejection response with `f` (status, body, headers of your choice).
+    ///
+    /// The rate-limit fields the response does not set are still added, and the [`Rejected`]
+    /// is put in its extensions.
+    ///
+    /// ```
+    /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::new(Bucket::new(Quota::per_second(10)))
+    ///     .reject()
+    ///     .on_reject(|rejected| {
+    ///         let body = format!("{{\"error\":\"slow down\",\"retry_after\":{}}}", rejected.wait().as_secs_f64());
+    ///         http::Response::builder()
+    ///             .status(rejected.status_code())
+    ///             .header("content-type", "application/json")
+    ///             .body(body)
+    ///             .unwrap()
+    ///     });
+    /// ```
+    pub fn on_reject<F, B>(self, f: F) -> RejectLayer<K, E, RespondWith<F>>
+    where
+        F: Fn(&Rejected) -> Response<B>,
+    {
+        self.with(RespondWith::new(f))
+    }
+
+    /// Hand requests over the limit to `service` instead of refusing them: a cached page, a
+    /// cheaper answer, a queue.
+    ///
+    /// The request carries the [`Rejected`] in its extensions; the response gets the
+    /// `RateLimit` fields (not `Retry-After`) and the [`Rejected`] too. `service` is cloned for
+    /// each such request and driven to readiness before it is called.
+    pub fn fallback<F>(self, service: F) -> RejectLayer<K, E, Fallback<F>> {
+        self.with(Fallback::new(service))
+    }
+
+    fn with<P>(self, on_reject: P) -> RejectLayer<K, E, P> {
+        RejectLayer {
+            limits: self.limits,
+            on_reject,
+            max_wait: self.max_wait,
+            x_ratelimit: self.x_ratelimit,
+            admitted: self.admitted,
+        }
+    }
+}
+
+impl<S, K, E, O> Layer<S> for RejectLayer<K, E, O>
+where
+    K: Clone,
+    E: Clone,
+    O: Clone,
+{
+    type Service = Reject<S, K, E, O>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        let spec = Spec {
+            x_ratelimit: self.x_ratelimit,
+            admitted: self.admitted,
+        };
+        let config = Config {
+            limits: self.limits.clone(),
+            on_reject: self.on_reject.clone(),
+            max_wait: u64::try_from(self.max_wait.as_nanos()).unwrap_or(u64::MAX),
+            spec,
+        };
+        Reject::new(inner, Arc::new(config))
+    }
+}
+
+impl<K: Clone, E: Clone, O: Clone> Clone for RejectLayer<K, E, O> {
+    fn clone(&self) -> Self {
+        RejectLayer {
+            limits: self.limits.clone(),
+            on_reject: self.on_reject.clone(),
+            max_wait: self.max_wait,
+            x_ratelimit: self.x_ratelimit,
+            admitted: self.admitted,
+        }
+    }
+}
+
+impl<K, E, O> fmt::Debug for RejectLayer<K, E, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RejectLayer")
+            .field("keyed", &self.limits.keyed_bucket().map(|k| k.quota()))
+            .field("bucket", &self.limits.bucket().map(|b| b.quota()))
+            .field("max_wait", &self.max_wait)
+            .field("x_ratelimit", &self.x_ratelimit)
+            .field("admitted_headers", &self.admitted)
+            .finish_non_exhaustive()
+    }
+}

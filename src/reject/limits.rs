@@ -1,0 +1,239 @@
+//! The admission decision of a [`Reject`](super::Reject) service: per-key bucket first, then
+//! the bucket (a single-bucket layer) or the global ceiling (a keyed layer).
+//!
+//! # Per-key and global, all or nothing
+//! The key's bucket is checked and charged first. Only if it admits is the global bucket
+//! asked; if the global bucket refuses, the key's charge is taken back at once. So a request
+//! refused by its key never touches the global bucket, and one refused by the global bucket
+//! costs its key nothing. (The take-back is exact unless another request of the same key was
+//! admitted in the few nanoseconds between: then the key keeps the charge, which errs on the
+//! side of the limit.)
+
+use std::hash::Hash;
+use std::time::Duration;
+
+use http::Request;
+
+use super::fields::Policies;
+use super::rejected::{Rejected, RejectedBy, Status};
+use super::wait::Pending;
+use crate::bucket::Reservation;
+use crate::keyed::{Grant, KeyExtractor, KeyedBucket, MissingKey};
+use crate::Bucket;
+
+/// Policy names in `RateLimit-Policy` and `RateLimit`.
+pub(crate) const SINGLE: &str = "default";
+pub(crate) const PER_KEY: &str = "per-key";
+pub(crate) const GLOBAL: &str = "global";
+
+/// The keyed part of a layer.
+#[derive(Clone)]
+pub(crate) struct Keyed<K, E> {
+    pub(crate) bucket: KeyedBucket<K>,
+    pub(crate) extractor: E,
+    pub(crate) missing: MissingKey,
+}
+
+/// Every limit a layer enforces.
+#[derive(Clone)]
+pub(crate) struct Limits<K, E> {
+    keyed: Option<Keyed<K, E>>,
+    /// The single bucket, or the global ceiling of a keyed layer.
+    bucket: Option<Bucket>,
+}
+
+/// What to do with a request.
+pub(crate) enum Verdict<K: Hash + Eq> {
+    /// Go now; the state of each limit when asked for.
+    Admit([Option<Status>; 2]),
+    Reject(Rejected),
+    /// Go after a wait (bounded wait only).
+    Wait(Pending<K>),
+}
+
+impl<K, E> Limits<K, E> {
+    pub(crate) fn single(bucket: Bucket) -> Self {
+        Limits {
+            keyed: None,
+            bucket: Some(bucket),
+        }
+    }
+
+    pub(crate) fn keyed(keyed: Keyed<K, E>, global: Option<Bucket>) -> Self {
+        Limits {
+            keyed: Some(keyed),
+            bucket: global,
+        }
+    }
+
+    /// The limits as `RateLimit-Policy` names them (the bucket's quota may change).
+    pub(crate) fn policies(&self) -> Policies {
+        policies(self.keyed_bucket(), self.bucket(), self.keyed.is_some())
+    }
+
+    pub(crate) fn keyed_bucket(&self) -> Option<&KeyedBucket<K>> {
+        self.keyed.as_ref().map(|k| &k.bucket)
+    }
+
+    pub(crate) fn bucket(&self) -> Option<&Bucket> {
+        self.bucket.as_ref()
+    }
+
+    /// How the bucket is named and reported.
+    fn bucket_role(&self) -> (RejectedBy, &'static str) {
+        if self.keyed.is_some() {
+            (RejectedBy::Global, GLOBAL)
+        } else {
+            (RejectedBy::Bucket, SINGLE)
+        }
+    }
+}
+
+impl<K, E> Limits<K, E>
+where
+    K: Hash + Eq + Clone,
+{
+    /// Decide for `req`. `max_wait` (nanoseconds) bounds a wait for the key's bucket or the
+    /// single bucket; the global ceiling of a keyed layer never queues. `describe` asks for
+    /// the state of each limit after admission (for the rate-limit fields).
+    pub(crate) fn check<B>(&self, req: &Request<B>, max_wait: u64, describe: bool) -> Verdict<K>
+    where
+        E: KeyExtractor<B, Key = K>,
+    {
+        let mut statuses = [None, None];
+        let mut held = None;
+        if let Some(k) = &self.keyed {
+            let key = k.extractor.extract(req);
+            let cost = k.bucket.unit_cost();
+            let result = match (&key, k.missing) {
+                (Some(key), _) => Some(k.bucket.acquire(key, cost, max_wait)),
+                (None, MissingKey::Shared) => Some(k.bucket.acquire_keyless(cost, max_wait)),
+                (None, MissingKey::Reject) => return Verdict::Reject(Rejected::missing_key()),
+                (None, MissingKey::Allow) => None,
+            };
+            match result {
+                None => {}
+                Some(Err(wait)) => {
+                    let wait = Duration::from_nanos(wait);
+                    let status = refused(PER_KEY, &k.bucket.quota(), wait);
+                    return Verdict::Reject(Rejected::throttled(RejectedBy::Key, wait, status));
+                }
+                Some(Ok(grant)) => {
+                    if let Some(due) = k.bucket.due(&grant) {
+                        return Verdict::Wait(Pending::key(
+                            k.bucket.clone(),
+                            key,
+                            grant,
+                            due,
+                            self.bucket.clone(),
+                        ));
+                    }
+                    if describe {
+                        statuses[0] = Some(key_status(&k.bucket, &grant));
+                    }
+                    held = Some((key, grant));
+                }
+            }
+        }
+        if let Some(bucket) = &self.bucket {
+            let (by, name) = self.bucket_role();
+            match bucket.try_acquire(1) {
+                Ok(()) if describe => statuses[1] = Some(bucket_status(bucket, name)),
+                Ok(()) => {}
+                Err(throttled) => {
+                    if let (Some(k), Some((key, grant))) = (&self.keyed, &held) {
+                        k.bucket.refund(key.as_ref(), grant);
+                    }
+                    let wait = throttled.wait();
+                    if self.keyed.is_none()
+                        && max_wait > 0
+                        && wait <= Duration::from_nanos(max_wait)
+                    {
+                        return reserve(bucket, wait, Duration::from_nanos(max_wait), describe);
+                    }
+                    let status = refused(name, &bucket.quota(), wait);
+                    return Verdict::Reject(Rejected::throttled(by, wait, status));
+                }
+            }
+        }
+        Verdict::Admit(statuses)
+    }
+}
+
+/// The policies of a per-key bucket and a bucket (global when `keyed`).
+pub(crate) fn policies<K>(
+    keyed: Option<&KeyedBucket<K>>,
+    bucket: Option<&Bucket>,
+    is_keyed: bool,
+) -> Policies {
+    let name = if is_keyed { GLOBAL } else { SINGLE };
+    [
+        keyed.map(|k| (PER_KEY, k.quota())),
+        bucket.map(|b| (name, b.quota())),
+    ]
+}
+
+/// Queue for a token of a single bucket, for at most `max_wait`.
+fn reserve<K: Hash + Eq>(
+    bucket: &Bucket,
+    wait: Duration,
+    max_wait: Duration,
+    describe: bool,
+) -> Verdict<K> {
+    match bucket.reserve(1, true) {
+        Ok(Reservation::Now(_)) => {
+            let status = describe.then(|| bucket_status(bucket, SINGLE));
+            Verdict::Admit([None, status])
+        }
+        Ok(Reservation::Later(waiter)) => {
+            Verdict::Wait(Pending::bucket(bucket.clone(), waiter, max_wait))
+        }
+        // A leaky bucket's queue is full: refuse.
+        Err(_) => {
+            let status = refused(SINGLE, &bucket.quota(), wait);
+            Verdict::Reject(Rejected::throttled(RejectedBy::Bucket, wait, status))
+        }
+    }
+}
+
+/// A limit with nothing left, one token `wait` away.
+pub(crate) fn refused(name: &'static str, quota: &crate::Quota, wait: Duration) -> Status {
+    Status {
+        name,
+        quota: *quota,
+        remaining: 0,
+        reset: wait,
+    }
+}
+
+pub(crate) fn key_status<K>(bucket: &KeyedBucket<K>, grant: &Grant) -> Status {
+    Status {
+        name: PER_KEY,
+        quota: bucket.quota(),
+        remaining: bucket.remaining(grant),
+        reset: bucket.next_token(grant),
+    }
+}
+
+pub(crate) fn bucket_status(bucket: &Bucket, name: &'static str) -> Status {
+    let snap = bucket.snapshot();
+    let reset = if snap.available == 0 {
+        snap.next_token_in
+    } else {
+        // Until the next token lands: the part of the refill shorter than one interval.
+        let interval = snap.quota.interval().as_nanos().max(1);
+        let ahead = snap.full_in.as_nanos();
+        let ns = if ahead == 0 {
+            0
+        } else {
+            (ahead - 1) % interval + 1
+        };
+        Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    };
+    Status {
+        name,
+        quota: snap.quota,
+        remaining: u64::from(snap.available),
+        reset,
+    }
+}

@@ -1,0 +1,138 @@
+//! [`Rejected`]: why a request was turned away, as a value.
+
+use std::fmt;
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::{Quota, Throttled};
+
+/// Which limit turned a request away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RejectedBy {
+    /// The bucket of the request's key (or the bucket shared by keyless or overflow keys).
+    Key,
+    /// The global ceiling of a keyed layer.
+    Global,
+    /// The bucket of a single-bucket layer.
+    Bucket,
+    /// The request had no key and the layer rejects such requests
+    /// ([`MissingKey::Reject`](crate::keyed::MissingKey::Reject)).
+    MissingKey,
+}
+
+/// A request turned away by a [`Reject`](super::Reject) service.
+///
+/// Passed to the rejection response builder, inserted in the extensions of the response (and,
+/// for a [fallback](super::RejectLayer::fallback), of the request), so handlers and outer
+/// middleware can tell a rejection from an answer of the inner service. Its
+/// [`Display`](fmt::Display) is lowercase, as tower's errors are.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::{service_fn, Service, ServiceExt};
+/// use tower_throttle::{reject::{Rejected, RejectedBy}, Bucket, Quota, RateLimitLayer};
+/// use tower_layer::Layer;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), std::convert::Infallible> {
+/// let layer = RateLimitLayer::new(Bucket::new(Quota::per_second(2).burst(1))).reject();
+/// let mut svc = layer.layer(service_fn(|_: http::Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello")))
+/// }));
+///
+/// svc.ready().await?.call(http::Request::new(String::new())).await?;
+/// let res = svc.ready().await?.call(http::Request::new(String::new())).await?;
+/// assert_eq!(res.status(), 429);
+/// let rejected = res.extensions().get::<Rejected>().unwrap();
+/// assert_eq!(rejected.by(), RejectedBy::Bucket);
+/// assert_eq!(rejected.wait(), Duration::from_millis(500));
+/// assert_eq!(rejected.retry_after_secs(), Some(1));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rejected {
+    by: RejectedBy,
+    wait: Duration,
+    status: Option<Status>,
+}
+
+/// The state of one limit, for the rate-limit fields of a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Status {
+    /// The policy name in `RateLimit-Policy` / `RateLimit`.
+    pub(crate) name: &'static str,
+    pub(crate) quota: Quota,
+    /// Whole tokens left.
+    pub(crate) remaining: u64,
+    /// Time until one more token is available.
+    pub(crate) reset: Duration,
+}
+
+impl Rejected {
+    /// Over the limit `status` describes; the request would fit after `wait`.
+    pub(crate) fn throttled(by: RejectedBy, wait: Duration, status: Status) -> Self {
+        Rejected {
+            by,
+            wait,
+            status: Some(status),
+        }
+    }
+
+    /// No key, and keyless requests are rejected.
+    pub(crate) fn missing_key() -> Self {
+        Rejected {
+            by: RejectedBy::MissingKey,
+            wait: Duration::ZERO,
+            status: None,
+        }
+    }
+
+    /// Which limit turned the request away.
+    pub fn by(&self) -> RejectedBy {
+        self.by
+    }
+
+    /// How long until the request would have fitted (zero for
+    /// [`RejectedBy::MissingKey`]).
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// The `Retry-After` value: the wait in whole seconds, rounded **up**, at least 1. `None`
+    /// for [`RejectedBy::MissingKey`] (waiting does not help).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        (self.by != RejectedBy::MissingKey).then(|| Throttled::after(self.wait).retry_after_secs())
+    }
+
+    /// The quota of the limit that turned the request away.
+    pub fn quota(&self) -> Option<Quota> {
+        self.status.map(|s| s.quota)
+    }
+
+    /// The status of the default response: `429 Too Many Requests`, or `400 Bad Request` for
+    /// [`RejectedBy::MissingKey`].
+    pub fn status_code(&self) -> StatusCode {
+        match self.by {
+            RejectedBy::MissingKey => StatusCode::BAD_REQUEST,
+            _ => StatusCode::TOO_MANY_REQUESTS,
+        }
+    }
+
+    pub(crate) fn status(&self) -> Option<&Status> {
+        self.status.as_ref()
+    }
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self.by {
+            RejectedBy::MissingKey => "request rejected: no rate-limit key",
+            _ => "request rejected: rate limit exceeded",
+        })
+    }
+}
+
+impl std::error::Error for Rejected {}

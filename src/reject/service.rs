@@ -1,0 +1,136 @@
+//! [`Reject`]: the service of a [`RejectLayer`](super::RejectLayer).
+
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use super::fields::Spec;
+use super::future::ResponseFuture;
+use super::limits::{Limits, Verdict};
+use super::respond::{OnReject, TooManyRequests};
+use super::wait::Wait;
+use crate::keyed::{GlobalKey, KeyExtractor};
+
+/// Answers requests over the limit at once (`429 Too Many Requests`), and passes the others
+/// to the inner service.
+///
+/// Made by [`RejectLayer`](super::RejectLayer). `poll_ready` is the inner service's own (this
+/// service is always ready when the inner one is, as axum requires), the error type is the
+/// inner service's, and the decision is made in `call`, where the request — and so its key —
+/// is known.
+///
+/// Cloning is cheap and shares every bucket. The inner service is cloned only when a request
+/// waits ([`max_wait`](super::RejectLayer::max_wait)): the clone takes the place of the
+/// readied service, which goes with the request, as in tower's own middleware.
+pub struct Reject<S, K = (), E = GlobalKey, O = TooManyRequests> {
+    inner: S,
+    config: Arc<Config<K, E, O>>,
+}
+
+/// What every clone of a service shares.
+pub(crate) struct Config<K, E, O> {
+    pub(crate) limits: Limits<K, E>,
+    pub(crate) on_reject: O,
+    /// Nanoseconds; zero: never wait.
+    pub(crate) max_wait: u64,
+    pub(crate) spec: Spec,
+}
+
+impl<S, K, E, O> Reject<S, K, E, O> {
+    pub(crate) fn new(inner: S, config: Arc<Config<K, E, O>>) -> Self {
+        Reject { inner, config }
+    }
+
+    /// A reference to the inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// A mutable reference to the inner service.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The longest a request waits before it is refused (zero: it never waits).
+    pub fn max_wait(&self) -> Duration {
+        Duration::from_nanos(self.config.max_wait)
+    }
+}
+
+impl<S, K, E, O, ReqBody, ResBody> Service<Request<ReqBody>> for Reject<S, K, E, O>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    E: KeyExtractor<ReqBody, Key = K>,
+    K: Hash + Eq + Clone,
+    O: OnReject<Request<ReqBody>, Response<ResBody>, S::Error> + Clone,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, O, Request<ReqBody>, K>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        let config = &*self.config;
+        let verdict = config
+            .limits
+            .check(&req, config.max_wait, config.spec.admitted);
+        match verdict {
+            Verdict::Admit(statuses) => {
+                let fields = config.spec.admitted(|| config.limits.policies(), statuses);
+                ResponseFuture::called(self.inner.call(req), fields)
+            }
+            Verdict::Reject(rejected) => {
+                trace_event!(debug, by = ?rejected.by(), wait = ?rejected.wait(), "request rejected");
+                req.extensions_mut().insert(rejected.clone());
+                let future = config.on_reject.on_reject(req, &rejected);
+                let refusal = config.on_reject.is_refusal();
+                let fields = config
+                    .spec
+                    .rejected(|| config.limits.policies(), rejected, refusal);
+                ResponseFuture::rejected(future, fields)
+            }
+            Verdict::Wait(pending) => {
+                let clone = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, clone);
+                let on_reject = config.on_reject.clone();
+                let wait = Wait::new(pending, ready, req, on_reject, config.spec);
+                ResponseFuture::waiting(wait)
+            }
+        }
+    }
+}
+
+impl<S: Clone, K, E, O> Clone for Reject<S, K, E, O> {
+    fn clone(&self) -> Self {
+        Reject {
+            inner: self.inner.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, E, O> fmt::Debug for Reject<S, K, E, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limits = &self.config.limits;
+        f.debug_struct("Reject")
+            .field("inner", &self.inner)
+            .field("keyed", &limits.keyed_bucket().map(|k| k.quota()))
+            .field("bucket", &limits.bucket().map(|b| b.quota()))
+            .field("max_wait", &self.max_wait())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,208 @@
+//! Bounded waiting: a request over the limit that fits within
+//! [`max_wait`](super::RejectLayer::max_wait) holds a reservation and sleeps until it is due.
+//!
+//! - **Per key**: the key's bucket reserves the instant (it is at most `max_wait` away, or the
+//!   request is refused at once). When it comes, the global ceiling, if any, is asked without
+//!   waiting; if it refuses, the key's reservation is given back and the request is refused.
+//!   A request never holds a per-key reservation while queueing for the global bucket (that
+//!   would let the key's requests go out closer together than its quota allows).
+//! - **Single bucket**: the request joins the bucket's fair queue; if its turn has not come
+//!   `max_wait` after it arrived (a pause intervened), it leaves the queue and is refused.
+//!
+//! Dropping the response future while it waits (the client went away) gives the reservation
+//! back.
+
+use std::future::Future;
+use std::hash::Hash;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+
+use super::fields::{Policies, Spec};
+use super::limits::{bucket_status, key_status, policies, refused, GLOBAL, SINGLE};
+use super::rejected::{Rejected, RejectedBy, Status};
+use crate::bucket::Waiter;
+use crate::keyed::{Grant, KeyedBucket};
+use crate::Bucket;
+
+/// A reservation being waited for.
+pub(crate) enum Pending<K: Hash + Eq> {
+    Key {
+        hold: KeyHold<K>,
+        due: Instant,
+        global: Option<Bucket>,
+    },
+    Bucket {
+        bucket: Bucket,
+        waiter: Option<Waiter>,
+        deadline: Instant,
+    },
+}
+
+impl<K: Hash + Eq> Pending<K> {
+    pub(crate) fn key(
+        bucket: KeyedBucket<K>,
+        key: Option<K>,
+        grant: Grant,
+        due: Instant,
+        global: Option<Bucket>,
+    ) -> Self {
+        Pending::Key {
+            hold: KeyHold {
+                bucket,
+                key,
+                grant,
+                armed: true,
+            },
+            due,
+            global,
+        }
+    }
+
+    pub(crate) fn bucket(bucket: Bucket, waiter: Waiter, max_wait: Duration) -> Self {
+        Pending::Bucket {
+            bucket,
+            waiter: Some(waiter),
+            deadline: Instant::now() + max_wait,
+        }
+    }
+}
+
+/// A per-key reservation, given back if dropped while still armed.
+pub(crate) struct KeyHold<K: Hash + Eq> {
+    bucket: KeyedBucket<K>,
+    key: Option<K>,
+    grant: Grant,
+    armed: bool,
+}
+
+impl<K: Hash + Eq> KeyHold<K> {
+    /// Give the reservation back now.
+    fn refund(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            self.bucket.refund(self.key.as_ref(), &self.grant);
+        }
+    }
+}
+
+impl<K: Hash + Eq> Drop for KeyHold<K> {
+    fn drop(&mut self) {
+        self.refund();
+    }
+}
+
+/// How a wait ended.
+pub(crate) enum Outcome<S, Req> {
+    Go(S, Req, [Option<Status>; 2]),
+    Refuse(Req, Rejected),
+}
+
+/// A waiting request, with the readied inner service it will be sent to.
+pub(crate) struct Wait<S, O, Req, K: Hash + Eq> {
+    pending: Pending<K>,
+    sleep: Pin<Box<Sleep>>,
+    deadline: Option<Pin<Box<Sleep>>>,
+    service: Option<S>,
+    req: Option<Req>,
+    pub(crate) on_reject: O,
+    pub(crate) spec: Spec,
+}
+
+impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
+    pub(crate) fn new(pending: Pending<K>, service: S, req: Req, on_reject: O, spec: Spec) -> Self {
+        let (wake, deadline) = match &pending {
+            Pending::Key { due, .. } => (*due, None),
+            Pending::Bucket { deadline, .. } => (
+                Instant::now(),
+                Some(Box::pin(tokio::time::sleep_until(*deadline))),
+            ),
+        };
+        Wait {
+            pending,
+            sleep: Box::pin(tokio::time::sleep_until(wake)),
+            deadline,
+            service: Some(service),
+            req: Some(req),
+            on_reject,
+            spec,
+        }
+    }
+
+    /// The limits involved, as `RateLimit-Policy` names them.
+    pub(crate) fn policies(&self) -> Policies {
+        match &self.pending {
+            Pending::Key { hold, global, .. } => {
+                policies(Some(&hold.bucket), global.as_ref(), true)
+            }
+            Pending::Bucket { bucket, .. } => policies::<K>(None, Some(bucket), false),
+        }
+    }
+
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<S, Req>> {
+        let describe = self.spec.admitted;
+        let verdict = match &mut self.pending {
+            Pending::Key { hold, global, .. } => {
+                std::task::ready!(self.sleep.as_mut().poll(cx));
+                let key =
+                    describe.then(|| key_status(&hold.bucket, &hold.bucket.at_due(&hold.grant)));
+                let verdict = match global {
+                    None => Ok([key, None]),
+                    Some(global) => match global.try_acquire(1) {
+                        Ok(()) => Ok([key, describe.then(|| bucket_status(global, GLOBAL))]),
+                        Err(throttled) => {
+                            hold.refund();
+                            let wait = throttled.wait();
+                            let status = refused(GLOBAL, &global.quota(), wait);
+                            Err(Rejected::throttled(RejectedBy::Global, wait, status))
+                        }
+                    },
+                };
+                if verdict.is_ok() {
+                    hold.armed = false; // spent
+                }
+                verdict
+            }
+            Pending::Bucket {
+                bucket,
+                waiter,
+                deadline: _,
+            } => {
+                let turn = match waiter.as_mut() {
+                    Some(w) => w.poll(self.sleep.as_mut(), cx),
+                    None => Poll::Pending,
+                };
+                if let Poll::Ready(permit) = turn {
+                    waiter.take();
+                    match permit {
+                        Ok(_) => Ok([None, describe.then(|| bucket_status(bucket, SINGLE))]),
+                        // The quota shrank below the request while it waited.
+                        Err(_) => {
+                            let wait = Duration::MAX;
+                            let status = refused(SINGLE, &bucket.quota(), wait);
+                            Err(Rejected::throttled(RejectedBy::Bucket, wait, status))
+                        }
+                    }
+                } else {
+                    let deadline = self.deadline.as_mut().map(|d| d.as_mut().poll(cx));
+                    if !matches!(deadline, Some(Poll::Ready(()))) {
+                        return Poll::Pending;
+                    }
+                    waiter.take(); // leave the queue, giving the place back
+                    let wait = bucket.snapshot().next_token_in;
+                    let status = refused(SINGLE, &bucket.quota(), wait);
+                    Err(Rejected::throttled(RejectedBy::Bucket, wait, status))
+                }
+            }
+        };
+        let req = self.req.take().expect("polled after completion");
+        Poll::Ready(match verdict {
+            Ok(statuses) => {
+                let service = self.service.take().expect("polled after completion");
+                Outcome::Go(service, req, statuses)
+            }
+            Err(rejected) => Outcome::Refuse(req, rejected),
+        })
+    }
+}
