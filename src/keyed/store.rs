@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::bucket::Clock;
 use super::gcra::{Cell, Rate};
 use super::table::{slot_size, Table};
+use crate::bucket::Clock;
 use crate::{Quota, Snapshot, Throttled};
 
 /// The default cap on tracked keys.
