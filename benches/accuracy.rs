@@ -132,6 +132,14 @@ where
     T: Fn(&L, Arc<Recorder>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    run_tasks(name, TASKS, make, task)
+}
+
+fn run_tasks<L, T, Fut>(name: &'static str, tasks: usize, make: impl FnOnce() -> L, task: T) -> Row
+where
+    T: Fn(&L, Arc<Recorder>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let ticks_before = cpu_ticks();
     let threads_before = thread_cpu_ns();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -142,7 +150,7 @@ where
     let rec = rt.block_on(async {
         let limiter = make();
         let rec = Arc::new(Recorder::new());
-        let handles: Vec<_> = (0..TASKS)
+        let handles: Vec<_> = (0..tasks)
             .map(|_| tokio::spawn(task(&limiter, Arc::clone(&rec))))
             .collect();
         tokio::time::sleep_until((rec.start + RUN).into()).await;
@@ -286,6 +294,28 @@ fn main() {
             },
         ),
         run(
+            "leaky-bucket 1.1, refill 10 every 10 ms",
+            || {
+                Arc::new(
+                    leaky_bucket::RateLimiter::builder()
+                        .initial(BURST as usize)
+                        .max(BURST as usize)
+                        .refill(10)
+                        .interval(Duration::from_millis(10))
+                        .build(),
+                )
+            },
+            |limiter, rec| {
+                let limiter = Arc::clone(limiter);
+                async move {
+                    loop {
+                        rec.counted(limiter.acquire_one()).await;
+                        rec.record();
+                    }
+                }
+            },
+        ),
+        run(
             "tower `Buffer(RateLimit)`, 1000 per 1 s",
             || {
                 let rate = tower::limit::rate::Rate::new(u64::from(RATE), Duration::from_secs(1));
@@ -301,9 +331,27 @@ fn main() {
             },
             |svc, rec| through_service(svc.clone(), rec),
         ),
+        floor(),
     ];
 
     print_table(&rows);
+}
+
+/// Not a limiter: one task ticking every millisecond, the least a runtime can spend on
+/// 1000 wakeups a second. Its polls are those of `Interval::tick`.
+fn floor() -> Row {
+    run_tasks(
+        "(reference) 1 task on `tokio::time::interval(1 ms)`",
+        1,
+        || (),
+        |_, rec| async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            loop {
+                rec.counted(tick.tick()).await;
+                rec.record();
+            }
+        },
+    )
 }
 
 fn print_table(rows: &[Row]) {

@@ -13,17 +13,28 @@ use std::num::NonZeroU32;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::Criterion;
 use tower::{Service, ServiceExt};
 
 const WARM_UP: Duration = Duration::from_secs(1);
 const MEASURE: Duration = Duration::from_secs(3);
 
 /// Ours, never refusing: one token per nanosecond, one second of burst.
+fn always_allow() -> tower_throttle::Quota {
+    tower_throttle::Quota::with_period(Duration::from_nanos(1)).burst(1_000_000_000)
+}
+
+/// Ours on tokio's clock, the default.
 fn our_bucket() -> tower_throttle::Bucket {
-    tower_throttle::Bucket::new(
-        tower_throttle::Quota::with_period(Duration::from_nanos(1)).burst(1_000_000_000),
-    )
+    tower_throttle::Bucket::new(always_allow())
+}
+
+/// Ours on the CPU's time-stamp counter (feature `quanta`).
+#[cfg(feature = "quanta")]
+fn our_tsc_bucket() -> tower_throttle::Bucket {
+    tower_throttle::Bucket::builder(always_allow())
+        .tsc_clock()
+        .build()
 }
 
 /// Governor, never refusing: one cell per nanosecond, the largest burst.
@@ -47,6 +58,13 @@ fn check_always_allow() {
         assert!(ours.try_acquire(1).is_ok(), "our bucket refused");
         assert!(gov.check().is_ok(), "governor refused");
     }
+    #[cfg(feature = "quanta")]
+    {
+        let tsc = our_tsc_bucket();
+        for _ in 0..1_000_000 {
+            assert!(tsc.try_acquire(1).is_ok(), "our TSC bucket refused");
+        }
+    }
 }
 
 fn single_thread(c: &mut Criterion) {
@@ -59,11 +77,32 @@ fn single_thread(c: &mut Criterion) {
         b.iter(|| black_box(ours.try_acquire(black_box(1))).is_ok())
     });
 
+    #[cfg(feature = "quanta")]
+    {
+        let tsc = our_tsc_bucket();
+        g.bench_function("ours_try_acquire_tsc_clock", |b| {
+            b.iter(|| black_box(tsc.try_acquire(black_box(1))).is_ok())
+        });
+    }
+
     let gov = governor_limiter();
     g.bench_function("governor_check", |b| {
         b.iter(|| black_box(gov.check()).is_ok())
     });
 
+    g.finish();
+}
+
+/// The clock reads underneath: ours reads tokio's clock by default, governor reads quanta's.
+fn clocks(c: &mut Criterion) {
+    use governor::clock::Clock as _;
+
+    let mut g = c.benchmark_group("clock_read");
+    g.warm_up_time(WARM_UP).measurement_time(MEASURE);
+    g.bench_function("tokio_Instant_now", |b| b.iter(tokio::time::Instant::now));
+    g.bench_function("std_Instant_now", |b| b.iter(Instant::now));
+    let quanta = governor::clock::QuantaClock::default();
+    g.bench_function("governor_QuantaClock_now", |b| b.iter(|| quanta.now()));
     g.finish();
 }
 
@@ -106,6 +145,14 @@ fn contended(c: &mut Criterion) {
     g.bench_function("ours_try_acquire", |b| {
         b.iter_custom(|iters| two_threads(iters, || black_box(ours.try_acquire(1)).is_ok()))
     });
+
+    #[cfg(feature = "quanta")]
+    {
+        let tsc = our_tsc_bucket();
+        g.bench_function("ours_try_acquire_tsc_clock", |b| {
+            b.iter_custom(|iters| two_threads(iters, || black_box(tsc.try_acquire(1)).is_ok()))
+        });
+    }
 
     let gov = governor_limiter();
     g.bench_function("governor_check", |b| {
@@ -154,6 +201,14 @@ fn service_path(c: &mut Criterion) {
         b.iter_custom(|iters| drive(&rt, &mut ours, iters))
     });
 
+    #[cfg(feature = "quanta")]
+    {
+        let mut tsc = tower_throttle::RateLimit::new(leaf(), our_tsc_bucket()).clone();
+        g.bench_function("ours_RateLimit_clone_tsc_clock", |b| {
+            b.iter_custom(|iters| drive(&rt, &mut tsc, iters))
+        });
+    }
+
     let mut tower_rl = tower::limit::RateLimit::new(leaf(), tower_rate());
     g.bench_function("tower_RateLimit", |b| {
         b.iter_custom(|iters| drive(&rt, &mut tower_rl, iters))
@@ -169,5 +224,11 @@ fn service_path(c: &mut Criterion) {
     drop(original);
 }
 
-criterion_group!(benches, single_thread, contended, service_path);
-criterion_main!(benches);
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    single_thread(&mut c);
+    clocks(&mut c);
+    contended(&mut c);
+    service_path(&mut c);
+    c.final_summary();
+}

@@ -1,1 +1,268 @@
-fn main() {}
+//! The Redis backend: latency of one decision next to a `PING` round trip from the same kind
+//! of client in the same run, decisions per second from one process with 64 concurrent
+//! tasks, and `redis-benchmark`'s figures for the same script (`EVALSHA`) and for `PING`.
+//!
+//! ```text
+//! cargo bench --features redis --bench redis
+//! TOWER_THROTTLE_REDIS_URL=redis://host:6379 cargo bench --features redis --bench redis
+//! ```
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::aio::ConnectionManager;
+use tower_throttle::redis::{FailurePolicy, RedisBucket};
+use tower_throttle::Quota;
+
+const SAMPLES: usize = 20_000;
+const TASKS: usize = 64;
+const THROUGHPUT_FOR: Duration = Duration::from_secs(3);
+
+fn url() -> String {
+    std::env::var("TOWER_THROTTLE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+struct Stats {
+    mean: Duration,
+    p50: Duration,
+    p99: Duration,
+}
+
+fn stats(mut v: Vec<Duration>) -> Stats {
+    v.sort();
+    let mean = v.iter().sum::<Duration>() / v.len() as u32;
+    Stats {
+        mean,
+        p50: v[v.len() / 2],
+        p99: v[v.len() * 99 / 100],
+    }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// A quota that always admits at these speeds, so every decision is a full read-write.
+fn quota() -> Quota {
+    Quota::per_second(1_000_000).burst(1_000_000)
+}
+
+async fn decision_bucket(prefix: &str) -> RedisBucket {
+    RedisBucket::builder(quota())
+        .url(url())
+        .key_prefix(prefix)
+        .key("bench")
+        .failure_policy(FailurePolicy::Closed)
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap_or_else(|e| panic!("the benchmark needs Redis at {}: {e}", url()))
+}
+
+/// The least any decision script can do: read the clock, read the state, write it back.
+const FLOOR_SCRIPT: &str = "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) \
+     redis.call('SET', KEYS[1], t[1], 'PX', '1000') return {1, 0, 0}";
+
+async fn latency(bucket: &RedisBucket, ping: &ConnectionManager, prefix: &str) -> [Stats; 3] {
+    let floor = redis::Script::new(FLOOR_SCRIPT);
+    let floor_key = format!("{prefix}:{{floor}}");
+    let mut samples: [Vec<Duration>; 3] = Default::default();
+    // Warm up, then alternate one of each, so all see the same conditions (this machine's
+    // latency varies a lot from one second to the next).
+    for i in 0..1_000 + SAMPLES {
+        let mut c = ping.clone();
+        let t0 = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut c).await.unwrap();
+        let t1 = Instant::now();
+        let _: Vec<i64> = floor.key(&floor_key).invoke_async(&mut c).await.unwrap();
+        let t2 = Instant::now();
+        bucket.try_acquire(1).await.unwrap();
+        let t3 = Instant::now();
+        if i >= 1_000 {
+            samples[0].push(t1 - t0);
+            samples[1].push(t2 - t1);
+            samples[2].push(t3 - t2);
+        }
+    }
+    samples.map(stats)
+}
+
+async fn throughput<F, Fut>(op: F) -> f64
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (op, done, stop) = (op.clone(), done.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    op().await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await; // warm up
+    let (n0, t0) = (done.load(Ordering::Relaxed), Instant::now());
+    tokio::time::sleep(THROUGHPUT_FOR).await;
+    let (n1, t1) = (done.load(Ordering::Relaxed), Instant::now());
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (n1 - n0) as f64 / (t1 - t0).as_secs_f64()
+}
+
+/// `host`, `port` of a plain `redis://host:port[/db]` URL.
+fn host_port(url: &str) -> Option<(String, String)> {
+    let rest = url.strip_prefix("redis://")?;
+    let rest = rest.split('/').next()?;
+    let rest = rest.rsplit('@').next()?;
+    let (host, port) = rest.rsplit_once(':').unwrap_or((rest, "6379"));
+    Some((host.to_owned(), port.to_owned()))
+}
+
+/// `redis-benchmark -q` for one command; its "requests per second" line.
+fn redis_benchmark(host: &str, port: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new("redis-benchmark")
+        .args(["-h", host, "-p", port, "-n", "200000", "-c", "64", "-q"])
+        .args(args)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split(['\r', '\n'])
+        .rfind(|l| l.contains("requests per second"))
+        .map(|l| l.trim().to_owned())
+}
+
+fn main() {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let prefix = format!("tt-bench-{}-{nanos}", std::process::id());
+    let url = url();
+    println!(
+        "Redis backend benchmark against {}",
+        host_port(&url).map_or("(url)".into(), |(h, p)| format!("{h}:{p}"))
+    );
+
+    // Latency: one task at a time, on a single-threaded runtime (no cross-thread wake-ups).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let bucket = decision_bucket(&prefix).await;
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let ping = ConnectionManager::new(client).await.unwrap();
+        let [p, f, d] = latency(&bucket, &ping, &prefix).await;
+        println!("\nlatency, sequential, {SAMPLES} samples each, alternating:");
+        println!(
+            "  {:<36} {:>9} {:>9} {:>9}",
+            "", "mean µs", "p50 µs", "p99 µs"
+        );
+        for (name, s) in [
+            ("PING round trip", &p),
+            ("bare TIME+GET+SET script (floor)", &f),
+            ("RedisBucket::try_acquire", &d),
+        ] {
+            println!(
+                "  {name:<36} {:>9.1} {:>9.1} {:>9.1}",
+                us(s.mean),
+                us(s.p50),
+                us(s.p99)
+            );
+        }
+        println!(
+            "  decision / PING: {:.2}× (mean), {:.2}× (p50)   target ≤ 1.3×",
+            us(d.mean) / us(p.mean),
+            us(d.p50) / us(p.p50)
+        );
+        println!(
+            "  decision / floor script: {:.2}× (mean), {:.2}× (p50)",
+            us(d.mean) / us(f.mean),
+            us(d.p50) / us(f.p50)
+        );
+    });
+    drop(rt);
+
+    // Throughput: 64 tasks on a multi-threaded runtime.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let bucket = decision_bucket(&prefix).await;
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let ping = ConnectionManager::new(client).await.unwrap();
+        let b = bucket.clone();
+        let decisions = throughput(move || {
+            let b = b.clone();
+            async move { b.try_acquire(1).await.unwrap() }
+        })
+        .await;
+        let pings = throughput({
+            let ping = ping.clone();
+            move || {
+                let mut c = ping.clone();
+                async move {
+                    let _: String = redis::cmd("PING").query_async(&mut c).await.unwrap();
+                }
+            }
+        })
+        .await;
+        println!("\nthroughput, one process, {TASKS} concurrent tasks, one shared bucket:");
+        println!("  RedisBucket::try_acquire  {decisions:>10.0} decisions/s");
+        println!("  PING                      {pings:>10.0} round trips/s");
+        let s = bucket.stats();
+        assert_eq!((s.failures, s.fallbacks), (0, 0), "{s:?}");
+    });
+
+    // The same script through redis-benchmark (64 connections, no client library).
+    let Some((host, port)) = host_port(&url) else {
+        println!("\nredis-benchmark: skipped (URL not of the form redis://host:port)");
+        return;
+    };
+    let sha = rt.block_on(async {
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let script = concat!(
+            include_str!("../src/redis/lua/prelude.lua"),
+            include_str!("../src/redis/lua/acquire.lua")
+        );
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        sha
+    });
+    let key = format!("{prefix}:{{redis-benchmark}}");
+    let q = quota();
+    let (t_us, burst) = (
+        (q.interval().as_nanos() / 1000).to_string(),
+        q.burst_size().to_string(),
+    );
+    let evalsha = redis_benchmark(
+        &host,
+        &port,
+        &["EVALSHA", &sha, "1", &key, &t_us, &burst, "1", "3600000000"],
+    );
+    let ping = redis_benchmark(&host, &port, &["PING"]);
+    println!("\nredis-benchmark -n 200000 -c 64 -q (64 connections):");
+    match (evalsha, ping) {
+        (Some(e), Some(p)) => {
+            println!("  EVALSHA (the decision script, one key): {e}");
+            println!("  PING:                                   {p}");
+        }
+        _ => println!("  redis-benchmark not available"),
+    }
+}

@@ -93,6 +93,8 @@ pub mod headers;
 pub mod keyed;
 mod quota;
 pub mod rate_limit;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod reject;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;

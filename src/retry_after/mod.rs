@@ -64,10 +64,10 @@ pub use self::future::ResponseFuture;
 pub use self::layer::RetryAfterLayer;
 pub use self::parse::*;
 pub use self::policy::Failure;
-pub use self::replay::{HttpResponse, Replay};
-pub use self::service::RetryAfter;
 #[cfg(feature = "reqwest")]
 pub(crate) use self::policy::{Action, Attempt, Policy};
+pub use self::replay::{HttpResponse, Replay};
+pub use self::service::RetryAfter;
 
 /// Left in the extensions of every response the layer returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,339 @@
+//! The connection to Redis and one call of a script: timeout, breaker, counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::Value;
+use tokio::time::Instant;
+
+use super::error::{RedisError, RedisErrorKind};
+use super::failure::FailurePolicy;
+use super::script::{parse_reply, Reply, Scripts};
+use crate::Quota;
+
+/// Every value the scripts handle stays below 2^53 µs (exact in a Lua double): the Redis
+/// clock (about 2^50.7 µs in 2025, 2^52 in 2112) plus this much.
+const MAX_SPAN_US: u64 = 1 << 52;
+
+/// How the connection manager reconnects: quickly, and often.
+const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(20);
+const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
+const RECONNECT_RETRIES: usize = 4;
+
+/// Settings shared by both builders.
+#[derive(Clone)]
+pub(crate) struct Options {
+    pub(crate) url: Option<String>,
+    pub(crate) prefix: String,
+    pub(crate) policy: FailurePolicy,
+    pub(crate) timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) probe_interval: Duration,
+    pub(crate) max_pause: Duration,
+    pub(crate) lazy: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            url: None,
+            prefix: super::key::DEFAULT_PREFIX.to_owned(),
+            policy: FailurePolicy::default(),
+            timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_secs(1),
+            probe_interval: Duration::from_millis(500),
+            max_pause: Duration::from_secs(3600),
+            lazy: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    // The URL may carry a password: never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("prefix", &self.prefix)
+            .field("policy", &self.policy)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("probe_interval", &self.probe_interval)
+            .field("max_pause", &self.max_pause)
+            .field("lazy", &self.lazy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counters of a [`RedisBucket`](super::RedisBucket) or [`RedisKeyed`](super::RedisKeyed),
+/// from `stats()`: for metrics and alerts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisStats {
+    /// Scripts sent to Redis (each decision and pause is one).
+    pub round_trips: u64,
+    /// Round trips that failed: error, timeout or an unexpected reply.
+    pub failures: u64,
+    /// Decisions made by the [`FailurePolicy`] instead of Redis: after a failure, and while
+    /// Redis is left alone after one.
+    pub fallbacks: u64,
+    /// `try_acquire` calls refused from what an earlier reply said, without a round trip.
+    pub local_refusals: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    round_trips: AtomicU64,
+    failures: AtomicU64,
+    pub(crate) fallbacks: AtomicU64,
+    pub(crate) local_refusals: AtomicU64,
+}
+
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A reply with the local instants around its round trip: the script ran in between.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timed {
+    pub(crate) reply: Reply,
+    pub(crate) sent: Instant,
+    pub(crate) received: Instant,
+}
+
+pub(crate) struct Backend {
+    conn: ConnectionManager,
+    scripts: Scripts,
+    pub(crate) quota: Quota,
+    /// Emission interval, µs (rounded up).
+    pub(crate) interval_us: u64,
+    pub(crate) burst: u32,
+    max_pause_us: u64,
+    /// The largest time a valid reply can carry.
+    reply_limit_us: u64,
+    pub(crate) options: Options,
+    /// Breaker: 0 = Redis healthy; else the instant (ns since `origin`, ≥ 1) until which
+    /// decisions skip Redis after a failure.
+    down_until: AtomicU64,
+    origin: Instant,
+    pub(crate) counters: Counters,
+}
+
+impl Backend {
+    /// Check the settings and connect (unless lazy), loading the scripts.
+    pub(crate) async fn connect(options: Options, quota: Quota) -> Result<Self, RedisError> {
+        let url = options
+            .url
+            .as_deref()
+            .ok_or(RedisError::config("redis url not set"))?;
+        super::key::check_prefix(&options.prefix)?;
+        options.policy.local_quota(quota)?;
+        if options.timeout.is_zero() || options.connect_timeout.is_zero() {
+            return Err(RedisError::config(
+                "redis timeouts must be longer than zero",
+            ));
+        }
+        let interval_us = u64::try_from(quota.interval().as_nanos().div_ceil(1000))
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let burst = quota.burst_size();
+        let max_pause_us = u64::try_from(options.max_pause.as_micros()).unwrap_or(u64::MAX);
+        let tau = interval_us.checked_mul(u64::from(burst));
+        let reply_limit_us = tau
+            .and_then(|tau| tau.checked_mul(2))
+            .and_then(|t| t.checked_add(max_pause_us))
+            .filter(|&span| span <= MAX_SPAN_US)
+            .ok_or(RedisError::config(
+                "quota burst × interval, or max_pause, too long for the redis backend",
+            ))?;
+
+        let client = ::redis::Client::open(url)
+            .map_err(|e| RedisError::with_source(RedisErrorKind::Config, "invalid redis url", e))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.timeout))
+            .set_min_delay(RECONNECT_MIN_DELAY)
+            .set_max_delay(RECONNECT_MAX_DELAY)
+            .set_number_of_retries(RECONNECT_RETRIES);
+        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(|e| {
+            RedisError::with_source(RedisErrorKind::Config, "invalid redis configuration", e)
+        })?;
+        let backend = Backend {
+            conn,
+            scripts: Scripts::new(),
+            quota,
+            interval_us,
+            burst,
+            max_pause_us,
+            reply_limit_us,
+            down_until: AtomicU64::new(0),
+            origin: Instant::now(),
+            counters: Counters::default(),
+            options,
+        };
+        if !backend.options.lazy {
+            let load = async {
+                let mut conn = backend.conn.clone();
+                backend.scripts.acquire.load_async(&mut conn).await?;
+                backend.scripts.pause.load_async(&mut conn).await?;
+                Ok::<_, ::redis::RedisError>(())
+            };
+            match tokio::time::timeout(backend.options.connect_timeout, load).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(RedisError::from_client(e)),
+                Err(_) => {
+                    return Err(RedisError::new(
+                        RedisErrorKind::Timeout,
+                        "redis did not answer within the connect timeout",
+                    ))
+                }
+            }
+        }
+        Ok(backend)
+    }
+
+    pub(crate) fn policy(&self) -> &FailurePolicy {
+        &self.options.policy
+    }
+
+    pub(crate) fn stats(&self) -> RedisStats {
+        let c = &self.counters;
+        RedisStats {
+            round_trips: c.round_trips.load(Ordering::Relaxed),
+            failures: c.failures.load(Ordering::Relaxed),
+            fallbacks: c.fallbacks.load(Ordering::Relaxed),
+            local_refusals: c.local_refusals.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Emission interval in ns, as the scripts see it (whole µs).
+    pub(crate) fn interval_ns(&self) -> u64 {
+        self.interval_us * 1000
+    }
+
+    /// `burst × interval` in ns, as the scripts see it.
+    pub(crate) fn tolerance_ns(&self) -> u64 {
+        self.interval_ns() * u64::from(self.burst)
+    }
+
+    /// The longest pause honoured.
+    pub(crate) fn max_pause(&self) -> Duration {
+        Duration::from_micros(self.max_pause_us)
+    }
+
+    /// Take `n` (1..=burst) tokens of the bucket at `key`, if they fit.
+    pub(crate) async fn acquire(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
+        self.run(&self.scripts.acquire, key, u64::from(n)).await
+    }
+
+    /// Pause the bucket at `key` for `d` (capped at `max_pause`).
+    pub(crate) async fn pause(&self, key: &str, d: Duration) -> Result<Timed, RedisError> {
+        // Rounded up: never end a pause early.
+        let us = u64::try_from(d.as_nanos().div_ceil(1000))
+            .unwrap_or(u64::MAX)
+            .min(self.max_pause_us);
+        self.run(&self.scripts.pause, key, us).await
+    }
+
+    async fn run(
+        &self,
+        script: &::redis::Script,
+        key: &str,
+        arg: u64,
+    ) -> Result<Timed, RedisError> {
+        self.breaker_admit()?;
+        bump(&self.counters.round_trips);
+        let mut conn = self.conn.clone();
+        let mut call = script.prepare_invoke();
+        call.key(key)
+            .arg(self.interval_us)
+            .arg(self.burst)
+            .arg(arg)
+            .arg(self.max_pause_us);
+        let sent = Instant::now();
+        let result =
+            tokio::time::timeout(self.options.timeout, call.invoke_async::<Value>(&mut conn)).await;
+        let received = Instant::now();
+        let result = match result {
+            Ok(Ok(value)) => parse_reply(&value, self.reply_limit_us),
+            Ok(Err(e)) => Err(RedisError::from_client(e)),
+            Err(_) => Err(RedisError::new(RedisErrorKind::Timeout, "redis timed out")),
+        };
+        match result {
+            Ok(reply) => {
+                self.breaker_success();
+                Ok(Timed {
+                    reply,
+                    sent,
+                    received,
+                })
+            }
+            Err(e) => {
+                bump(&self.counters.failures);
+                self.breaker_failure(&e);
+                Err(e)
+            }
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    /// Whether this call may go to Redis. After a failure, calls skip Redis for
+    /// `probe_interval`; then one call (the probe) goes, and the others keep skipping until
+    /// it answers.
+    fn breaker_admit(&self) -> Result<(), RedisError> {
+        let until = self.down_until.load(Ordering::Acquire);
+        if until == 0 {
+            return Ok(());
+        }
+        let now = self.now_ns();
+        let next = now.saturating_add(duration_ns(self.options.probe_interval));
+        if now >= until
+            && self
+                .down_until
+                .compare_exchange(until, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return Ok(());
+        }
+        Err(RedisError::new(
+            RedisErrorKind::Unavailable,
+            "redis unavailable (a recent call failed; retrying shortly)",
+        ))
+    }
+
+    fn breaker_success(&self) {
+        if self.down_until.swap(0, Ordering::AcqRel) != 0 {
+            trace_event!(info, "redis answers again; decisions are shared again");
+        }
+    }
+
+    fn breaker_failure(&self, e: &RedisError) {
+        if e.is_key_specific() {
+            trace_event!(warn, error = %e, "redis rate limit key unusable; failure policy applies");
+            return;
+        }
+        let next = self
+            .now_ns()
+            .saturating_add(duration_ns(self.options.probe_interval));
+        if self.down_until.swap(next, Ordering::AcqRel) == 0 {
+            trace_event!(warn, error = %e, policy = ?self.options.policy, "redis failing; failure policy applies");
+        }
+    }
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("quota", &self.quota)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}

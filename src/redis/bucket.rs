@@ -1,0 +1,254 @@
+//! [`RedisBucket`]: one limit in Redis, shared by every process that names it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::backend::{bump, Backend, Options, RedisStats};
+use super::builder::RedisBucketBuilder;
+use super::error::{RedisDecisionError, RedisError};
+use super::failure::{acquire_fallback, pause_fallback, try_acquire_fallback, FailurePolicy};
+use super::lane::Hint;
+use crate::{Bucket, ExceedsBurst, Quota, Throttled};
+
+/// A token bucket kept in Redis: one limit shared by every process, task and clone that
+/// uses the same Redis, key prefix and key.
+///
+/// Cloning is cheap (an `Arc`) and never creates a new bucket. The semantics are those of
+/// [`Bucket`] (GCRA: bursts up to the burst, then the rate; `pause` holds everything, then
+/// restarts from an empty bucket), with the state in Redis and time from the Redis clock:
+///
+/// - **Atomic**: each decision is one Lua script run by Redis; processes never race.
+/// - **Rate invariant** across all processes: over any interval of length `t`, admitted
+///   tokens ≤ `burst + rate·t` (the interval is rounded up to whole microseconds).
+/// - **Quiet waiting**: [`acquire`](RedisBucket::acquire) waiters of one process line up
+///   first come, first served; only the first sleeps until the instant the last reply gave
+///   and then asks Redis, so an admission costs one round trip in the common case. There is
+///   no queue across processes: heads of different processes race for each token.
+/// - **Failure policy**: every call is bounded by the timeout; when Redis fails, the
+///   [`FailurePolicy`] answers, and Redis is used again as soon as it answers.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tower_throttle::redis::RedisBucket;
+/// use tower_throttle::Quota;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// // In every process: the same URL and key mean the same bucket.
+/// let bucket =
+///     RedisBucket::connect("redis://127.0.0.1:6379", "github-api", Quota::per_second(10)).await?;
+///
+/// bucket.acquire(1).await?; // waits for a token shared by all processes
+/// match bucket.try_acquire(1).await {
+///     Ok(()) => { /* send */ }
+///     Err(e) => println!("not now: {e}"),
+/// }
+/// bucket.pause(Duration::from_secs(30)).await?; // a 429 seen here holds every process
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisBucket {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Backend,
+    key: String,
+    hint: Hint,
+    lane: tokio::sync::Mutex<()>,
+    local: Option<Bucket>,
+}
+
+impl RedisBucket {
+    /// A builder, for the key prefix, failure policy, timeouts and more.
+    pub fn builder(quota: Quota) -> RedisBucketBuilder {
+        RedisBucketBuilder::new(quota)
+    }
+
+    /// Connect to the bucket `key` at `url`, with the default settings (see
+    /// [`RedisBucketBuilder`]).
+    ///
+    /// # Errors
+    /// As [`RedisBucketBuilder::build`].
+    pub async fn connect(url: &str, key: &str, quota: Quota) -> Result<Self, RedisError> {
+        Self::builder(quota).url(url).key(key).build().await
+    }
+
+    pub(crate) async fn from_parts(
+        options: Options,
+        quota: Quota,
+        key: String,
+    ) -> Result<Self, RedisError> {
+        let local = options.policy.local_quota(quota)?.map(Bucket::new);
+        let backend = Backend::connect(options, quota).await?;
+        Ok(RedisBucket {
+            inner: Arc::new(Inner {
+                backend,
+                key,
+                hint: Hint::new(),
+                lane: tokio::sync::Mutex::new(()),
+                local,
+            }),
+        })
+    }
+
+    /// The quota this bucket enforces.
+    pub fn quota(&self) -> Quota {
+        self.inner.backend.quota
+    }
+
+    /// The Redis key holding the bucket's state.
+    pub fn redis_key(&self) -> &str {
+        &self.inner.key
+    }
+
+    /// The failure policy.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        *self.inner.backend.policy()
+    }
+
+    /// Counters since this handle was built (shared by its clones).
+    pub fn stats(&self) -> RedisStats {
+        self.inner.backend.stats()
+    }
+
+    /// Whether `self` and `other` are clones of one handle.
+    pub fn same_bucket(&self, other: &RedisBucket) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    fn check(&self, n: u32) -> Result<u64, ExceedsBurst> {
+        let burst = self.inner.backend.burst;
+        if n > burst {
+            return Err(ExceedsBurst {
+                requested: n,
+                burst,
+            });
+        }
+        Ok(u64::from(n) * self.inner.backend.interval_ns())
+    }
+
+    /// Take `n` tokens now, or say how long until they fit.
+    ///
+    /// One round trip to Redis, unless an earlier reply already says the tokens cannot fit
+    /// yet: then it refuses at once ([`RedisStats::local_refusals`]). It never waits or
+    /// queues (and does not see this process's waiters in [`acquire`](Self::acquire)).
+    ///
+    /// # Errors
+    /// - [`RedisDecisionError::Throttled`] with the wait until `n` tokens fit;
+    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst;
+    /// - when Redis fails, whatever the [`FailurePolicy`] says: nothing (`Open`),
+    ///   [`RedisDecisionError::Backend`] (`Closed`), the local bucket's answer (`Local`).
+    pub async fn try_acquire(&self, n: u32) -> Result<(), RedisDecisionError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let cost = self.check(n)?;
+        let inner = &*self.inner;
+        let tolerance = inner.backend.tolerance_ns();
+        if let Some(wait) = inner.hint.surely_refused(Instant::now(), cost, tolerance) {
+            bump(&inner.backend.counters.local_refusals);
+            return Err(Throttled::after(wait).into());
+        }
+        match inner.backend.acquire(&inner.key, n).await {
+            Ok(t) => {
+                inner.hint.observe(&t);
+                if t.reply.admitted {
+                    Ok(())
+                } else {
+                    Err(Throttled::after(t.reply.wait).into())
+                }
+            }
+            Err(e) => {
+                bump(&inner.backend.counters.fallbacks);
+                try_acquire_fallback(inner.backend.policy(), inner.local.as_ref(), n, e)
+            }
+        }
+    }
+
+    /// Wait until `n` tokens are available, then take them.
+    ///
+    /// Waiters of this process are served first come, first served; only the first talks to
+    /// Redis, sleeping until the instant the last reply said its tokens fit. Dropping the
+    /// future gives its place back; dropped during its round trip, the tokens may have been
+    /// taken.
+    ///
+    /// # Errors
+    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst;
+    /// - when Redis fails, whatever the [`FailurePolicy`] says: admit (`Open`),
+    ///   [`RedisDecisionError::Backend`] (`Closed`), wait on the local bucket (`Local`).
+    pub async fn acquire(&self, n: u32) -> Result<(), RedisDecisionError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let cost = self.check(n)?;
+        let inner = &*self.inner;
+        let tolerance = inner.backend.tolerance_ns();
+        let _turn = inner.lane.lock().await;
+        loop {
+            // Re-read after every sleep: a pause may have moved the instant later.
+            let at = inner.hint.likely_fits_at(cost, tolerance);
+            if at > Instant::now() {
+                tokio::time::sleep_until(at).await;
+                continue;
+            }
+            match inner.backend.acquire(&inner.key, n).await {
+                Ok(t) => {
+                    inner.hint.observe(&t);
+                    if t.reply.admitted {
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    bump(&inner.backend.counters.fallbacks);
+                    return acquire_fallback(inner.backend.policy(), inner.local.as_ref(), n, e)
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Hold every admission, in every process, for `cooldown`: a server's `Retry-After`.
+    ///
+    /// Nothing is admitted before `now + cooldown` (by the Redis clock); then admission
+    /// restarts as from an empty bucket, the first token due when the cooldown ends. A
+    /// shorter pause never shortens a longer one. Pauses longer than
+    /// [`max_pause`](RedisBucketBuilder::max_pause) are cut to it. This process holds its
+    /// own decisions at once, whatever Redis does.
+    ///
+    /// # Errors
+    /// [`RedisDecisionError::Backend`] when Redis fails and the policy is
+    /// [`FailurePolicy::Closed`].
+    pub async fn pause(&self, cooldown: Duration) -> Result<(), RedisDecisionError> {
+        let inner = &*self.inner;
+        let backend = &inner.backend;
+        let cooldown = cooldown.min(backend.max_pause());
+        let refill = Duration::from_nanos(backend.tolerance_ns() - backend.interval_ns());
+        inner
+            .hint
+            .hold(Instant::now(), cooldown.saturating_add(refill));
+        if let Some(local) = &inner.local {
+            local.pause(cooldown);
+        }
+        match backend.pause(&inner.key, cooldown).await {
+            Ok(t) => {
+                inner.hint.observe(&t);
+                Ok(())
+            }
+            Err(e) => pause_fallback(backend.policy(), e),
+        }
+    }
+}
+
+impl fmt::Debug for RedisBucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBucket")
+            .field("key", &self.inner.key)
+            .field("quota", &self.inner.backend.quota)
+            .field("failure_policy", self.inner.backend.policy())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,239 @@
+//! [`RedisKeyed`]: one limit per key (user, API key, address), kept in Redis.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::backend::{bump, Backend, Options, RedisStats};
+use super::builder::RedisKeyedBuilder;
+use super::error::{RedisDecisionError, RedisError};
+use super::failure::{
+    acquire_fallback, pause_fallback, try_acquire_fallback, FailurePolicy, LocalTable,
+};
+use super::key::{digest, keyed_key};
+use super::lane::Lanes;
+use crate::{ExceedsBurst, Quota, Throttled};
+
+/// One limit per key, kept in Redis and shared by every process: the keyed variant of
+/// [`RedisBucket`](super::RedisBucket), with the same semantics for each key.
+///
+/// Keys are any bytes (`&str`, `String`, `&[u8]`, …) and may come from requests: they are
+/// hashed (SHA-1, 128 bits) into fixed-length Redis keys `<prefix>:{<32 hex digits>}`, so a
+/// key never appears in Redis, cannot be too long, and cannot choose a Redis Cluster slot or
+/// reach another namespace. Idle keys cost nothing: each Redis key expires when its bucket
+/// is full again.
+///
+/// ```no_run
+/// use tower_throttle::redis::{RedisDecisionError, RedisKeyed};
+/// use tower_throttle::Quota;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// let per_user = RedisKeyed::builder(Quota::per_second(10).burst(20))
+///     .url("redis://127.0.0.1:6379")
+///     .key_prefix("api-per-user")
+///     .build()
+///     .await?;
+///
+/// match per_user.try_acquire("user-42", 1).await {
+///     Ok(()) => { /* serve */ }
+///     Err(RedisDecisionError::Throttled(t)) => {
+///         println!("429, Retry-After: {}", t.retry_after_secs());
+///     }
+///     Err(e) => return Err(e.into()),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisKeyed {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Backend,
+    lanes: Lanes,
+    local: Option<LocalTable>,
+}
+
+impl RedisKeyed {
+    /// A builder, for the key prefix, failure policy, timeouts and more.
+    pub fn builder(quota: Quota) -> RedisKeyedBuilder {
+        RedisKeyedBuilder::new(quota)
+    }
+
+    /// Connect to the keyed limit under `key_prefix` at `url`, with the default settings
+    /// (see [`RedisKeyedBuilder`]).
+    ///
+    /// # Errors
+    /// As [`RedisKeyedBuilder::build`].
+    pub async fn connect(url: &str, key_prefix: &str, quota: Quota) -> Result<Self, RedisError> {
+        Self::builder(quota)
+            .url(url)
+            .key_prefix(key_prefix)
+            .build()
+            .await
+    }
+
+    pub(crate) async fn from_parts(
+        options: Options,
+        quota: Quota,
+        local_capacity: usize,
+    ) -> Result<Self, RedisError> {
+        let local = options
+            .policy
+            .local_quota(quota)?
+            .map(|q| LocalTable::new(q, local_capacity));
+        let backend = Backend::connect(options, quota).await?;
+        Ok(RedisKeyed {
+            inner: Arc::new(Inner {
+                backend,
+                lanes: Lanes::default(),
+                local,
+            }),
+        })
+    }
+
+    /// The quota of every key.
+    pub fn quota(&self) -> Quota {
+        self.inner.backend.quota
+    }
+
+    /// The Redis key holding the state of `key`.
+    pub fn redis_key(&self, key: impl AsRef<[u8]>) -> String {
+        keyed_key(&self.inner.backend.options.prefix, &digest(key.as_ref()))
+    }
+
+    /// The failure policy.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        *self.inner.backend.policy()
+    }
+
+    /// Counters since this handle was built (shared by its clones).
+    pub fn stats(&self) -> RedisStats {
+        self.inner.backend.stats()
+    }
+
+    fn check(&self, n: u32) -> Result<(), ExceedsBurst> {
+        let burst = self.inner.backend.burst;
+        if n > burst {
+            return Err(ExceedsBurst {
+                requested: n,
+                burst,
+            });
+        }
+        Ok(())
+    }
+
+    /// Take `n` tokens of `key`'s limit now, or say how long until they fit. One round trip.
+    ///
+    /// # Errors
+    /// As [`RedisBucket::try_acquire`](super::RedisBucket::try_acquire).
+    pub async fn try_acquire(
+        &self,
+        key: impl AsRef<[u8]>,
+        n: u32,
+    ) -> Result<(), RedisDecisionError> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.check(n)?;
+        let inner = &*self.inner;
+        let id = digest(key.as_ref());
+        let rkey = keyed_key(&inner.backend.options.prefix, &id);
+        match inner.backend.acquire(&rkey, n).await {
+            Ok(t) if t.reply.admitted => Ok(()),
+            Ok(t) => Err(Throttled::after(t.reply.wait).into()),
+            Err(e) => {
+                bump(&inner.backend.counters.fallbacks);
+                let local = inner.local.as_ref().map(|l| l.bucket(&id));
+                try_acquire_fallback(inner.backend.policy(), local.as_ref(), n, e)
+            }
+        }
+    }
+
+    /// Wait until `n` tokens of `key`'s limit are available, then take them.
+    ///
+    /// Waiters for one key in this process are served first come, first served, and only
+    /// the first talks to Redis; waiters for different keys do not wait for each other.
+    ///
+    /// # Errors
+    /// As [`RedisBucket::acquire`](super::RedisBucket::acquire).
+    pub async fn acquire(&self, key: impl AsRef<[u8]>, n: u32) -> Result<(), RedisDecisionError> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.check(n)?;
+        let inner = &*self.inner;
+        let backend = &inner.backend;
+        let id = digest(key.as_ref());
+        let rkey = keyed_key(&backend.options.prefix, &id);
+        let cost = Duration::from_nanos(u64::from(n) * backend.interval_ns());
+        let tolerance = Duration::from_nanos(backend.tolerance_ns());
+        let entered = inner.lanes.enter(id);
+        // Declared after `entered`, so dropped before it.
+        let mut full_at = entered.lane().lock_owned().await;
+        loop {
+            // The instant the bucket is full again, per the last reply for this key.
+            if let Some(at) = full_at
+                .and_then(|f| f.checked_add(cost))
+                .and_then(|f| f.checked_sub(tolerance))
+            {
+                if at > Instant::now() {
+                    tokio::time::sleep_until(at).await;
+                }
+            }
+            match backend.acquire(&rkey, n).await {
+                Ok(t) => {
+                    *full_at = Some(t.received + t.reply.full_in);
+                    if t.reply.admitted {
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    bump(&backend.counters.fallbacks);
+                    let local = inner.local.as_ref().map(|l| l.bucket(&id));
+                    return acquire_fallback(backend.policy(), local.as_ref(), n, e).await;
+                }
+            }
+        }
+    }
+
+    /// Hold every admission of `key`, in every process, for `cooldown`.
+    ///
+    /// As [`RedisBucket::pause`](super::RedisBucket::pause), for one key. With
+    /// [`FailurePolicy::Local`] the key's local bucket is paused too.
+    ///
+    /// # Errors
+    /// [`RedisDecisionError::Backend`] when Redis fails and the policy is
+    /// [`FailurePolicy::Closed`].
+    pub async fn pause(
+        &self,
+        key: impl AsRef<[u8]>,
+        cooldown: Duration,
+    ) -> Result<(), RedisDecisionError> {
+        let inner = &*self.inner;
+        let backend = &inner.backend;
+        let cooldown = cooldown.min(backend.max_pause());
+        let id = digest(key.as_ref());
+        if let Some(local) = &inner.local {
+            local.bucket(&id).pause(cooldown);
+        }
+        let rkey = keyed_key(&backend.options.prefix, &id);
+        match backend.pause(&rkey, cooldown).await {
+            Ok(_) => Ok(()),
+            Err(e) => pause_fallback(backend.policy(), e),
+        }
+    }
+}
+
+impl fmt::Debug for RedisKeyed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisKeyed")
+            .field("prefix", &self.inner.backend.options.prefix)
+            .field("quota", &self.inner.backend.quota)
+            .field("failure_policy", self.inner.backend.policy())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,231 @@
+//! Waiting in front of Redis: a FIFO lane per bucket (only its head talks to Redis), and
+//! what the last replies said about when the bucket is full again.
+//!
+//! Redis holds no queue: a waiter learns from a reply when its tokens should fit and sleeps
+//! until then. Within a process, waiters line up in a [`tokio::sync::Mutex`] (first come,
+//! first served, cancel-safe), so only the head of the line sleeps on a timer and asks Redis,
+//! and each admission costs one round trip in the common case: the reply that admits one
+//! waiter also says when the next one's tokens fit.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::backend::Timed;
+
+/// When the Redis bucket is full again, as far as this process knows, in ns since `origin`
+/// (0 = nothing known). Tokens are never given back in Redis and a pause never shortens, so
+/// the instant only moves forward; a reset (expiry, `FLUSHALL`, a clamp) only makes this
+/// knowledge conservative, for at most `burst × interval` (plus a pause).
+#[derive(Debug)]
+pub(crate) struct Hint {
+    origin: Instant,
+    /// From the instant the request was sent: a lower bound (the script ran later).
+    lo: AtomicU64,
+    /// From the instant the reply came: an upper bound (the script ran earlier).
+    hi: AtomicU64,
+}
+
+impl Hint {
+    pub(crate) fn new() -> Self {
+        Hint {
+            origin: Instant::now(),
+            lo: AtomicU64::new(0),
+            hi: AtomicU64::new(0),
+        }
+    }
+
+    fn ns(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn at(&self, ns: u64) -> Instant {
+        let far = self.origin + Duration::from_secs(86_400 * 365 * 30);
+        self.origin
+            .checked_add(Duration::from_nanos(ns))
+            .map_or(far, |t| t.min(far))
+    }
+
+    /// Learn from a reply.
+    pub(crate) fn observe(&self, t: &Timed) {
+        let full = u64::try_from(t.reply.full_in.as_nanos()).unwrap_or(u64::MAX);
+        self.lo
+            .fetch_max(self.ns(t.sent).saturating_add(full), Ordering::AcqRel);
+        self.hi
+            .fetch_max(self.ns(t.received).saturating_add(full), Ordering::AcqRel);
+    }
+
+    /// This process paused the bucket: it is full again no earlier than `now + full_in`.
+    pub(crate) fn hold(&self, now: Instant, full_in: Duration) {
+        let full = u64::try_from(full_in.as_nanos()).unwrap_or(u64::MAX);
+        let at = self.ns(now).saturating_add(full);
+        self.lo.fetch_max(at, Ordering::AcqRel);
+        self.hi.fetch_max(at, Ordering::AcqRel);
+    }
+
+    /// Whether a request of `cost` ns surely cannot fit now; if so, the wait until it
+    /// should (from the upper bound, so that a retry after the wait is not refused again).
+    pub(crate) fn surely_refused(
+        &self,
+        now: Instant,
+        cost: u64,
+        tolerance: u64,
+    ) -> Option<Duration> {
+        let fits = |bound: &AtomicU64| {
+            bound
+                .load(Ordering::Acquire)
+                .saturating_add(cost)
+                .saturating_sub(tolerance)
+        };
+        let now = self.ns(now);
+        (fits(&self.lo) > now).then(|| Duration::from_nanos(fits(&self.hi).saturating_sub(now)))
+    }
+
+    /// The instant a request of `cost` ns should fit, if nobody else takes tokens first.
+    pub(crate) fn likely_fits_at(&self, cost: u64, tolerance: u64) -> Instant {
+        let fits = self
+            .hi
+            .load(Ordering::Acquire)
+            .saturating_add(cost)
+            .saturating_sub(tolerance);
+        self.at(fits)
+    }
+}
+
+/// The lane of one key of a keyed limit, holding what the last reply for that key said
+/// (the instant the bucket is full again, upper bound) while anyone waits.
+pub(crate) type Lane = tokio::sync::Mutex<Option<Instant>>;
+
+/// The lanes of a keyed limit: one per key with waiters in this process, removed when the
+/// last waiter leaves (so the table is bounded by the number of waiters).
+#[derive(Debug, Default)]
+pub(crate) struct Lanes {
+    map: Mutex<HashMap<[u8; 16], Weak<Lane>>>,
+}
+
+/// A place in a key's lane; leaving (dropping) removes the lane when it was the last one.
+#[derive(Debug)]
+pub(crate) struct Entered<'a> {
+    lanes: &'a Lanes,
+    id: [u8; 16],
+    lane: Option<Arc<Lane>>,
+}
+
+impl Lanes {
+    fn lock(&self) -> MutexGuard<'_, HashMap<[u8; 16], Weak<Lane>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn enter(&self, id: [u8; 16]) -> Entered<'_> {
+        let mut map = self.lock();
+        let lane = match map.get(&id).and_then(Weak::upgrade) {
+            Some(lane) => lane,
+            None => {
+                if map.len() >= 4096 {
+                    // Only entries whose last holder panicked are dead; drop them in bulk.
+                    map.retain(|_, w| w.strong_count() > 0);
+                }
+                let lane = Arc::new(Lane::new(None));
+                map.insert(id, Arc::downgrade(&lane));
+                lane
+            }
+        };
+        Entered {
+            lanes: self,
+            id,
+            lane: Some(lane),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+impl Entered<'_> {
+    pub(crate) fn lane(&self) -> Arc<Lane> {
+        self.lane.clone().unwrap_or_default()
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        let Some(lane) = self.lane.take() else { return };
+        let mut map = self.lanes.lock();
+        // Every other holder of the lane holds an `Entered` of its own (lanes are only
+        // reached through the map, under its lock): a count of 1 means this is the last.
+        if Arc::strong_count(&lane) == 1 {
+            map.remove(&self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::script::Reply;
+
+    #[tokio::test(start_paused = true)]
+    async fn hints_refuse_only_what_surely_cannot_fit() {
+        let hint = Hint::new();
+        let ms = |n: u64| n * 1_000_000;
+        let now = Instant::now();
+        assert_eq!(
+            hint.surely_refused(now, ms(10), ms(30)),
+            None,
+            "nothing known"
+        );
+        // Sent at +0, answered at +2 ms: full again 50 ms after the script ran.
+        let sent = now;
+        tokio::time::advance(Duration::from_millis(2)).await;
+        hint.observe(&Timed {
+            reply: Reply {
+                admitted: true,
+                wait: Duration::ZERO,
+                full_in: Duration::from_millis(50),
+            },
+            sent,
+            received: Instant::now(),
+        });
+        // A 10 ms token with a 30 ms tolerance fits from +30 ms (sure) / +32 ms (likely).
+        let t = Instant::now();
+        assert_eq!(
+            hint.surely_refused(t, ms(10), ms(30)),
+            Some(Duration::from_millis(30)),
+            "the wait is the upper bound"
+        );
+        assert_eq!(
+            hint.likely_fits_at(ms(10), ms(30)),
+            now + Duration::from_millis(32)
+        );
+        tokio::time::advance(Duration::from_millis(28)).await;
+        assert_eq!(hint.surely_refused(Instant::now(), ms(10), ms(30)), None);
+        // A pause moves both bounds, never back.
+        hint.hold(Instant::now(), Duration::from_millis(100));
+        assert!(hint
+            .surely_refused(Instant::now(), ms(10), ms(30))
+            .is_some());
+        hint.hold(Instant::now(), Duration::ZERO);
+        assert!(hint
+            .surely_refused(Instant::now(), ms(10), ms(30))
+            .is_some());
+    }
+
+    #[tokio::test]
+    async fn lanes_are_removed_when_the_last_waiter_leaves() {
+        let lanes = Lanes::default();
+        let a = lanes.enter([1; 16]);
+        let guard = a.lane().lock_owned().await;
+        let b = lanes.enter([1; 16]);
+        assert_eq!(lanes.len(), 1);
+        drop(guard);
+        drop(a);
+        assert_eq!(lanes.len(), 1, "b still waits");
+        drop(b);
+        assert_eq!(lanes.len(), 0);
+    }
+}

@@ -1,0 +1,87 @@
+//! A Redis backend: one limit shared by many processes, atomically (feature `redis`).
+//!
+//! When several processes — workers on several machines sharing one API token, or replicas
+//! of a server — must share one limit, the bucket lives in Redis. [`RedisBucket`] is one
+//! shared limit; [`RedisKeyed`] is one limit per key (user, API key, address).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tower_throttle::redis::{FailurePolicy, RedisBucket};
+//! use tower_throttle::Quota;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let bucket = RedisBucket::builder(Quota::per_second(100).burst(10))
+//!     .url("redis://127.0.0.1:6379")
+//!     .key_prefix("myapp")
+//!     .key("github-api")                                     // → Redis key "myapp:{github-api}"
+//!     .failure_policy(FailurePolicy::Local { fraction: 0.25 }) // 4 processes
+//!     .timeout(Duration::from_millis(50))
+//!     .build()
+//!     .await?;
+//!
+//! let worker = bucket.clone();   // the same limit; so is a RedisBucket in another process
+//! worker.acquire(1).await?;      // waits its turn
+//! bucket.try_acquire(1).await.ok(); // or answers at once
+//! bucket.pause(Duration::from_secs(30)).await?; // a 429 here holds every process
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it works
+//! - **One script per decision.** The whole decision (read, compute, write) is one Lua script,
+//!   which Redis runs atomically: two processes can never both spend the same token, the
+//!   race that makes `GET` + `SET` limiters overshoot exactly under load. Scripts run with
+//!   `EVALSHA`; after a Redis restart, failover or `SCRIPT FLUSH` they are loaded again
+//!   transparently.
+//! - **The Redis clock.** Time comes from `TIME` inside the script, never from the
+//!   processes' clocks, so clock skew between machines does not matter. Arithmetic is in
+//!   integer microseconds (exact in Lua's doubles).
+//! - **Every write expires.** The state (one string per bucket, the GCRA "bucket full again"
+//!   instant) is written with `SET … PX`, the TTL being the time until the bucket is full
+//!   again, rounded up: idle keys vanish, and a vanished key means a full bucket, which is
+//!   what it would be anyway.
+//! - **Nothing locks a key forever.** A stored state further ahead than any legitimate one
+//!   (a clock stepped back after a failover, a stray write) is clamped and the clamp is
+//!   written, so a key is held at most `max_pause + burst × interval`; a key that lost its
+//!   TTL gets it back on the next decision.
+//! - **Keys**: `<prefix>:{<name>}` for a bucket; `<prefix>:{<hash>}` for a keyed limit, the
+//!   key material hashed. The braces are the Redis Cluster hash tag: each decision touches
+//!   one key of one slot, so the scheme suits a cluster (the client itself connects to one
+//!   server: a primary, or a cluster-aware proxy).
+//! - **Waiting without hammering Redis.** Waiters of a process line up first come, first
+//!   served; only the first sleeps until the instant the last reply gave and then asks, so
+//!   an admission costs one round trip in the common case. `try_acquire` refuses at once,
+//!   without a round trip, when an earlier reply already says the tokens cannot fit yet.
+//! - **Failures.** Each call is bounded by a timeout (default 50 ms). When Redis fails —
+//!   unreachable, slow, a reply that makes no sense, a key of another type — the
+//!   [`FailurePolicy`] decides: admit, reject, or decide with an in-memory
+//!   [`Bucket`](crate::Bucket) at a fraction of the quota. After a failure, decisions skip
+//!   Redis for a short while (one probe at a time), then use it again as soon as it answers:
+//!   the connection reconnects by itself.
+//!
+//! # Deploying
+//! - Every process of a limit must use the same URL, key prefix, key and [`Quota`](crate::Quota).
+//! - Use a primary (writes go to it), and a Redis that does not evict keys before their TTL
+//!   (`maxmemory-policy noeviction` or `volatile-ttl`): an evicted key is a full bucket.
+//! - Keep other data out of the key prefix. A key of another type under it makes decisions
+//!   fail with [`RedisErrorKind::WrongType`] (handled by the failure policy), never a panic.
+//! - Only the token bucket (GCRA) is implemented here; the interval is rounded up to whole
+//!   microseconds (so at most 1 000 000 tokens a second).
+//! - The `redis` feature needs Rust 1.88 (the `redis` crate's minimum).
+
+mod backend;
+mod bucket;
+mod builder;
+mod error;
+mod failure;
+mod key;
+mod keyed;
+mod lane;
+mod script;
+
+pub use self::backend::RedisStats;
+pub use self::bucket::RedisBucket;
+pub use self::builder::{RedisBucketBuilder, RedisKeyedBuilder};
+pub use self::error::{RedisDecisionError, RedisError, RedisErrorKind};
+pub use self::failure::FailurePolicy;
+pub use self::keyed::RedisKeyed;

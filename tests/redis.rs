@@ -1,0 +1,637 @@
+//! The Redis backend against a real Redis server (`TOWER_THROTTLE_REDIS_URL`, default
+//! `redis://127.0.0.1:6379`). These tests fail, loudly, when Redis is unreachable.
+#![cfg(feature = "redis")]
+
+mod redis_support;
+
+use std::time::Duration;
+
+use redis_support::{assert_ttl_ok, inspect, raw, redis_now_us, redis_url, unique_prefix};
+use tokio::time::Instant;
+use tower_throttle::redis::{
+    FailurePolicy, RedisBucket, RedisDecisionError, RedisErrorKind, RedisKeyed,
+};
+use tower_throttle::Quota;
+
+async fn bucket(tag: &str, quota: Quota, policy: FailurePolicy) -> RedisBucket {
+    raw(&redis_url()).await; // a clear message when Redis is not there
+    RedisBucket::builder(quota)
+        .url(redis_url())
+        .key_prefix(unique_prefix(tag))
+        .key("bucket")
+        .failure_policy(policy)
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("connect to the test Redis")
+}
+
+fn wait_of(r: Result<(), RedisDecisionError>) -> Duration {
+    match r {
+        Err(RedisDecisionError::Throttled(t)) => t.wait(),
+        other => panic!("expected a throttled answer, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn admits_the_burst_then_throttles_with_the_wait() {
+    let b = bucket(
+        "burst",
+        Quota::per_second(10).burst(3),
+        FailurePolicy::Closed,
+    )
+    .await;
+    for _ in 0..3 {
+        b.try_acquire(1).await.unwrap();
+    }
+    let wait = wait_of(b.try_acquire(1).await);
+    assert!(
+        wait > Duration::from_millis(50) && wait <= Duration::from_millis(100),
+        "{wait:?}"
+    );
+    // The third admission's reply said the bucket is empty: refused without a round trip.
+    assert_eq!(b.stats().round_trips, 3);
+    assert_eq!(b.stats().local_refusals, 1);
+    tokio::time::sleep(wait).await;
+    b.try_acquire(1).await.unwrap();
+    assert_eq!(b.stats().failures, 0);
+    assert_eq!(b.stats().fallbacks, 0);
+}
+
+#[tokio::test]
+async fn more_than_the_burst_fails_at_once_without_a_round_trip() {
+    let b = bucket(
+        "exceeds",
+        Quota::per_second(10).burst(3),
+        FailurePolicy::Closed,
+    )
+    .await;
+    for r in [b.try_acquire(4).await, b.acquire(4).await] {
+        match r {
+            Err(RedisDecisionError::ExceedsBurst(e)) => {
+                assert_eq!((e.requested(), e.burst()), (4, 3));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    b.try_acquire(0).await.unwrap();
+    b.acquire(0).await.unwrap();
+    assert_eq!(b.stats().round_trips, 0);
+}
+
+#[tokio::test]
+async fn every_write_leaves_a_ttl_within_the_time_to_refill() {
+    let url = redis_url();
+    let mut conn = raw(&url).await;
+    let b = bucket("ttl", Quota::per_second(20).burst(5), FailurePolicy::Closed).await;
+    let key = b.redis_key().to_owned();
+
+    b.try_acquire(1).await.unwrap();
+    assert_ttl_ok(&mut conn, &key, "after one admission").await;
+    b.try_acquire(4).await.unwrap();
+    assert_ttl_ok(&mut conn, &key, "after emptying the bucket").await;
+    let _ = b.try_acquire(1).await.unwrap_err();
+
+    // A key that lost its TTL gets it back on the deny path (no admission needed).
+    let _: () = redis::cmd("PERSIST")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (pttl, _) = inspect(&mut conn, &key).await;
+    assert_eq!(pttl, -1);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    // New handles: no local knowledge, so they ask Redis.
+    let fresh = || async {
+        let h = RedisBucket::builder(b.quota())
+            .url(&url)
+            .key_prefix(key.split(':').next().unwrap())
+            .key("bucket")
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(h.redis_key(), key);
+        h
+    };
+    let _ = wait_of(fresh().await.try_acquire(1).await);
+    assert_ttl_ok(&mut conn, &key, "after a refusal of a key without TTL").await;
+
+    // A TTL far longer than the state is cut back too.
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(&key)
+        .arg(3_600_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _ = wait_of(fresh().await.try_acquire(1).await);
+    assert_ttl_ok(
+        &mut conn,
+        &key,
+        "after a refusal of a key with a too-long TTL",
+    )
+    .await;
+
+    // A pause: the TTL covers the pause, and no more than pause + refill.
+    b.pause(Duration::from_millis(400)).await.unwrap();
+    assert_ttl_ok(&mut conn, &key, "after a pause").await;
+    let (pttl, _) = inspect(&mut conn, &key).await;
+    assert!(pttl > 400 && pttl <= 400 + 200 + 1, "{pttl}");
+
+    // The TTL is exactly what makes an idle key vanish when the bucket is full again.
+    tokio::time::sleep(Duration::from_millis(650)).await;
+    let (pttl, _) = inspect(&mut conn, &key).await;
+    assert_eq!(pttl, -2, "the key is gone once the bucket is full again");
+}
+
+#[tokio::test]
+async fn a_far_future_state_never_locks_a_key_out() {
+    let url = redis_url();
+    let mut conn = raw(&url).await;
+    let quota = Quota::per_second(10).burst(2); // refills fully in 200 ms
+    let b = RedisBucket::builder(quota)
+        .url(&url)
+        .key_prefix(unique_prefix("future"))
+        .key("bucket")
+        .failure_policy(FailurePolicy::Closed)
+        .max_pause(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let key = b.redis_key().to_owned();
+
+    // A clock stepped back by an hour (or a stray write): TAT one hour ahead, no TTL.
+    let now = redis_now_us(&mut conn).await;
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(now + 3_600_000_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let wait = wait_of(b.try_acquire(1).await);
+    assert!(
+        wait <= Duration::from_millis(100),
+        "clamped to one interval: {wait:?}"
+    );
+    // The clamp is persisted, with a TTL.
+    assert_ttl_ok(&mut conn, &key, "after clamping").await;
+    let (pttl, left) = inspect(&mut conn, &key).await;
+    assert!(pttl <= 201 && left <= 200_000, "{pttl} ms, {left} µs");
+    tokio::time::sleep(wait).await;
+    b.try_acquire(1).await.expect("admitted after one interval");
+
+    // A pause stored far in the future is cut to max_pause (300 ms).
+    let now = redis_now_us(&mut conn).await;
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(format!("{}:{}", now, now + 86_400_000_000))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // New handles: no local knowledge, so they ask Redis.
+    let fresh = || async {
+        RedisBucket::builder(quota)
+            .url(&url)
+            .key_prefix(key.split(':').next().unwrap())
+            .key("bucket")
+            .max_pause(Duration::from_millis(300))
+            .build()
+            .await
+            .unwrap()
+    };
+    let h = fresh().await;
+    let wait = wait_of(h.try_acquire(1).await);
+    assert!(
+        wait > Duration::from_millis(200) && wait <= Duration::from_millis(300),
+        "{wait:?}"
+    );
+    assert_ttl_ok(&mut conn, &key, "after clamping a pause").await;
+    tokio::time::sleep(wait).await;
+    h.try_acquire(1)
+        .await
+        .expect("admitted when the clamped pause ends");
+    // Digits beyond any double: clamped too.
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("9".repeat(400))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let wait = wait_of(fresh().await.try_acquire(1).await);
+    assert!(wait <= Duration::from_millis(100), "{wait:?}");
+    assert_ttl_ok(&mut conn, &key, "after clamping 400 digits").await;
+}
+
+#[tokio::test]
+async fn a_garbage_value_counts_as_a_full_bucket_and_is_overwritten() {
+    let mut conn = raw(&redis_url()).await;
+    let b = bucket(
+        "garbage",
+        Quota::per_second(10).burst(2),
+        FailurePolicy::Closed,
+    )
+    .await;
+    let key = b.redis_key().to_owned();
+    for junk in ["hello", "", "-5", "1.5", "12:x", "1e9"] {
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(junk)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        b.try_acquire(1)
+            .await
+            .unwrap_or_else(|e| panic!("{junk:?}: {e:?}"));
+        let v: String = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(v.bytes().all(|c| c.is_ascii_digit()), "{junk:?} → {v:?}");
+        assert_ttl_ok(&mut conn, &key, junk).await;
+    }
+}
+
+#[tokio::test]
+async fn a_key_of_another_type_is_a_typed_error_never_a_panic() {
+    let url = redis_url();
+    let mut conn = raw(&url).await;
+    let closed = bucket("wrongtype", Quota::per_second(10), FailurePolicy::Closed).await;
+    let key = closed.redis_key().to_owned();
+    let _: () = redis::cmd("RPUSH")
+        .arg(&key)
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    for r in [closed.try_acquire(1).await, closed.acquire(1).await] {
+        match r {
+            Err(RedisDecisionError::Backend(e)) => {
+                assert_eq!(e.kind(), RedisErrorKind::WrongType);
+                assert!(
+                    std::error::Error::source(&e).is_some(),
+                    "redis error as source"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // One bad key is not an outage: the next call goes to Redis again.
+    let before = closed.stats().round_trips;
+    let _ = closed.try_acquire(1).await;
+    assert_eq!(closed.stats().round_trips, before + 1);
+    match closed.pause(Duration::from_millis(10)).await {
+        Err(RedisDecisionError::Backend(e)) => assert_eq!(e.kind(), RedisErrorKind::WrongType),
+        other => panic!("{other:?}"),
+    }
+
+    // Other policies apply as for any failure.
+    let open = RedisBucket::builder(Quota::per_second(10))
+        .url(&url)
+        .key_prefix(key.split(':').next().unwrap())
+        .key("bucket")
+        .failure_policy(FailurePolicy::Open)
+        .build()
+        .await
+        .unwrap();
+    open.try_acquire(1).await.unwrap();
+    open.acquire(1).await.unwrap();
+    assert_eq!(open.stats().fallbacks, 2);
+    let t: String = redis::cmd("TYPE")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(t, "list", "someone else's value is left alone");
+}
+
+#[tokio::test]
+async fn script_flush_between_calls_is_invisible() {
+    let mut conn = raw(&redis_url()).await;
+    let b = bucket("flush", Quota::per_second(1000), FailurePolicy::Closed).await;
+    for _ in 0..3 {
+        b.try_acquire(1).await.unwrap();
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        b.acquire(1).await.unwrap();
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        b.pause(Duration::ZERO).await.unwrap();
+    }
+    let s = b.stats();
+    assert_eq!((s.failures, s.fallbacks), (0, 0), "{s:?}");
+    assert_eq!(s.round_trips, 9, "each call ran the script in Redis: {s:?}");
+}
+
+#[tokio::test]
+async fn a_pause_in_one_process_holds_the_others() {
+    let url = redis_url();
+    let quota = Quota::per_second(20).burst(5);
+    let prefix = unique_prefix("pause");
+    let mk = || {
+        RedisBucket::builder(quota)
+            .url(&url)
+            .key_prefix(&prefix)
+            .key("shared")
+            .failure_policy(FailurePolicy::Closed)
+            .build()
+    };
+    raw(&url).await;
+    // Two handles, two connections: as two processes.
+    let (a, b) = (mk().await.unwrap(), mk().await.unwrap());
+    b.try_acquire(1).await.unwrap();
+
+    let t0 = Instant::now();
+    a.pause(Duration::from_millis(300)).await.unwrap();
+    let wait = wait_of(b.try_acquire(1).await);
+    assert!(
+        wait > Duration::from_millis(250) && wait <= Duration::from_millis(300),
+        "{wait:?}"
+    );
+    // A shorter pause does not shorten it.
+    b.pause(Duration::from_millis(10)).await.unwrap();
+    let wait2 = wait_of(b.try_acquire(1).await);
+    assert!(wait2 > Duration::from_millis(200), "{wait2:?}");
+
+    b.acquire(1).await.unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t0.elapsed()
+    );
+    // No burst when the pause ends: the next token is one interval later.
+    let next = wait_of(a.try_acquire(1).await);
+    assert!(
+        next > Duration::from_millis(20) && next <= Duration::from_millis(50),
+        "{next:?}"
+    );
+}
+
+#[tokio::test]
+async fn waiters_are_served_in_order_with_one_round_trip_each() {
+    let b = bucket(
+        "fifo",
+        Quota::per_second(50).burst(1),
+        FailurePolicy::Closed,
+    )
+    .await;
+    let start = Instant::now();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let (b, tx) = (b.clone(), tx.clone());
+        tasks.push(tokio::spawn(async move {
+            b.acquire(1).await.unwrap();
+            tx.send(i).unwrap();
+        }));
+        tokio::task::yield_now().await; // arrive in order
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    drop(tx);
+    let mut order = Vec::new();
+    while let Some(i) = rx.recv().await {
+        order.push(i);
+    }
+    assert_eq!(
+        order,
+        (0..10).collect::<Vec<_>>(),
+        "first come, first served"
+    );
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(180) && elapsed < Duration::from_millis(400),
+        "9 intervals of 20 ms: {elapsed:?}"
+    );
+    let trips = b.stats().round_trips;
+    assert!(
+        trips <= 12,
+        "one round trip per admission in the common case: {trips}"
+    );
+}
+
+#[tokio::test]
+async fn try_acquire_refuses_locally_what_a_reply_already_refused() {
+    let b = bucket(
+        "local",
+        Quota::per_second(10).burst(1),
+        FailurePolicy::Closed,
+    )
+    .await;
+    b.try_acquire(1).await.unwrap();
+    // The admission's reply said the bucket is empty: both refused without Redis.
+    let w1 = wait_of(b.try_acquire(1).await);
+    let w2 = wait_of(b.try_acquire(1).await);
+    assert!(
+        w2 <= w1 && w1 <= Duration::from_millis(100),
+        "{w2:?} vs {w1:?}"
+    );
+    assert_eq!(b.stats().round_trips, 1, "answered without Redis");
+    assert_eq!(b.stats().local_refusals, 2);
+    // The wait is an upper bound: a retry after it is admitted.
+    tokio::time::sleep(w2).await;
+    b.try_acquire(1).await.unwrap();
+    assert_eq!(b.stats().round_trips, 2);
+}
+
+#[tokio::test]
+async fn keyed_limits_are_independent_hashed_and_bounded() {
+    let url = redis_url();
+    let mut conn = raw(&url).await;
+    let prefix = unique_prefix("keyed");
+    let quota = Quota::per_second(10).burst(2);
+    let mk = || {
+        RedisKeyed::builder(quota)
+            .url(&url)
+            .key_prefix(&prefix)
+            .failure_policy(FailurePolicy::Closed)
+            .build()
+    };
+    let (k1, k2) = (mk().await.unwrap(), mk().await.unwrap());
+
+    k1.try_acquire("alice", 2).await.unwrap();
+    let _ = wait_of(k2.try_acquire("alice", 1).await); // shared across handles
+    k2.try_acquire("bob", 2).await.unwrap(); // independent keys
+
+    let huge = vec![b'{'; 1 << 20];
+    for key in [&b"alice"[..], b"{evil}:x", b"", &huge] {
+        let rkey = k1.redis_key(key);
+        assert!(rkey.starts_with(&format!("{prefix}:{{")) && rkey.ends_with('}'));
+        assert_eq!(rkey.len(), prefix.len() + 35, "bounded length: {rkey}");
+        assert_eq!(rkey.matches('{').count(), 1, "one hash tag");
+        k1.try_acquire(key, 1).await.unwrap_or_else(|e| {
+            assert!(e.throttled().is_some(), "{e:?}");
+        });
+        assert_ttl_ok(&mut conn, &rkey, "keyed write").await;
+    }
+    let stored: Option<String> = redis::cmd("GET")
+        .arg(format!("{prefix}:alice"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(stored.is_none(), "key material never appears in Redis");
+
+    // Keyed waiting and pausing.
+    k2.try_acquire("erin", 2).await.unwrap();
+    let t0 = Instant::now();
+    k1.acquire("erin", 1).await.unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(80),
+        "{:?}",
+        t0.elapsed()
+    );
+    k2.pause("carol", Duration::from_millis(200)).await.unwrap();
+    let wait = wait_of(k1.try_acquire("carol", 1).await);
+    assert!(wait > Duration::from_millis(150), "{wait:?}");
+    k1.try_acquire("dave", 1).await.unwrap();
+    let s = k1.stats();
+    assert_eq!((s.failures, s.fallbacks), (0, 0), "{s:?}");
+}
+
+#[tokio::test]
+async fn bad_settings_are_clear_errors() {
+    let url = redis_url();
+    raw(&url).await;
+    let q = Quota::per_second(1);
+    let config = |r: Result<RedisBucket, tower_throttle::redis::RedisError>| {
+        assert_eq!(r.unwrap_err().kind(), RedisErrorKind::Config);
+    };
+    config(RedisBucket::builder(q).key("k").build().await); // no url
+    config(RedisBucket::builder(q).url(&url).build().await); // no key
+    config(RedisBucket::builder(q).url(&url).key("a b").build().await);
+    config(
+        RedisBucket::builder(q)
+            .url(&url)
+            .key("k")
+            .key_prefix("x{y}")
+            .build()
+            .await,
+    );
+    config(
+        RedisBucket::builder(q)
+            .url("http://nope")
+            .key("k")
+            .build()
+            .await,
+    );
+    config(
+        RedisBucket::builder(q)
+            .url(&url)
+            .key("k")
+            .failure_policy(FailurePolicy::Local { fraction: 0.0 })
+            .build()
+            .await,
+    );
+    config(
+        RedisBucket::builder(q)
+            .url(&url)
+            .key("k")
+            .timeout(Duration::ZERO)
+            .build()
+            .await,
+    );
+    config(
+        RedisBucket::builder(Quota::per_hour(1).burst(1_000_000))
+            .url(&url)
+            .key("k")
+            .build()
+            .await,
+    );
+    let e = RedisKeyed::builder(q).build().await.unwrap_err();
+    assert_eq!(e.kind(), RedisErrorKind::Config);
+    assert_eq!(e.to_string(), "redis url not set");
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_fails_the_build_or_follows_the_policy_when_lazy() {
+    let port = redis_support::free_port(); // nothing listens there
+    let url = format!("redis://127.0.0.1:{port}");
+    let t0 = Instant::now();
+    let e = RedisBucket::builder(Quota::per_second(1))
+        .url(&url)
+        .key("k")
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_ne!(e.kind(), RedisErrorKind::Config, "{e:?}");
+
+    let lazy = RedisBucket::builder(Quota::per_second(1).burst(1))
+        .url(&url)
+        .key("k")
+        .connect_lazily()
+        .timeout(Duration::from_millis(50))
+        .failure_policy(FailurePolicy::Local { fraction: 1.0 })
+        .build()
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    lazy.try_acquire(1).await.unwrap();
+    let _ = wait_of(lazy.try_acquire(1).await);
+    assert!(
+        t0.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(lazy.stats().fallbacks, 2);
+}
+
+/// The handles and their futures can go anywhere: spawned tasks, boxed service futures.
+#[test]
+fn handles_and_futures_are_send_and_sync() {
+    fn send_sync<T: Send + Sync + 'static>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    fn check(b: RedisBucket, k: RedisKeyed) {
+        send(&b.try_acquire(1));
+        send(&b.acquire(1));
+        send(&b.pause(Duration::ZERO));
+        send(&k.try_acquire("key", 1));
+        send(&k.acquire(String::from("key"), 1));
+        send(&k.pause(b"key", Duration::ZERO));
+        send_sync(&b);
+        send_sync(&k);
+    }
+    let _ = check;
+    fn error_is_std<E: std::error::Error + Send + Sync + 'static>() {}
+    error_is_std::<RedisDecisionError>();
+    error_is_std::<tower_throttle::redis::RedisError>();
+}
+
+#[tokio::test]
+async fn a_dropped_waiter_gives_its_place_back() {
+    let b = bucket(
+        "cancel",
+        Quota::per_second(10).burst(1),
+        FailurePolicy::Closed,
+    )
+    .await;
+    b.try_acquire(1).await.unwrap();
+    let t0 = Instant::now();
+    let first = tokio::spawn({
+        let b = b.clone();
+        async move { b.acquire(1).await }
+    });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let second = tokio::spawn({
+        let b = b.clone();
+        async move { b.acquire(1).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    first.abort(); // asleep at the head of the line
+    assert!(first.await.unwrap_err().is_cancelled());
+    second.await.unwrap().unwrap();
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(90) && took < Duration::from_millis(180),
+        "the second waiter took the first one's turn: {took:?}"
+    );
+}
