@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
-use super::{AcquireError, Bucket, Reservation, Waiter};
+use super::{AcquireError, Bucket, RemoteAcquire, Reservation, Waiter};
 
 /// Waits for tokens of a [`Bucket`]: the future of [`Bucket::acquire`].
 ///
@@ -25,6 +25,7 @@ enum State {
         waiter: Waiter,
         sleep: Pin<Box<Sleep>>,
     },
+    Remote(RemoteAcquire),
     Done,
 }
 
@@ -49,6 +50,10 @@ impl Future for Acquire<'_> {
                     if this.n == 0 {
                         this.state = State::Done;
                         return Poll::Ready(Ok(()));
+                    }
+                    if let Some(remote) = this.bucket.remote() {
+                        this.state = State::Remote(remote.acquire(this.n));
+                        continue;
                     }
                     let reserved = this
                         .bucket
@@ -79,6 +84,11 @@ impl Future for Acquire<'_> {
                     this.state = State::Done;
                     return Poll::Ready(result.map(drop).map_err(AcquireError::from));
                 }
+                State::Remote(fut) => {
+                    let result = std::task::ready!(fut.as_mut().poll(cx));
+                    this.state = State::Done;
+                    return Poll::Ready(result);
+                }
                 State::Done => panic!("`Acquire` polled after completion"),
             }
         }
@@ -89,7 +99,10 @@ impl fmt::Debug for Acquire<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Acquire")
             .field("n", &self.n)
-            .field("waiting", &matches!(self.state, State::Waiting { .. }))
+            .field(
+                "waiting",
+                &matches!(self.state, State::Waiting { .. } | State::Remote(_)),
+            )
             .finish()
     }
 }

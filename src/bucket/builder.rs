@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::clock::Clock;
 use super::shared::Shared;
-use super::{Algorithm, Bucket};
+use super::{Algorithm, Bucket, Remote};
 use crate::Quota;
 
 /// Builds a [`Bucket`]: [`Bucket::builder`].
@@ -17,12 +17,13 @@ use crate::Quota;
 ///     .build();
 /// assert_eq!(bucket.algorithm(), Algorithm::SlidingLog);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use]
 pub struct BucketBuilder {
     quota: Quota,
     algorithm: Algorithm,
     clock: Clock,
+    remote: Option<Arc<dyn Remote>>,
 }
 
 impl BucketBuilder {
@@ -31,7 +32,15 @@ impl BucketBuilder {
             quota,
             algorithm: Algorithm::TokenBucket,
             clock: Clock::tokio(),
+            remote: None,
         }
+    }
+
+    /// Defer admissions of the waiting paths to a shared, remote limit.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn remote(mut self, remote: Arc<dyn Remote>) -> Self {
+        self.remote = Some(remote);
+        self
     }
 
     /// The algorithm (default: [`Algorithm::TokenBucket`]).
@@ -54,7 +63,23 @@ impl BucketBuilder {
     /// The bucket, full.
     pub fn build(self) -> Bucket {
         Bucket {
-            shared: Arc::new(Shared::new(self.quota, self.algorithm, self.clock)),
+            shared: Arc::new(Shared::new(
+                self.quota,
+                self.algorithm,
+                self.clock,
+                self.remote,
+            )),
         }
+    }
+}
+
+impl std::fmt::Debug for BucketBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BucketBuilder")
+            .field("quota", &self.quota)
+            .field("algorithm", &self.algorithm)
+            .field("clock", &self.clock)
+            .field("remote", &self.remote.is_some())
+            .finish()
     }
 }

@@ -26,6 +26,7 @@ mod builder;
 mod clock;
 mod gcra;
 mod queue;
+mod remote;
 mod shared;
 mod window;
 
@@ -39,6 +40,7 @@ pub use self::acquire::Acquire;
 pub use self::algorithm::Algorithm;
 pub use self::builder::BucketBuilder;
 pub(crate) use self::clock::Clock;
+pub(crate) use self::remote::{Remote, RemoteAcquire};
 use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
 use crate::Quota;
@@ -156,6 +158,9 @@ impl Bucket {
     /// never shortens a longer one already in force.
     pub fn pause(&self, cooldown: Duration) {
         self.shared.pause(cooldown);
+        if let Some(remote) = self.shared.remote() {
+            remote.pause(cooldown);
+        }
     }
 
     /// Change the quota of this live bucket, for every clone, without rebuilding it.
@@ -195,6 +200,11 @@ impl Bucket {
 
     pub(crate) fn give_back(&self, permit: Permit) {
         self.shared.give_back(permit);
+    }
+
+    /// The shared limit this bucket defers to (Redis), if any.
+    pub(crate) fn remote(&self) -> Option<&std::sync::Arc<dyn Remote>> {
+        self.shared.remote()
     }
 }
 

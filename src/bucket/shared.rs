@@ -31,7 +31,7 @@ use super::clock::Clock;
 use super::gcra::{Gcra, Level};
 use super::queue::{Entry, Queue};
 use super::window::{Fixed, Log, Sliding, Window};
-use super::{AcquireError, Algorithm, ExceedsBurst};
+use super::{AcquireError, Algorithm, ExceedsBurst, Remote};
 use crate::Quota;
 
 #[derive(Debug)]
@@ -43,6 +43,7 @@ pub(crate) struct Shared {
     capacity: AtomicU32,
     paused_until: AtomicU64,
     state: Mutex<State>,
+    remote: Option<Arc<dyn Remote>>,
 }
 
 #[derive(Debug)]
@@ -64,6 +65,17 @@ pub(crate) struct Permit {
     at: u64,
     /// GCRA: `tat` right after this admission; giving the permit back is exact before it.
     tat: u64,
+}
+
+impl Permit {
+    /// An admission granted elsewhere (a remote limit): nothing to give back.
+    pub(crate) fn remote() -> Self {
+        Permit {
+            tokens: 0,
+            at: 0,
+            tat: 0,
+        }
+    }
 }
 
 /// What [`Shared::reserve`] hands out.
@@ -99,7 +111,12 @@ fn window_of(quota: &Quota, algorithm: Algorithm, now: u64) -> Option<Box<dyn Wi
 }
 
 impl Shared {
-    pub(crate) fn new(quota: Quota, algorithm: Algorithm, clock: Clock) -> Self {
+    pub(crate) fn new(
+        quota: Quota,
+        algorithm: Algorithm,
+        clock: Clock,
+        remote: Option<Arc<dyn Remote>>,
+    ) -> Self {
         let (interval, tolerance) = engine_params(&quota, algorithm);
         Shared {
             algorithm,
@@ -114,7 +131,12 @@ impl Shared {
                 window: window_of(&quota, algorithm, clock.now_ns()),
             }),
             clock,
+            remote,
         }
+    }
+
+    pub(crate) fn remote(&self) -> Option<&Arc<dyn Remote>> {
+        self.remote.as_ref()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
-use crate::bucket::{Bucket, Permit, Reservation, Waiter};
+use crate::bucket::{Bucket, Permit, RemoteAcquire, Reservation, Waiter};
 
 /// What one service instance holds between `poll_ready` and `call`.
 ///
@@ -19,10 +19,11 @@ pub(crate) struct Gate {
     sleep: Option<Pin<Box<Sleep>>>,
 }
 
-#[derive(Debug)]
 enum State {
     Idle,
     Waiting(Waiter),
+    /// Waiting on a shared, remote limit (Redis).
+    Remote(RemoteAcquire),
     Ready(Permit),
 }
 
@@ -44,6 +45,15 @@ impl Gate {
         loop {
             match &mut self.state {
                 State::Ready(_) => return Poll::Ready(()),
+                State::Idle if self.bucket.remote().is_some() => {
+                    let remote = self.bucket.remote().expect("checked");
+                    self.state = State::Remote(remote.acquire(1));
+                }
+                State::Remote(fut) => {
+                    // One token always fits; a remote limit answers only once it admits.
+                    let _ = std::task::ready!(fut.as_mut().poll(cx));
+                    self.state = State::Ready(Permit::remote());
+                }
                 State::Idle => {
                     // One token always fits (every burst is at least 1), and the waiting
                     // layer is never refused: it waits.
@@ -91,6 +101,17 @@ impl Drop for Gate {
     fn drop(&mut self) {
         if let State::Ready(permit) = std::mem::replace(&mut self.state, State::Idle) {
             self.bucket.give_back(permit);
+        }
+    }
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            State::Idle => f.write_str("Idle"),
+            State::Waiting(w) => f.debug_tuple("Waiting").field(w).finish(),
+            State::Remote(_) => f.write_str("Remote"),
+            State::Ready(p) => f.debug_tuple("Ready").field(p).finish(),
         }
     }
 }

@@ -77,6 +77,7 @@ mod failure;
 mod key;
 mod keyed;
 mod lane;
+mod remote;
 mod script;
 
 pub use self::backend::RedisStats;

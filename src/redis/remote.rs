@@ -1,0 +1,56 @@
+//! A [`RedisBucket`] behind the crate's [`Bucket`]: the waiting layers and the coordinated
+//! pause use Redis through the same handle.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{RedisBucket, RedisDecisionError};
+use crate::bucket::{Remote, RemoteAcquire};
+use crate::Bucket;
+
+/// How long a waiter holds off when the failure policy refuses (Redis down, policy `Closed`)
+/// before it asks again.
+const RETRY_BACKEND: Duration = Duration::from_millis(100);
+
+impl Remote for RedisBucket {
+    fn acquire(&self, n: u32) -> RemoteAcquire {
+        let this = self.clone();
+        Box::pin(async move {
+            loop {
+                match this.acquire(n).await {
+                    Ok(()) => return Ok(()),
+                    Err(RedisDecisionError::ExceedsBurst(e)) => return Err(e.into()),
+                    // A waiting client waits for the shared limit to answer again.
+                    Err(_) => tokio::time::sleep(RETRY_BACKEND).await,
+                }
+            }
+        })
+    }
+
+    fn pause(&self, cooldown: Duration) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let this = self.clone();
+            rt.spawn(async move {
+                let _ = this.pause(cooldown).await;
+            });
+        }
+    }
+}
+
+impl From<RedisBucket> for Bucket {
+    /// A [`Bucket`] whose waiting paths ask Redis: [`RateLimitLayer`](crate::RateLimitLayer)
+    /// and [`Bucket::acquire`] wait for the shared limit (through the Redis bucket's fair,
+    /// quiet queue), and [`Bucket::pause`] — which [`RetryAfterLayer`](crate::RetryAfterLayer)
+    /// calls on a 429 — holds every process.
+    ///
+    /// The synchronous paths cannot ask Redis: [`Bucket::try_acquire`] and
+    /// [`Bucket::snapshot`] see only this process's local bucket at the same quota (a bound
+    /// for this process alone). Use [`RedisBucket::try_acquire`] for a shared decision without
+    /// waiting.
+    fn from(redis: RedisBucket) -> Self {
+        let quota = redis.quota();
+        Bucket::builder(quota)
+            .remote(Arc::new(redis) as Arc<dyn Remote>)
+            .build()
+    }
+}

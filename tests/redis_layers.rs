@@ -1,0 +1,100 @@
+//! The tower layers on a Redis-backed `Bucket`: one limit and one pause across "processes"
+//! (separate Redis clients on one key), against a real Redis server.
+#![cfg(feature = "redis")]
+
+#[path = "redis_support/mod.rs"]
+mod redis_support;
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, StatusCode};
+use redis_support::{redis_url, unique_prefix};
+use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
+use tower_throttle::redis::RedisBucket;
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+
+/// A separate Redis client on the shared key: what another process would build.
+async fn process(prefix: &str, quota: Quota) -> Bucket {
+    let redis = RedisBucket::builder(quota)
+        .url(redis_url())
+        .key_prefix(prefix)
+        .key("api")
+        .build()
+        .await
+        .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
+    Bucket::from(redis)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_layers_of_two_processes_share_one_redis_limit() {
+    let prefix = unique_prefix("layers");
+    let quota = Quota::per_second(20).burst(5);
+    let (a, b) = (process(&prefix, quota).await, process(&prefix, quota).await);
+    let start = Instant::now();
+    let admitted = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, bucket) in [a, b].into_iter().cycle().take(40).enumerate() {
+        let admitted = admitted.clone();
+        let mut svc = ServiceBuilder::new()
+            .layer(RateLimitLayer::new(bucket))
+            .service(service_fn(move |()| {
+                admitted.lock().unwrap().push((start.elapsed(), i % 2));
+                async { Ok::<_, Infallible>(()) }
+            }));
+        tasks.push(tokio::spawn(async move {
+            loop {
+                svc.ready().await.unwrap().call(()).await.unwrap();
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for t in &tasks {
+        t.abort();
+    }
+    let admitted = admitted.lock().unwrap().clone();
+    let n = admitted
+        .iter()
+        .filter(|a| a.0 < Duration::from_millis(1_500))
+        .count();
+    // burst + rate·t = 5 + 30 across both; either process alone could have taken 35.
+    assert!(n <= 36, "{n} admitted in 1.5 s across both processes");
+    assert!(n >= 28, "only {n} admitted");
+    assert!(admitted.iter().any(|a| a.1 == 0) && admitted.iter().any(|a| a.1 == 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_seen_by_one_process_holds_the_other() {
+    let prefix = unique_prefix("pause");
+    let quota = Quota::per_second(100).burst(10);
+    let (a, b) = (process(&prefix, quota).await, process(&prefix, quota).await);
+    // Process A's server refuses with Retry-After: 2; A returns the 429 (no retries here).
+    let api = service_fn(|_req: Request<String>| async {
+        let mut resp = Response::new(String::new());
+        *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        resp.headers_mut()
+            .insert("retry-after", "2".parse().unwrap());
+        Ok::<_, Infallible>(resp)
+    });
+    let client_a = ServiceBuilder::new()
+        .layer(RetryAfterLayer::new(a.clone()).max_retries(0))
+        .layer(RateLimitLayer::new(a))
+        .service(api);
+    let resp = client_a.oneshot(Request::new(String::new())).await.unwrap();
+    let refused_at = Instant::now();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    // Process B never saw the 429. The pause reaches Redis asynchronously; give that write
+    // a moment, then B's next request must wait for the end of A's cooldown.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut svc_b =
+        RateLimitLayer::new(b).layer(service_fn(|()| async { Ok::<_, Infallible>(()) }));
+    svc_b.ready().await.unwrap();
+    let held = refused_at.elapsed();
+    assert!(
+        held >= Duration::from_millis(1_950),
+        "process B went after {held:?}, inside A's 2 s cooldown"
+    );
+    assert!(held < Duration::from_secs(3), "{held:?}");
+}
