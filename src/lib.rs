@@ -91,6 +91,7 @@ mod trace;
 pub mod bucket;
 pub mod headers;
 pub mod keyed;
+pub mod observe;
 mod quota;
 pub mod rate_limit;
 #[cfg(feature = "redis")]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::clock::Clock;
 use super::shared::Shared;
 use super::{Algorithm, Bucket, Remote};
+use crate::observe::Observer;
 use crate::Quota;
 
 /// Builds a [`Bucket`]: [`Bucket::builder`].
@@ -24,6 +25,7 @@ pub struct BucketBuilder {
     algorithm: Algorithm,
     clock: Clock,
     remote: Option<Arc<dyn Remote>>,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl BucketBuilder {
@@ -33,7 +35,15 @@ impl BucketBuilder {
             algorithm: Algorithm::TokenBucket,
             clock: Clock::tokio(),
             remote: None,
+            observer: None,
         }
+    }
+
+    /// Report admissions, delays, refusals and pauses to `observer` (see
+    /// [`observe`](crate::observe)).
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// Defer admissions of the waiting paths to a shared, remote limit.
@@ -68,6 +78,7 @@ impl BucketBuilder {
                 self.algorithm,
                 self.clock,
                 self.remote,
+                self.observer,
             )),
         }
     }
@@ -80,6 +91,7 @@ impl std::fmt::Debug for BucketBuilder {
             .field("algorithm", &self.algorithm)
             .field("clock", &self.clock)
             .field("remote", &self.remote.is_some())
+            .field("observer", &self.observer.is_some())
             .finish()
     }
 }

@@ -133,8 +133,18 @@ impl Bucket {
         }
         self.shared.check(n).map_err(|_| Throttled::never())?;
         match self.shared.try_admit(n) {
-            Ok(_) => Ok(()),
-            Err(ns) => Err(Throttled::after(Duration::from_nanos(ns))),
+            Ok(_) => {
+                self.shared.observe_admitted(n, 0);
+                Ok(())
+            }
+            Err(ns) => {
+                let wait = Duration::from_nanos(ns);
+                if let Some(o) = &self.shared.observer {
+                    o.refused(n, wait, false);
+                    o.tokens(self.snapshot().available);
+                }
+                Err(Throttled::after(wait))
+            }
         }
     }
 

@@ -32,6 +32,7 @@ use super::gcra::{Gcra, Level};
 use super::queue::{Entry, Queue};
 use super::window::{Fixed, Log, Sliding, Window};
 use super::{AcquireError, Algorithm, ExceedsBurst, Remote};
+use crate::observe::Observer;
 use crate::Quota;
 
 #[derive(Debug)]
@@ -44,6 +45,7 @@ pub(crate) struct Shared {
     paused_until: AtomicU64,
     state: Mutex<State>,
     remote: Option<Arc<dyn Remote>>,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
 }
 
 #[derive(Debug)]
@@ -116,6 +118,7 @@ impl Shared {
         algorithm: Algorithm,
         clock: Clock,
         remote: Option<Arc<dyn Remote>>,
+        observer: Option<Arc<dyn Observer>>,
     ) -> Self {
         let (interval, tolerance) = engine_params(&quota, algorithm);
         Shared {
@@ -132,6 +135,18 @@ impl Shared {
             }),
             clock,
             remote,
+            observer,
+        }
+    }
+
+    /// Report an admission after `waited_ns` of waiting.
+    #[inline]
+    pub(crate) fn observe_admitted(&self, tokens: u32, waited_ns: u64) {
+        if let Some(o) = &self.observer {
+            o.admitted(tokens, Duration::from_nanos(waited_ns));
+            if waited_ns > 0 {
+                o.tokens(self.level().0.available.try_into().unwrap_or(u32::MAX));
+            }
         }
     }
 
@@ -227,6 +242,7 @@ impl Shared {
     ) -> Result<Reservation, AcquireError> {
         if self.algorithm.is_gcra() {
             if let Ok(p) = self.try_admit(tokens) {
+                self.observe_admitted(tokens, 0);
                 return Ok(Reservation::Now(p));
             }
         }
@@ -239,6 +255,8 @@ impl Shared {
         let now = self.clock.now_ns();
         let (at, tat) = self.commit(&mut st, tokens, now);
         if at <= now {
+            drop(st);
+            self.observe_admitted(tokens, 0);
             return Ok(Reservation::Now(Permit { tokens, at, tat }));
         }
         st.seq += 1;
@@ -254,6 +272,7 @@ impl Shared {
             shared: Arc::clone(self),
             key: Some(key),
             armed: None,
+            since: now,
         }))
     }
 
@@ -336,6 +355,10 @@ impl Shared {
         let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         // Clamp far-off pauses so arithmetic stays in range (about 146 years).
         let end = now.saturating_add(d).min(u64::MAX / 4);
+        if let Some(o) = &self.observer {
+            o.paused(Duration::from_nanos(d));
+            o.tokens(0);
+        }
         if self.paused_until.fetch_max(end, Ordering::AcqRel) >= end {
             return;
         }
@@ -398,6 +421,8 @@ pub(crate) struct Waiter {
     key: Option<usize>,
     /// The deadline the caller's timer is armed for.
     armed: Option<u64>,
+    /// When it started waiting.
+    since: u64,
 }
 
 impl Waiter {
@@ -427,6 +452,8 @@ impl Waiter {
                     } else {
                         e.deadline + self.shared.gcra.tolerance()
                     };
+                    drop(st);
+                    self.shared.observe_admitted(e.tokens, now - self.since);
                     return Poll::Ready(Ok(Permit {
                         tokens: e.tokens,
                         at: e.deadline,

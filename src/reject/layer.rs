@@ -13,6 +13,7 @@ use super::rejected::Rejected;
 use super::respond::{Fallback, RespondWith, TooManyRequests};
 use super::service::{Config, Reject};
 use crate::keyed::GlobalKey;
+use crate::observe::Observer;
 use crate::RateLimitLayer;
 
 /// Rejects requests over the limit with `429 Too Many Requests` instead of waiting: the
@@ -63,6 +64,8 @@ pub struct RejectLayer<K = (), E = GlobalKey, O = TooManyRequests> {
     max_wait: Duration,
     x_ratelimit: bool,
     admitted: bool,
+    dry_run: bool,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl RateLimitLayer {
@@ -80,6 +83,8 @@ impl<K, E> RejectLayer<K, E> {
             max_wait: Duration::ZERO,
             x_ratelimit: false,
             admitted: false,
+            dry_run: false,
+            observer: None,
         }
     }
 }
@@ -111,6 +116,22 @@ impl<K, E, O> RejectLayer<K, E, O> {
     /// takes a lock).
     pub fn admitted_headers(mut self, on: bool) -> Self {
         self.admitted = on;
+        self
+    }
+
+    /// Dry run (shadow mode): decide and record as usual, but let every request through — to
+    /// roll out a new limit safely. A request that would have been refused reaches the inner
+    /// service with the [`Rejected`] in its request extensions, is reported to the
+    /// [`observer`](Self::observer) as a dry-run refusal, and spends no tokens (as a refused
+    /// request would not). A dry run never waits: [`max_wait`](Self::max_wait) is ignored.
+    pub fn dry_run(mut self, on: bool) -> Self {
+        self.dry_run = on;
+        self
+    }
+
+    /// Report every refusal (and dry-run refusal) to `observer`; see [`observe`](crate::observe).
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
         self
     }
 
@@ -157,6 +178,8 @@ impl<K, E, O> RejectLayer<K, E, O> {
             max_wait: self.max_wait,
             x_ratelimit: self.x_ratelimit,
             admitted: self.admitted,
+            dry_run: self.dry_run,
+            observer: self.observer,
         }
     }
 }
@@ -177,8 +200,14 @@ where
         let config = Config {
             limits: self.limits.clone(),
             on_reject: self.on_reject.clone(),
-            max_wait: u64::try_from(self.max_wait.as_nanos()).unwrap_or(u64::MAX),
+            max_wait: if self.dry_run {
+                0
+            } else {
+                u64::try_from(self.max_wait.as_nanos()).unwrap_or(u64::MAX)
+            },
             spec,
+            dry_run: self.dry_run,
+            observer: self.observer.clone(),
         };
         Reject::new(inner, Arc::new(config))
     }
@@ -192,6 +221,8 @@ impl<K: Clone, E: Clone, O: Clone> Clone for RejectLayer<K, E, O> {
             max_wait: self.max_wait,
             x_ratelimit: self.x_ratelimit,
             admitted: self.admitted,
+            dry_run: self.dry_run,
+            observer: self.observer.clone(),
         }
     }
 }
@@ -204,6 +235,8 @@ impl<K, E, O> fmt::Debug for RejectLayer<K, E, O> {
             .field("max_wait", &self.max_wait)
             .field("x_ratelimit", &self.x_ratelimit)
             .field("admitted_headers", &self.admitted)
+            .field("dry_run", &self.dry_run)
+            .field("observer", &self.observer)
             .finish_non_exhaustive()
     }
 }

@@ -15,6 +15,7 @@ use super::limits::{Limits, Verdict};
 use super::respond::{OnReject, TooManyRequests};
 use super::wait::Wait;
 use crate::keyed::{GlobalKey, KeyExtractor};
+use crate::observe::Observer;
 
 /// Answers requests over the limit at once (`429 Too Many Requests`), and passes the others
 /// to the inner service.
@@ -39,6 +40,9 @@ pub(crate) struct Config<K, E, O> {
     /// Nanoseconds; zero: never wait.
     pub(crate) max_wait: u64,
     pub(crate) spec: Spec,
+    /// Let refused requests through, recording them.
+    pub(crate) dry_run: bool,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
 }
 
 impl<S, K, E, O> Reject<S, K, E, O> {
@@ -94,8 +98,15 @@ where
                 ResponseFuture::called(self.inner.call(req), fields)
             }
             Verdict::Reject(rejected) => {
-                trace_event!(debug, by = ?rejected.by(), wait = ?rejected.wait(), "request rejected");
+                if let Some(o) = &config.observer {
+                    o.refused(1, rejected.wait(), config.dry_run);
+                }
                 req.extensions_mut().insert(rejected.clone());
+                if config.dry_run {
+                    trace_event!(debug, by = ?rejected.by(), wait = ?rejected.wait(), "dry run: request would be rejected");
+                    return ResponseFuture::called(self.inner.call(req), None);
+                }
+                trace_event!(debug, by = ?rejected.by(), wait = ?rejected.wait(), "request rejected");
                 let future = config.on_reject.on_reject(req, &rejected);
                 let refusal = config.on_reject.is_refusal();
                 let fields = config
