@@ -9,9 +9,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Debug)]
 pub(crate) struct Gcra {
-    tat: AtomicU64,
+    /// On a cache line of its own: every admission writes it, while the parameters and the
+    /// rest of the bucket are read on every decision and should stay cached on every core.
+    tat: Padded,
     interval: AtomicU64,
     tolerance: AtomicU64,
+}
+
+/// An atomic alone on its cache line (128 bytes: adjacent-line prefetching pairs lines).
+#[derive(Debug)]
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+impl std::ops::Deref for Padded {
+    type Target = AtomicU64;
+
+    fn deref(&self) -> &AtomicU64 {
+        &self.0
+    }
 }
 
 /// Bucket state for a snapshot.
@@ -24,7 +39,7 @@ pub(crate) struct Level {
 impl Gcra {
     pub(crate) fn new(interval: u64, tolerance: u64) -> Self {
         Gcra {
-            tat: AtomicU64::new(0),
+            tat: Padded(AtomicU64::new(0)),
             interval: AtomicU64::new(interval),
             tolerance: AtomicU64::new(tolerance),
         }

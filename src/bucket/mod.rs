@@ -208,6 +208,12 @@ impl Bucket {
         self.shared.reserve(n, bounded)
     }
 
+    /// The hot path of the layers: admit now without the lock, or `None`.
+    #[inline]
+    pub(crate) fn admit_now(&self, n: u32) -> Option<Permit> {
+        self.shared.admit_now(n)
+    }
+
     pub(crate) fn give_back(&self, permit: Permit) {
         self.shared.give_back(permit);
     }

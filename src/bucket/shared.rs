@@ -46,6 +46,8 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     remote: Option<Arc<dyn Remote>>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
+    /// Lock-free admissions are possible: a GCRA engine deciding locally.
+    lock_free: bool,
 }
 
 #[derive(Debug)]
@@ -134,19 +136,42 @@ impl Shared {
                 window: window_of(&quota, algorithm, clock.now_ns()),
             }),
             clock,
+            lock_free: algorithm.is_gcra() && remote.is_none(),
             remote,
             observer,
         }
+    }
+
+    /// The hot path: admit `tokens` now with one clock read and one compare-and-swap, or
+    /// `None` (not now, or not a lock-free engine).
+    #[inline]
+    pub(crate) fn admit_now(&self, tokens: u32) -> Option<Permit> {
+        if !self.lock_free {
+            return None;
+        }
+        let now = self.clock.now_ns();
+        let tat = self.gcra.try_admit(u64::from(tokens), now).ok()?;
+        self.observe_admitted(tokens, 0);
+        Some(Permit {
+            tokens,
+            at: now,
+            tat,
+        })
     }
 
     /// Report an admission after `waited_ns` of waiting.
     #[inline]
     pub(crate) fn observe_admitted(&self, tokens: u32, waited_ns: u64) {
         if let Some(o) = &self.observer {
-            o.admitted(tokens, Duration::from_nanos(waited_ns));
-            if waited_ns > 0 {
-                o.tokens(self.level().0.available.try_into().unwrap_or(u32::MAX));
-            }
+            self.report_admitted(o.as_ref(), tokens, waited_ns);
+        }
+    }
+
+    #[cold]
+    fn report_admitted(&self, o: &dyn Observer, tokens: u32, waited_ns: u64) {
+        o.admitted(tokens, Duration::from_nanos(waited_ns));
+        if waited_ns > 0 {
+            o.tokens(self.level().0.available.try_into().unwrap_or(u32::MAX));
         }
     }
 
@@ -240,11 +265,8 @@ impl Shared {
         tokens: u32,
         bounded: bool,
     ) -> Result<Reservation, AcquireError> {
-        if self.algorithm.is_gcra() {
-            if let Ok(p) = self.try_admit(tokens) {
-                self.observe_admitted(tokens, 0);
-                return Ok(Reservation::Now(p));
-            }
+        if let Some(p) = self.admit_now(tokens) {
+            return Ok(Reservation::Now(p));
         }
         let mut st = self.lock();
         if let Algorithm::LeakyBucket { max_queue } = self.algorithm {

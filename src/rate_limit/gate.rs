@@ -41,7 +41,18 @@ impl Gate {
     }
 
     /// Ready once a token of the shared bucket is reserved for the next call.
+    #[inline]
     pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let State::Idle = self.state {
+            if let Some(p) = self.bucket.admit_now(1) {
+                self.state = State::Ready(p);
+                return Poll::Ready(());
+            }
+        }
+        self.poll_slow(cx)
+    }
+
+    fn poll_slow(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             match &mut self.state {
                 State::Ready(_) => return Poll::Ready(()),
@@ -80,6 +91,7 @@ impl Gate {
     ///
     /// # Panics
     /// When no admission is reserved: `poll_ready` was not called, or did not return ready.
+    #[inline]
     pub(crate) fn take(&mut self) -> Permit {
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Ready(p) => p,

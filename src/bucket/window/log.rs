@@ -4,12 +4,17 @@ use std::collections::VecDeque;
 
 use super::Window;
 
-/// Admissions (instant, tokens) in time order, kept for one period.
+/// Admissions (instant, tokens) in time order, kept for one period, with their running total.
+///
+/// Decisions are amortised O(1): expired entries leave from the front once, admissions join
+/// at the back; only a request that does not fit walks the oldest entries to find when it
+/// will.
 #[derive(Debug)]
 pub(crate) struct Log {
     limit: u64,
     width: u64,
     entries: VecDeque<(u64, u64)>,
+    total: u64,
 }
 
 impl Log {
@@ -18,74 +23,84 @@ impl Log {
             limit,
             width,
             entries: VecDeque::new(),
+            total: 0,
         }
+    }
+
+    /// Tokens of entries after `t` (reservations in the future), walking from the back.
+    fn after(&self, t: u64) -> u64 {
+        self.entries
+            .iter()
+            .rev()
+            .take_while(|e| e.0 > t)
+            .map(|e| e.1)
+            .sum()
     }
 }
 
 impl Window for Log {
     fn earliest(&self, tokens: u64, not_before: u64) -> u64 {
         // An entry at x counts at t while x > t − width. From `not_before` on, drop the oldest
-        // live entries until the rest fit: the last one dropped stops counting at x + width.
-        let mut total = tokens
-            + self
-                .entries
-                .iter()
-                .filter(|e| e.0 + self.width > not_before)
-                .map(|e| e.1)
-                .sum::<u64>();
+        // entries until the rest fit: the last one dropped stops counting at x + width.
+        let mut total = self.total + tokens;
         let mut t = not_before;
-        for &(x, n) in self
-            .entries
-            .iter()
-            .filter(|e| e.0 + self.width > not_before)
-        {
-            if total <= self.limit {
+        for &(x, n) in &self.entries {
+            let expired = x + self.width <= not_before;
+            if !expired && total <= self.limit {
                 break;
             }
             total -= n;
-            t = t.max(x + self.width);
+            if !expired {
+                t = t.max(x + self.width);
+            }
         }
         t
     }
 
     fn commit(&mut self, tokens: u64, at: u64) {
-        let i = self.entries.partition_point(|e| e.0 <= at);
-        self.entries.insert(i, (at, tokens));
+        self.total += tokens;
+        if self.entries.back().map_or(true, |e| e.0 <= at) {
+            self.entries.push_back((at, tokens));
+        } else {
+            let i = self.entries.partition_point(|e| e.0 <= at);
+            self.entries.insert(i, (at, tokens));
+        }
     }
 
     fn release(&mut self, tokens: u64, at: u64) {
         if let Some(i) = self.entries.iter().rposition(|e| *e == (at, tokens)) {
             self.entries.remove(i);
+            self.total -= tokens;
         }
     }
 
     fn prune(&mut self, now: u64) {
-        while self
-            .entries
-            .front()
-            .is_some_and(|e| e.0 + self.width <= now)
-        {
+        while let Some(&(x, n)) = self.entries.front() {
+            if x + self.width > now {
+                break;
+            }
             self.entries.pop_front();
+            self.total -= n;
         }
     }
 
     fn available(&self, now: u64) -> u64 {
-        let live: u64 = self
+        let expired: u64 = self
             .entries
             .iter()
-            .filter(|e| e.0 + self.width > now && e.0 <= now)
+            .take_while(|e| e.0 + self.width <= now)
             .map(|e| e.1)
             .sum();
+        let live = self.total - expired - self.after(now);
         self.limit.saturating_sub(live)
     }
 
     fn clear_in(&self, now: u64) -> u64 {
         self.entries
             .iter()
-            .filter(|e| e.0 <= now)
-            .map(|e| (e.0 + self.width).saturating_sub(now))
-            .max()
-            .unwrap_or(0)
+            .rev()
+            .find(|e| e.0 <= now)
+            .map_or(0, |e| (e.0 + self.width).saturating_sub(now))
     }
 
     fn restart_at(&mut self, end: u64) {
@@ -125,5 +140,12 @@ mod tests {
         l.prune(120);
         assert_eq!(l.available(120), 1);
         assert_eq!(l.clear_in(120), 30);
+        // A reservation in the future does not count now, and later ones go after it.
+        l.commit(1, 200);
+        assert_eq!(l.available(120), 1);
+        assert_eq!(l.earliest(2, 200), 200);
+        assert_eq!(l.earliest(3, 200), 300);
+        l.release(1, 200);
+        assert_eq!(l.earliest(3, 200), 200);
     }
 }
