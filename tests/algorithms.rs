@@ -6,61 +6,11 @@ mod support;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{assert_rate_bound, settle, Recorder};
+use support::{assert_fifo, assert_rate_bound, drive, run_paused, settle, Recorder};
 use tokio::time::{advance, Instant};
 use tower_throttle::{AcquireError, Algorithm, Bucket, Quota};
 
 const MS: Duration = Duration::from_millis(1);
-
-fn run_paused<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
-/// Admissions of the same bursty arrivals through a bucket: (time, cost) and waiter order.
-async fn drive(
-    bucket: Bucket,
-    arrivals: Vec<(u64, u32, bool)>,
-) -> (Vec<(Duration, u32)>, Vec<(Duration, u32, usize)>) {
-    let rec = Recorder::new();
-    let mut tasks = Vec::new();
-    for (id, (gap_ms, cost, try_only)) in arrivals.into_iter().enumerate() {
-        tokio::time::sleep(Duration::from_millis(gap_ms)).await;
-        if try_only {
-            if bucket.try_acquire(cost).is_ok() {
-                rec.record(cost, usize::MAX);
-            }
-            continue;
-        }
-        let (b, rec) = (bucket.clone(), rec.clone());
-        tasks.push(tokio::spawn(async move {
-            b.acquire(cost).await.unwrap();
-            rec.record(cost, id);
-        }));
-        tokio::task::yield_now().await;
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    (rec.admissions(), rec.entries())
-}
-
-fn assert_fifo(entries: &[(Duration, u32, usize)]) {
-    let mut waiters: Vec<_> = entries.iter().filter(|e| e.2 != usize::MAX).collect();
-    waiters.sort_by_key(|e| e.2);
-    for w in waiters.windows(2) {
-        assert!(
-            w[0].0 <= w[1].0,
-            "waiter {} admitted after waiter {}",
-            w[0].2,
-            w[1].2
-        );
-    }
-}
 
 /// Tokens admitted in every half-open window `[t, t + width)` starting at an admission.
 fn max_in_window(adm: &[(Duration, u32)], width: Duration) -> u32 {

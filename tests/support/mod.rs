@@ -100,3 +100,57 @@ pub async fn settle() {
         tokio::task::yield_now().await;
     }
 }
+
+/// Runs `f` on a current-thread runtime with tokio's clock paused.
+pub fn run_paused<F: Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Sends arrivals `(gap in ms, cost, try only)` through a bucket: waiters `acquire`, the others
+/// `try_acquire` once. Returns the admissions and, per admission, (time, cost, waiter id;
+/// `usize::MAX` for a `try_acquire`).
+pub async fn drive(
+    bucket: tower_throttle::Bucket,
+    arrivals: Vec<(u64, u32, bool)>,
+) -> (Vec<(Duration, u32)>, Vec<(Duration, u32, usize)>) {
+    let rec = Recorder::new();
+    let mut tasks = Vec::new();
+    for (id, (gap_ms, cost, try_only)) in arrivals.into_iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+        if try_only {
+            if bucket.try_acquire(cost).is_ok() {
+                rec.record(cost, usize::MAX);
+            }
+            continue;
+        }
+        let (b, rec) = (bucket.clone(), rec.clone());
+        tasks.push(tokio::spawn(async move {
+            b.acquire(cost).await.unwrap();
+            rec.record(cost, id);
+        }));
+        tokio::task::yield_now().await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (rec.admissions(), rec.entries())
+}
+
+/// FIFO: a waiter that arrived later is never admitted earlier.
+pub fn assert_fifo(entries: &[(Duration, u32, usize)]) {
+    let mut waiters: Vec<_> = entries.iter().filter(|e| e.2 != usize::MAX).collect();
+    waiters.sort_by_key(|e| e.2);
+    for w in waiters.windows(2) {
+        assert!(
+            w[0].0 <= w[1].0,
+            "waiter {} admitted after waiter {}",
+            w[0].2,
+            w[1].2
+        );
+    }
+}

@@ -1,124 +1,73 @@
 //! Fixed windows, aligned to the clock.
 
-use std::collections::VecDeque;
+use super::aligned::Aligned;
+use super::Window;
 
-use super::{epoch_phase, Window};
-
-/// Counts per aligned window, from the window `base` on.
+/// At most `limit` tokens per aligned window.
 #[derive(Debug)]
-pub(crate) struct Fixed {
-    limit: u64,
-    width: u64,
-    phase: u64,
-    base: u64,
-    counts: VecDeque<u64>,
-}
+pub(crate) struct Fixed(Aligned);
 
 impl Fixed {
     pub(crate) fn new(limit: u64, width: u64, now: u64) -> Self {
-        Self::with_phase(limit, width, epoch_phase(width, now), now)
+        Fixed(Aligned::new(limit, width, now, 0))
     }
 
-    pub(crate) fn with_phase(limit: u64, width: u64, phase: u64, now: u64) -> Self {
-        let mut f = Fixed {
-            limit,
-            width,
-            phase,
-            base: 0,
-            counts: VecDeque::new(),
-        };
-        f.base = f.index(now);
-        f
-    }
-
-    fn index(&self, t: u64) -> u64 {
-        (t + self.phase) / self.width
-    }
-
-    fn start(&self, w: u64) -> u64 {
-        (w * self.width).saturating_sub(self.phase)
-    }
-
-    fn count(&self, w: u64) -> u64 {
-        w.checked_sub(self.base)
-            .and_then(|i| self.counts.get(i as usize))
-            .copied()
-            .unwrap_or(0)
-    }
-
-    fn slot(&mut self, w: u64) -> Option<&mut u64> {
-        let i = usize::try_from(w.checked_sub(self.base)?).ok()?;
-        if i >= self.counts.len() {
-            self.counts.resize(i + 1, 0);
-        }
-        self.counts.get_mut(i)
+    #[cfg(test)]
+    fn with_phase(limit: u64, width: u64, phase: u64, now: u64) -> Self {
+        Fixed(Aligned::with_phase(limit, width, phase, now, 0))
     }
 }
 
 impl Window for Fixed {
     fn earliest(&self, tokens: u64, not_before: u64) -> u64 {
-        let mut w = self.index(not_before);
-        while self.count(w) + tokens > self.limit {
+        let a = &self.0;
+        let mut w = a.index(not_before);
+        while a.count(w) + tokens > a.limit {
             w += 1;
         }
-        not_before.max(self.start(w))
+        not_before.max(a.start(w))
     }
 
     fn commit(&mut self, tokens: u64, at: u64) {
-        let w = self.index(at);
-        if let Some(c) = self.slot(w) {
-            *c += tokens;
-        }
+        self.0.commit(tokens, at);
     }
 
     fn release(&mut self, tokens: u64, at: u64) {
-        let w = self.index(at);
-        if let Some(c) = self.slot(w) {
-            *c = c.saturating_sub(tokens);
-        }
+        self.0.release(tokens, at);
     }
 
     fn prune(&mut self, now: u64) {
-        let w = self.index(now);
-        while self.base < w {
-            self.counts.pop_front();
-            self.base += 1;
-        }
+        self.0.prune(now, 0);
     }
 
     fn available(&self, now: u64) -> u64 {
-        self.limit.saturating_sub(self.count(self.index(now)))
+        let a = &self.0;
+        a.limit.saturating_sub(a.count(a.index(now)))
     }
 
     fn clear_in(&self, now: u64) -> u64 {
-        let w = self.index(now);
-        if self.count(w) == 0 {
+        let a = &self.0;
+        let w = a.index(now);
+        if a.count(w) == 0 {
             0
         } else {
-            self.start(w + 1) - now
+            a.start(w + 1) - now
         }
     }
 
     fn restart_at(&mut self, end: u64) {
         // What is left of the window at `end`, in proportion to the time left in it.
-        let w = self.index(end);
-        let left = self.start(w + 1) - end;
-        let cap = (u128::from(self.limit) * u128::from(left) / u128::from(self.width)) as u64;
-        let floor = self.limit - cap.clamp(1, self.limit);
-        if let Some(c) = self.slot(w) {
-            *c = (*c).max(floor);
-        }
+        let a = &mut self.0;
+        let left = a.start(a.index(end) + 1) - end;
+        let cap = (u128::from(a.limit) * u128::from(left) / u128::from(a.width)) as u64;
+        let floor = a.limit - cap.clamp(1, a.limit);
+        a.fill(end, floor);
     }
 
     fn set_limit(&mut self, limit: u64, width: u64, now: u64) {
         let available = self.available(now).min(limit);
-        let phase = if width == self.width {
-            self.phase
-        } else {
-            epoch_phase(width, now)
-        };
-        *self = Fixed::with_phase(limit, width, phase, now);
-        self.commit(limit - available, now);
+        self.0 = self.0.reset(limit, width, now, 0);
+        self.0.commit(limit - available, now);
     }
 }
 

@@ -4,6 +4,7 @@
 //! answers one question: the earliest instant, not before a given one, at which `n` more
 //! tokens fit. Every operation runs under the bucket's lock.
 
+mod aligned;
 mod fixed;
 mod log;
 mod sliding;

@@ -1,83 +1,49 @@
 //! Sliding window, estimated from two aligned fixed windows.
 
-use super::{epoch_phase, Window};
-use std::collections::VecDeque;
+use super::aligned::Aligned;
+use super::Window;
 
-/// Counts per aligned window from `base` on; the estimate at `t` in window `w` is
-/// `count(w − 1) · (1 − f) + count(w)` with `f` the elapsed fraction of `w`.
+/// The estimate at `t` in window `w` is `count(w − 1) · (1 − f) + count(w)`, with `f` the
+/// elapsed fraction of `w`.
 #[derive(Debug)]
-pub(crate) struct Sliding {
-    limit: u64,
-    width: u64,
-    phase: u64,
-    base: u64,
-    counts: VecDeque<u64>,
-}
+pub(crate) struct Sliding(Aligned);
 
 impl Sliding {
     pub(crate) fn new(limit: u64, width: u64, now: u64) -> Self {
-        Self::with_phase(limit, width, epoch_phase(width, now), now)
+        Sliding(Aligned::new(limit, width, now, 1))
     }
 
-    pub(crate) fn with_phase(limit: u64, width: u64, phase: u64, now: u64) -> Self {
-        let mut s = Sliding {
-            limit,
-            width,
-            phase,
-            base: 0,
-            counts: VecDeque::new(),
-        };
-        s.base = s.index(now).saturating_sub(1);
-        s
-    }
-
-    fn index(&self, t: u64) -> u64 {
-        (t + self.phase) / self.width
-    }
-
-    fn start(&self, w: u64) -> u64 {
-        (w * self.width).saturating_sub(self.phase)
-    }
-
-    fn count(&self, w: u64) -> u64 {
-        w.checked_sub(self.base)
-            .and_then(|i| self.counts.get(i as usize))
-            .copied()
-            .unwrap_or(0)
-    }
-
-    fn slot(&mut self, w: u64) -> Option<&mut u64> {
-        let i = usize::try_from(w.checked_sub(self.base)?).ok()?;
-        if i >= self.counts.len() {
-            self.counts.resize(i + 1, 0);
-        }
-        self.counts.get_mut(i)
+    #[cfg(test)]
+    fn with_phase(limit: u64, width: u64, phase: u64, now: u64) -> Self {
+        Sliding(Aligned::with_phase(limit, width, phase, now, 1))
     }
 
     /// `count(w−1) · (window time left at t) / width`, rounded up.
     fn carried(&self, w: u64, t: u64) -> u64 {
-        let prev = u128::from(w.checked_sub(1).map_or(0, |p| self.count(p)));
-        let left = u128::from(self.start(w + 1).saturating_sub(t));
-        (prev * left).div_ceil(u128::from(self.width)) as u64
+        let a = &self.0;
+        let prev = u128::from(w.checked_sub(1).map_or(0, |p| a.count(p)));
+        let left = u128::from(a.start(w + 1).saturating_sub(t));
+        (prev * left).div_ceil(u128::from(a.width)) as u64
     }
 }
 
 impl Window for Sliding {
     fn earliest(&self, tokens: u64, not_before: u64) -> u64 {
-        let mut w = self.index(not_before);
+        let a = &self.0;
+        let mut w = a.index(not_before);
         loop {
-            let cur = self.count(w);
-            if cur + tokens <= self.limit {
-                let t = not_before.max(self.start(w));
-                let room = self.limit - cur - tokens;
+            let cur = a.count(w);
+            if cur + tokens <= a.limit {
+                let t = not_before.max(a.start(w));
+                let room = a.limit - cur - tokens;
                 if self.carried(w, t) <= room {
                     return t;
                 }
                 // The carried share falls linearly: ceil(prev · (end − t) / width) ≤ room
                 // ⇔ t ≥ end − ⌊room · width / prev⌋.
-                let prev = u128::from(self.count(w - 1));
-                let end = self.start(w + 1);
-                let reach = (u128::from(room) * u128::from(self.width) / prev) as u64;
+                let prev = u128::from(a.count(w - 1));
+                let end = a.start(w + 1);
+                let reach = (u128::from(room) * u128::from(a.width) / prev) as u64;
                 let t = end.saturating_sub(reach).max(t);
                 if t < end {
                     return t;
@@ -88,63 +54,46 @@ impl Window for Sliding {
     }
 
     fn commit(&mut self, tokens: u64, at: u64) {
-        let w = self.index(at);
-        if let Some(c) = self.slot(w) {
-            *c += tokens;
-        }
+        self.0.commit(tokens, at);
     }
 
     fn release(&mut self, tokens: u64, at: u64) {
-        let w = self.index(at);
-        if let Some(c) = self.slot(w) {
-            *c = c.saturating_sub(tokens);
-        }
+        self.0.release(tokens, at);
     }
 
     fn prune(&mut self, now: u64) {
-        let keep = self.index(now).saturating_sub(1);
-        while self.base < keep {
-            self.counts.pop_front();
-            self.base += 1;
-        }
+        self.0.prune(now, 1);
     }
 
     fn available(&self, now: u64) -> u64 {
-        let w = self.index(now);
-        self.limit
-            .saturating_sub(self.count(w) + self.carried(w, now))
+        let a = &self.0;
+        let w = a.index(now);
+        a.limit.saturating_sub(a.count(w) + self.carried(w, now))
     }
 
     fn clear_in(&self, now: u64) -> u64 {
-        let w = self.index(now);
-        if self.count(w) > 0 {
-            self.start(w + 2) - now
-        } else if self.count(w.saturating_sub(1)) > 0 {
-            self.start(w + 1) - now
+        let a = &self.0;
+        let w = a.index(now);
+        if a.count(w) > 0 {
+            a.start(w + 2) - now
+        } else if a.count(w.saturating_sub(1)) > 0 {
+            a.start(w + 1) - now
         } else {
             0
         }
     }
 
     fn restart_at(&mut self, end: u64) {
-        // Fill the current window so that one token fits at `end` and the rest come back as
-        // the estimate slides.
-        let w = self.index(end);
-        let fill = self.limit - 1;
-        if let Some(c) = self.slot(w) {
-            *c = (*c).max(fill);
-        }
+        // Fill the window of `end` so that one token fits then and the rest come back as the
+        // estimate slides.
+        let floor = self.0.limit - 1;
+        self.0.fill(end, floor);
     }
 
     fn set_limit(&mut self, limit: u64, width: u64, now: u64) {
         let available = self.available(now).min(limit);
-        let phase = if width == self.width {
-            self.phase
-        } else {
-            epoch_phase(width, now)
-        };
-        *self = Sliding::with_phase(limit, width, phase, now);
-        self.commit(limit - available, now);
+        self.0 = self.0.reset(limit, width, now, 1);
+        self.0.commit(limit - available, now);
     }
 }
 

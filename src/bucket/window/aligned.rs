@@ -1,0 +1,100 @@
+//! Counts per window, for windows aligned to the clock: what the fixed and the sliding
+//! window share.
+
+use std::collections::VecDeque;
+
+use super::epoch_phase;
+
+/// Tokens committed per aligned window, from the window `base` on.
+#[derive(Debug)]
+pub(crate) struct Aligned {
+    pub(crate) limit: u64,
+    pub(crate) width: u64,
+    phase: u64,
+    base: u64,
+    counts: VecDeque<u64>,
+}
+
+impl Aligned {
+    /// Windows aligned to multiples of `width` since the UNIX epoch; counts kept from
+    /// `keep` windows before the one of `now`.
+    pub(crate) fn new(limit: u64, width: u64, now: u64, keep: u64) -> Self {
+        Self::with_phase(limit, width, epoch_phase(width, now), now, keep)
+    }
+
+    pub(crate) fn with_phase(limit: u64, width: u64, phase: u64, now: u64, keep: u64) -> Self {
+        let mut a = Aligned {
+            limit,
+            width,
+            phase,
+            base: 0,
+            counts: VecDeque::new(),
+        };
+        a.base = a.index(now).saturating_sub(keep);
+        a
+    }
+
+    /// The same windows (or new ones aligned to the epoch if the width changed), emptied.
+    pub(crate) fn reset(&self, limit: u64, width: u64, now: u64, keep: u64) -> Self {
+        let phase = if width == self.width {
+            self.phase
+        } else {
+            epoch_phase(width, now)
+        };
+        Self::with_phase(limit, width, phase, now, keep)
+    }
+
+    pub(crate) fn index(&self, t: u64) -> u64 {
+        (t + self.phase) / self.width
+    }
+
+    pub(crate) fn start(&self, w: u64) -> u64 {
+        (w * self.width).saturating_sub(self.phase)
+    }
+
+    pub(crate) fn count(&self, w: u64) -> u64 {
+        w.checked_sub(self.base)
+            .and_then(|i| self.counts.get(i as usize))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub(crate) fn slot(&mut self, w: u64) -> Option<&mut u64> {
+        let i = usize::try_from(w.checked_sub(self.base)?).ok()?;
+        if i >= self.counts.len() {
+            self.counts.resize(i + 1, 0);
+        }
+        self.counts.get_mut(i)
+    }
+
+    pub(crate) fn commit(&mut self, tokens: u64, at: u64) {
+        let w = self.index(at);
+        if let Some(c) = self.slot(w) {
+            *c += tokens;
+        }
+    }
+
+    pub(crate) fn release(&mut self, tokens: u64, at: u64) {
+        let w = self.index(at);
+        if let Some(c) = self.slot(w) {
+            *c = c.saturating_sub(tokens);
+        }
+    }
+
+    /// Forget the windows more than `keep` before the one of `now`.
+    pub(crate) fn prune(&mut self, now: u64, keep: u64) {
+        let first = self.index(now).saturating_sub(keep);
+        while self.base < first {
+            self.counts.pop_front();
+            self.base += 1;
+        }
+    }
+
+    /// Raise the count of the window of `t` to at least `floor`.
+    pub(crate) fn fill(&mut self, t: u64, floor: u64) {
+        let w = self.index(t);
+        if let Some(c) = self.slot(w) {
+            *c = (*c).max(floor);
+        }
+    }
+}
