@@ -32,6 +32,32 @@
 //! # }
 //! ```
 //!
+//! # Server: per API key plus a global ceiling, answering 429
+//!
+//! ```
+//! use axum::{routing::get, Router};
+//! use tower::ServiceExt;
+//! use tower_throttle::keyed::{HeaderKey, KeyedBucket};
+//! use tower_throttle::{Bucket, Quota, RateLimitLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let limit = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_second(1)), HeaderKey::x_api_key())
+//!     .global(Bucket::new(Quota::per_second(1000)))
+//!     .reject(); // 429 + Retry-After (rounded up) + RateLimit-Policy / RateLimit
+//! let app = Router::new().route("/", get(|| async { "hello" })).layer(limit);
+//!
+//! let req = || http::Request::get("/").header("x-api-key", "alice").body(axum::body::Body::empty()).unwrap();
+//! assert_eq!(app.clone().oneshot(req()).await.unwrap().status(), 200);
+//! let refused = app.oneshot(req()).await.unwrap();
+//! assert_eq!(refused.status(), 429);
+//! assert_eq!(refused.headers()["retry-after"], "1");
+//! # }
+//! ```
+//!
+//! See [`reject`] and [`keyed`] for bounded waits, fallbacks, dry runs and key extractors
+//! (peer IP, proxy-aware client IP, headers).
+//!
 //! # Server push-back: retry outside, rate limit inside
 //!
 //! [`RetryAfterLayer`] goes **outside** the [`RateLimitLayer`] of the same bucket: a 429 or 503

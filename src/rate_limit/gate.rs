@@ -57,8 +57,8 @@ impl Gate {
             match &mut self.state {
                 State::Ready(_) => return Poll::Ready(()),
                 State::Idle if self.bucket.remote().is_some() => {
-                    let remote = self.bucket.remote().expect("checked");
-                    self.state = State::Remote(remote.acquire(1));
+                    let remote = self.bucket.remote().map(|r| r.acquire(1));
+                    self.state = remote.map_or(State::Idle, State::Remote);
                 }
                 State::Remote(fut) => {
                     // One token always fits; a remote limit answers only once it admits.
