@@ -98,3 +98,41 @@ async fn a_429_seen_by_one_process_holds_the_other() {
     );
     assert!(held < Duration::from_secs(3), "{held:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejecting_layers_of_two_processes_share_one_redis_limit() {
+    let prefix = unique_prefix("reject");
+    let quota = Quota::per_minute(6).burst(6);
+    let (a, b) = (process(&prefix, quota).await, process(&prefix, quota).await);
+    let server = |bucket: Bucket| {
+        RateLimitLayer::new(bucket)
+            .reject()
+            .layer(service_fn(|_: Request<String>| async {
+                Ok::<_, Infallible>(Response::new(String::from("ok")))
+            }))
+    };
+    let (server_a, server_b) = (server(a), server(b));
+    let mut admitted = 0;
+    for i in 0..20 {
+        let svc = if i % 2 == 0 { &server_a } else { &server_b };
+        let resp = svc
+            .clone()
+            .oneshot(Request::new(String::new()))
+            .await
+            .unwrap();
+        match resp.status() {
+            StatusCode::OK => admitted += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                let secs: u64 = resp.headers()["retry-after"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!((1..=10).contains(&secs), "Retry-After {secs}");
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    // 6 per minute in all: each process alone would have admitted 6.
+    assert_eq!(admitted, 6);
+}

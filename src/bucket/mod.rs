@@ -40,7 +40,7 @@ pub use self::acquire::Acquire;
 pub use self::algorithm::Algorithm;
 pub use self::builder::BucketBuilder;
 pub(crate) use self::clock::Clock;
-pub(crate) use self::remote::{Remote, RemoteAcquire};
+pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision};
 use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
 use crate::Quota;

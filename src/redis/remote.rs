@@ -5,8 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{RedisBucket, RedisDecisionError};
-use crate::bucket::{Remote, RemoteAcquire};
-use crate::Bucket;
+use crate::bucket::{Remote, RemoteAcquire, RemoteDecision};
+use crate::{Bucket, Throttled};
+
+/// The wait announced when the failure policy refuses a decision.
+const RETRY_REFUSED: Duration = Duration::from_secs(1);
 
 /// How long a waiter holds off when the failure policy refuses (Redis down, policy `Closed`)
 /// before it asks again.
@@ -27,6 +30,19 @@ impl Remote for RedisBucket {
         })
     }
 
+    fn try_acquire(&self, n: u32) -> RemoteDecision {
+        let this = self.clone();
+        Box::pin(async move {
+            match this.try_acquire(n).await {
+                Ok(()) => Ok(()),
+                Err(RedisDecisionError::Throttled(t)) => Err(t),
+                Err(RedisDecisionError::ExceedsBurst(_)) => Err(Throttled::never()),
+                // The failure policy refuses (Redis down, policy `Closed`): come back later.
+                Err(RedisDecisionError::Backend(_)) => Err(Throttled::after(RETRY_REFUSED)),
+            }
+        })
+    }
+
     fn pause(&self, cooldown: Duration) {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let this = self.clone();
@@ -42,6 +58,10 @@ impl From<RedisBucket> for Bucket {
     /// and [`Bucket::acquire`] wait for the shared limit (through the Redis bucket's fair,
     /// quiet queue), and [`Bucket::pause`] — which [`RetryAfterLayer`](crate::RetryAfterLayer)
     /// calls on a 429 — holds every process.
+    ///
+    /// The rejecting layer of a single bucket (`RateLimitLayer::new(bucket).reject()`) decides
+    /// on Redis too, asynchronously in its response future; when the failure policy refuses,
+    /// the request is answered 429 with `Retry-After: 1`.
     ///
     /// The synchronous paths cannot ask Redis: [`Bucket::try_acquire`] and
     /// [`Bucket::snapshot`] see only this process's local bucket at the same quota (a bound

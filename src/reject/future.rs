@@ -112,6 +112,12 @@ where
                             future: service.call(req),
                         }
                     }
+                    Outcome::DryRun(mut service, mut req, rejected) => {
+                        req.extensions_mut().insert(rejected);
+                        Kind::Called {
+                            future: service.call(req),
+                        }
+                    }
                     Outcome::Refuse(mut req, rejected) => {
                         req.extensions_mut().insert(rejected.clone());
                         let future = wait.on_reject.on_reject(req, &rejected);

@@ -136,6 +136,10 @@ where
             }
         }
         if let Some(bucket) = &self.bucket {
+            if let (None, Some(remote)) = (&self.keyed, bucket.remote()) {
+                // A shared, remote bucket decides asynchronously, in the response future.
+                return Verdict::Wait(Pending::remote(bucket.clone(), remote.try_acquire(1)));
+            }
             let (by, name) = self.bucket_role();
             match bucket.try_acquire(1) {
                 Ok(()) if describe => statuses[1] = Some(bucket_status(bucket, name)),

@@ -118,7 +118,15 @@ where
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
                 let on_reject = config.on_reject.clone();
-                let wait = Wait::new(pending, ready, req, on_reject, config.spec);
+                let wait = Wait::new(
+                    pending,
+                    ready,
+                    req,
+                    on_reject,
+                    config.spec,
+                    config.dry_run,
+                    config.observer.clone(),
+                );
                 ResponseFuture::waiting(wait)
             }
         }

@@ -15,6 +15,7 @@
 use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -23,8 +24,9 @@ use tokio::time::{Instant, Sleep};
 use super::fields::{Policies, Spec};
 use super::limits::{bucket_status, key_status, policies, refused, GLOBAL, SINGLE};
 use super::rejected::{Rejected, RejectedBy, Status};
-use crate::bucket::Waiter;
+use crate::bucket::{RemoteDecision, Waiter};
 use crate::keyed::{Grant, KeyedBucket};
+use crate::observe::Observer;
 use crate::Bucket;
 
 /// A reservation being waited for.
@@ -38,6 +40,11 @@ pub(crate) enum Pending<K: Hash + Eq> {
         bucket: Bucket,
         waiter: Option<Waiter>,
         deadline: Instant,
+    },
+    /// A decision a shared, remote bucket (Redis) is making.
+    Remote {
+        bucket: Bucket,
+        decision: RemoteDecision,
     },
 }
 
@@ -59,6 +66,10 @@ impl<K: Hash + Eq> Pending<K> {
             due,
             global,
         }
+    }
+
+    pub(crate) fn remote(bucket: Bucket, decision: RemoteDecision) -> Self {
+        Pending::Remote { bucket, decision }
     }
 
     pub(crate) fn bucket(bucket: Bucket, waiter: Waiter, max_wait: Duration) -> Self {
@@ -97,6 +108,8 @@ impl<K: Hash + Eq> Drop for KeyHold<K> {
 pub(crate) enum Outcome<S, Req> {
     Go(S, Req, [Option<Status>; 2]),
     Refuse(Req, Rejected),
+    /// Refused, but a dry run lets it through.
+    DryRun(S, Req, Rejected),
 }
 
 /// A waiting request, with the readied inner service it will be sent to.
@@ -108,12 +121,24 @@ pub(crate) struct Wait<S, O, Req, K: Hash + Eq> {
     req: Option<Req>,
     pub(crate) on_reject: O,
     pub(crate) spec: Spec,
+    /// Let a refused request through (dry run), and whom to tell.
+    dry_run: bool,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
-    pub(crate) fn new(pending: Pending<K>, service: S, req: Req, on_reject: O, spec: Spec) -> Self {
+    pub(crate) fn new(
+        pending: Pending<K>,
+        service: S,
+        req: Req,
+        on_reject: O,
+        spec: Spec,
+        dry_run: bool,
+        observer: Option<Arc<dyn Observer>>,
+    ) -> Self {
         let (wake, deadline) = match &pending {
             Pending::Key { due, .. } => (*due, None),
+            Pending::Remote { .. } => (Instant::now(), None),
             Pending::Bucket { deadline, .. } => (
                 Instant::now(),
                 Some(Box::pin(tokio::time::sleep_until(*deadline))),
@@ -127,6 +152,8 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             req: Some(req),
             on_reject,
             spec,
+            dry_run,
+            observer,
         }
     }
 
@@ -136,7 +163,9 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             Pending::Key { hold, global, .. } => {
                 policies(Some(&hold.bucket), global.as_ref(), true)
             }
-            Pending::Bucket { bucket, .. } => policies::<K>(None, Some(bucket), false),
+            Pending::Bucket { bucket, .. } | Pending::Remote { bucket, .. } => {
+                policies::<K>(None, Some(bucket), false)
+            }
         }
     }
 
@@ -163,6 +192,16 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     hold.armed = false; // spent
                 }
                 verdict
+            }
+            Pending::Remote { bucket, decision } => {
+                match std::task::ready!(decision.as_mut().poll(cx)) {
+                    Ok(()) => Ok([None, describe.then(|| bucket_status(bucket, SINGLE))]),
+                    Err(throttled) => {
+                        let wait = throttled.wait();
+                        let status = refused(SINGLE, &bucket.quota(), wait);
+                        Err(Rejected::throttled(RejectedBy::Bucket, wait, status))
+                    }
+                }
             }
             Pending::Bucket {
                 bucket,
@@ -197,12 +236,20 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             }
         };
         let req = self.req.take().expect("polled after completion");
+        let service = self.service.take().expect("polled after completion");
         Poll::Ready(match verdict {
-            Ok(statuses) => {
-                let service = self.service.take().expect("polled after completion");
-                Outcome::Go(service, req, statuses)
+            Ok(statuses) => Outcome::Go(service, req, statuses),
+            Err(rejected) => {
+                if let Some(o) = &self.observer {
+                    o.refused(1, rejected.wait(), self.dry_run);
+                }
+                if self.dry_run {
+                    trace_event!(debug, wait = ?rejected.wait(), "dry run: request would be rejected");
+                    Outcome::DryRun(service, req, rejected)
+                } else {
+                    Outcome::Refuse(req, rejected)
+                }
             }
-            Err(rejected) => Outcome::Refuse(req, rejected),
         })
     }
 }
