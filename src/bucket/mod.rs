@@ -180,6 +180,10 @@ impl Bucket {
     /// refills at the new rate. Queued waiters keep their order and are rescheduled at the
     /// new rate; a waiter asking for more than the new burst fails with
     /// [`AcquireError::ExceedsBurst`].
+    ///
+    /// A lock-free decision made at the very instant of the change is taken under either the
+    /// old or the new quota (for a token bucket, possibly the new interval against the old
+    /// schedule, for that one decision).
     pub fn set_quota(&self, quota: Quota) {
         self.shared.set_quota(quota);
     }
