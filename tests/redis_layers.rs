@@ -136,3 +136,92 @@ async fn rejecting_layers_of_two_processes_share_one_redis_limit() {
     // 6 per minute in all: each process alone would have admitted 6.
     assert_eq!(admitted, 6);
 }
+
+async fn keyed_process(prefix: &str, quota: Quota) -> tower_throttle::KeyedBucket<u64> {
+    let redis = tower_throttle::redis::RedisKeyed::builder(quota)
+        .url(redis_url())
+        .key_prefix(prefix)
+        .build()
+        .await
+        .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
+    tower_throttle::KeyedBucket::from(redis)
+}
+
+fn keyed_request(key: &str) -> Request<String> {
+    Request::builder()
+        .header("x-api-key", key)
+        .body(String::new())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_rejecting_layers_of_two_processes_share_each_keys_limit() {
+    use tower_throttle::keyed::HeaderKey;
+    let prefix = unique_prefix("keyed-reject");
+    let quota = Quota::per_minute(3).burst(3);
+    let ok = || {
+        service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        })
+    };
+    let a = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
+        .reject()
+        .layer(ok());
+    let b = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
+        .reject()
+        .layer(ok());
+    for key in ["alice", "bob"] {
+        let mut admitted = 0;
+        for i in 0..10 {
+            let svc = if i % 2 == 0 { &a } else { &b };
+            let resp = svc.clone().oneshot(keyed_request(key)).await.unwrap();
+            admitted += u32::from(resp.status() == StatusCode::OK);
+        }
+        // 3 per minute for each key, across both processes; keys do not share.
+        assert_eq!(admitted, 3, "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_refusal_gives_the_keys_redis_token_back() {
+    use tower_throttle::keyed::HeaderKey;
+    let prefix = unique_prefix("keyed-refund");
+    let quota = Quota::per_minute(3).burst(3);
+    let ok = || {
+        service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        })
+    };
+    // Process A has a local global ceiling of 2 per minute; process B has none.
+    let a = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
+        .global(Bucket::new(Quota::per_minute(2).burst(2)))
+        .reject()
+        .layer(ok());
+    let b = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
+        .reject()
+        .layer(ok());
+    for _ in 0..2 {
+        let resp = a.clone().oneshot(keyed_request("alice")).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    // The key has a token left; A's global ceiling refuses, and gives the key's token back.
+    let refused = a.clone().oneshot(keyed_request("alice")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        refused
+            .extensions()
+            .get::<tower_throttle::reject::Rejected>()
+            .map(|r| r.by()),
+        Some(tower_throttle::reject::RejectedBy::Global)
+    );
+    // The refund reaches Redis asynchronously; then process B still finds alice's last token.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let resp = b.clone().oneshot(keyed_request("alice")).await.unwrap();
+    assert_eq!(
+        resp.status(),
+        StatusCode::OK,
+        "the key's token was not given back"
+    );
+    let resp = b.oneshot(keyed_request("alice")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+}

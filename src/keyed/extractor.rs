@@ -1,8 +1,8 @@
 //! [`KeyExtractor`]: what a request is limited by.
 
-use std::collections::hash_map::RandomState;
+use std::collections::hash_map::DefaultHasher;
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
+use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
 use http::{HeaderName, Request};
@@ -61,10 +61,11 @@ impl<B> KeyExtractor<B> for GlobalKey {
 
 /// Keys requests by the value of one header, such as `X-Api-Key`.
 ///
-/// The value is not stored: it is reduced to a 64-bit keyed SipHash digest (random key per
-/// extractor), so a key costs 8 bytes whatever its length, and a client cannot pick values
-/// that collide in the table. Two distinct values share a bucket only by a 64-bit
-/// coincidence.
+/// The value is not stored: it is reduced to a 64-bit SipHash digest with fixed keys, so a
+/// key costs 8 bytes whatever its length, and every process names a value alike (limits
+/// shared through Redis depend on it). The keyed store hashes digests again with a random
+/// seed, so clients cannot pick values that collide in its table. Two distinct values share a
+/// bucket only by a 64-bit coincidence.
 ///
 /// A request without the header, with an empty value or with the header repeated has no key
 /// (see [`MissingKey`](super::MissingKey)).
@@ -85,16 +86,12 @@ impl<B> KeyExtractor<B> for GlobalKey {
 #[derive(Clone)]
 pub struct HeaderKey {
     name: HeaderName,
-    digest: RandomState,
 }
 
 impl HeaderKey {
     /// Keys by the header `name`.
     pub fn new(name: HeaderName) -> Self {
-        HeaderKey {
-            name,
-            digest: RandomState::new(),
-        }
+        HeaderKey { name }
     }
 
     /// Keys by `X-Api-Key`.
@@ -117,7 +114,11 @@ impl<B> KeyExtractor<B> for HeaderKey {
         if values.next().is_some() || value.is_empty() {
             return None;
         }
-        Some(self.digest.hash_one(value.as_bytes()))
+        // A fixed-key digest: the same in every process, so limits shared through Redis
+        // name a key alike everywhere. (The keyed store re-hashes it with a random seed.)
+        let mut h = DefaultHasher::new();
+        value.as_bytes().hash(&mut h);
+        Some(h.finish())
     }
 }
 

@@ -48,9 +48,11 @@ mod forwarded;
 mod gcra;
 mod ip;
 mod layer;
+mod remote;
 mod store;
 mod table;
 
+pub(crate) use self::remote::{key_id, KeyId, RemoteKeyed, KEYLESS};
 pub(crate) use self::store::Grant;
 
 pub use self::client_ip::{ClientIp, ProxyHeaders};

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::gcra::{Cell, Rate};
+use super::remote::RemoteKeyed;
 use super::table::{slot_size, Table};
 use crate::bucket::Clock;
 use crate::{Quota, Snapshot, Throttled};
@@ -80,6 +81,8 @@ struct Shared<K> {
     overflow: Cell,
     /// Shared by requests that have no key, when so configured.
     keyless: Cell,
+    /// Decisions made by a limit shared with other processes (Redis).
+    remote: Option<Arc<dyn RemoteKeyed>>,
 }
 
 /// A shard on its own cache lines, so that locking one does not slow its neighbours.
@@ -102,10 +105,18 @@ pub struct KeyedBucketBuilder<K> {
     max_keys: usize,
     shards: Option<usize>,
     clock: Clock,
+    remote: Option<Arc<dyn RemoteKeyed>>,
     _key: PhantomData<fn() -> K>,
 }
 
 impl<K> KeyedBucketBuilder<K> {
+    /// Defer the rejecting layer's decisions to a limit shared with other processes.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn remote(mut self, remote: Arc<dyn RemoteKeyed>) -> Self {
+        self.remote = Some(remote);
+        self
+    }
+
     /// The most keys tracked at once (at least 1). See [the cap](KeyedBucket#the-cap-on-keys).
     pub fn max_keys(mut self, n: usize) -> Self {
         self.max_keys = n.max(1);
@@ -150,6 +161,7 @@ impl<K> KeyedBucketBuilder<K> {
                 max_keys: self.max_keys,
                 overflow: Cell::default(),
                 keyless: Cell::default(),
+                remote: self.remote,
             }),
         }
     }
@@ -195,6 +207,7 @@ where
             max_keys: DEFAULT_MAX_KEYS,
             shards: None,
             clock: Clock::tokio(),
+            remote: None,
             _key: PhantomData,
         }
     }
@@ -293,6 +306,11 @@ where
 }
 
 impl<K> KeyedBucket<K> {
+    /// The shared limit this keyed bucket defers to (Redis), if any.
+    pub(crate) fn remote(&self) -> Option<&Arc<dyn RemoteKeyed>> {
+        self.shared.remote.as_ref()
+    }
+
     /// The quota of every key's bucket.
     pub fn quota(&self) -> Quota {
         self.shared.quota

@@ -225,6 +225,11 @@ impl Backend {
         self.run(&self.scripts.acquire, key, u64::from(n)).await
     }
 
+    /// Give back `n` tokens of an unused admission of the bucket at `key`.
+    pub(crate) async fn release(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
+        self.run(&self.scripts.release, key, u64::from(n)).await
+    }
+
     /// Pause the bucket at `key` for `d` (capped at `max_pause`).
     pub(crate) async fn pause(&self, key: &str, d: Duration) -> Result<Timed, RedisError> {
         // Rounded up: never end a pause early.

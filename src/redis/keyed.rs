@@ -153,6 +153,27 @@ impl RedisKeyed {
         }
     }
 
+    /// Give back `n` tokens of an admission of `key` that was not used (another limit
+    /// refused the request right after). Exact while the key's bucket has not refilled past
+    /// that admission. Best effort: a Redis failure leaves the tokens spent.
+    ///
+    /// # Errors
+    /// [`RedisDecisionError::Backend`] when Redis could not be reached.
+    pub async fn release(&self, key: impl AsRef<[u8]>, n: u32) -> Result<(), RedisDecisionError> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.check(n)?;
+        let inner = &*self.inner;
+        let rkey = keyed_key(&inner.backend.options.prefix, &digest(key.as_ref()));
+        inner
+            .backend
+            .release(&rkey, n)
+            .await
+            .map(drop)
+            .map_err(RedisDecisionError::Backend)
+    }
+
     /// Wait until `n` tokens of `key`'s limit are available, then take them.
     ///
     /// Waiters for one key in this process are served first come, first served, and only

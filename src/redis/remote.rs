@@ -1,12 +1,14 @@
 //! A [`RedisBucket`] behind the crate's [`Bucket`]: the waiting layers and the coordinated
 //! pause use Redis through the same handle.
 
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{RedisBucket, RedisDecisionError};
+use super::{RedisBucket, RedisDecisionError, RedisKeyed};
 use crate::bucket::{Remote, RemoteAcquire, RemoteDecision};
-use crate::{Bucket, Throttled};
+use crate::keyed::{KeyId, RemoteKeyed};
+use crate::{Bucket, KeyedBucket, Throttled};
 
 /// The wait announced when the failure policy refuses a decision.
 const RETRY_REFUSED: Duration = Duration::from_secs(1);
@@ -71,6 +73,45 @@ impl From<RedisBucket> for Bucket {
         let quota = redis.quota();
         Bucket::builder(quota)
             .remote(Arc::new(redis) as Arc<dyn Remote>)
+            .build()
+    }
+}
+
+impl RemoteKeyed for RedisKeyed {
+    fn try_acquire(&self, key: KeyId, n: u32) -> RemoteDecision {
+        let this = self.clone();
+        Box::pin(async move {
+            match this.try_acquire(key, n).await {
+                Ok(()) => Ok(()),
+                Err(RedisDecisionError::Throttled(t)) => Err(t),
+                Err(RedisDecisionError::ExceedsBurst(_)) => Err(Throttled::never()),
+                Err(RedisDecisionError::Backend(_)) => Err(Throttled::after(RETRY_REFUSED)),
+            }
+        })
+    }
+
+    fn release(&self, key: KeyId, n: u32) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let this = self.clone();
+            rt.spawn(async move {
+                let _ = this.release(key, n).await;
+            });
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone> From<RedisKeyed> for KeyedBucket<K> {
+    /// A [`KeyedBucket`] whose rejecting layer (`RateLimitLayer::keyed(..).reject()`) decides
+    /// on Redis: server replicas share one limit per key. Keys are named by a fixed-key
+    /// digest of their `Hash`, the same in every process of the same build. With a global
+    /// ceiling, a request the ceiling refuses gives its key's token back.
+    ///
+    /// The synchronous [`KeyedBucket::try_acquire`] and [`KeyedBucket::snapshot`] cannot ask
+    /// Redis: they see this process's local store only. Use [`RedisKeyed::try_acquire`] for a
+    /// shared decision outside the layer.
+    fn from(redis: RedisKeyed) -> Self {
+        KeyedBucket::builder(redis.quota())
+            .remote(Arc::new(redis) as Arc<dyn RemoteKeyed>)
             .build()
     }
 }

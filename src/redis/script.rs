@@ -43,11 +43,19 @@ pub(crate) const PAUSE: &str = concat!(
     include_str!("lua/pause.lua")
 );
 
-/// The two scripts, hashed once.
+/// Give back `ARGV[3]` tokens: `lua/prelude.lua` then `lua/release.lua`.
+/// Returns `{1, 0, full_in µs}`.
+pub(crate) const RELEASE: &str = concat!(
+    include_str!("lua/prelude.lua"),
+    include_str!("lua/release.lua")
+);
+
+/// The scripts, hashed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) acquire: ::redis::Script,
     pub(crate) pause: ::redis::Script,
+    pub(crate) release: ::redis::Script,
 }
 
 impl Scripts {
@@ -55,6 +63,7 @@ impl Scripts {
         Scripts {
             acquire: ::redis::Script::new(ACQUIRE),
             pause: ::redis::Script::new(PAUSE),
+            release: ::redis::Script::new(RELEASE),
         }
     }
 }

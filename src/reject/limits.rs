@@ -10,6 +10,7 @@
 //! side of the limit.)
 
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::Request;
@@ -18,7 +19,7 @@ use super::fields::Policies;
 use super::rejected::{Rejected, RejectedBy, Status};
 use super::wait::Pending;
 use crate::bucket::Reservation;
-use crate::keyed::{Grant, KeyExtractor, KeyedBucket, MissingKey};
+use crate::keyed::{key_id, Grant, KeyExtractor, KeyedBucket, MissingKey, KEYLESS};
 use crate::Bucket;
 
 /// Policy names in `RateLimit-Policy` and `RateLimit`.
@@ -103,6 +104,24 @@ where
         let mut statuses = [None, None];
         let mut held = None;
         if let Some(k) = &self.keyed {
+            if let Some(remote) = k.bucket.remote() {
+                // A shared, remote keyed bucket decides asynchronously, then the global
+                // ceiling; a refusal by the global ceiling gives the key's token back.
+                let id = match (k.extractor.extract(req), k.missing) {
+                    (Some(key), _) => Some(key_id(&key)),
+                    (None, MissingKey::Shared) => Some(KEYLESS),
+                    (None, MissingKey::Reject) => return Verdict::Reject(Rejected::missing_key()),
+                    (None, MissingKey::Allow) => None,
+                };
+                if let Some(id) = id {
+                    return Verdict::Wait(Pending::remote_key(
+                        k.bucket.clone(),
+                        Arc::clone(remote),
+                        id,
+                        self.bucket.clone(),
+                    ));
+                }
+            }
             let key = k.extractor.extract(req);
             let cost = k.bucket.unit_cost();
             let result = match (&key, k.missing) {

@@ -22,10 +22,10 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use super::fields::{Policies, Spec};
-use super::limits::{bucket_status, key_status, policies, refused, GLOBAL, SINGLE};
+use super::limits::{bucket_status, key_status, policies, refused, GLOBAL, PER_KEY, SINGLE};
 use super::rejected::{Rejected, RejectedBy, Status};
 use crate::bucket::{RemoteDecision, Waiter};
-use crate::keyed::{Grant, KeyedBucket};
+use crate::keyed::{Grant, KeyId, KeyedBucket, RemoteKeyed};
 use crate::observe::Observer;
 use crate::Bucket;
 
@@ -45,6 +45,15 @@ pub(crate) enum Pending<K: Hash + Eq> {
     Remote {
         bucket: Bucket,
         decision: RemoteDecision,
+    },
+    /// A decision a shared, remote keyed bucket is making, then the global ceiling's.
+    RemoteKey {
+        keyed: KeyedBucket<K>,
+        remote: Arc<dyn RemoteKeyed>,
+        id: KeyId,
+        decision: Option<RemoteDecision>,
+        global: Option<Bucket>,
+        global_decision: Option<RemoteDecision>,
     },
 }
 
@@ -70,6 +79,23 @@ impl<K: Hash + Eq> Pending<K> {
 
     pub(crate) fn remote(bucket: Bucket, decision: RemoteDecision) -> Self {
         Pending::Remote { bucket, decision }
+    }
+
+    pub(crate) fn remote_key(
+        keyed: KeyedBucket<K>,
+        remote: Arc<dyn RemoteKeyed>,
+        id: KeyId,
+        global: Option<Bucket>,
+    ) -> Self {
+        let decision = Some(remote.try_acquire(id, 1));
+        Pending::RemoteKey {
+            keyed,
+            remote,
+            id,
+            decision,
+            global,
+            global_decision: None,
+        }
     }
 
     pub(crate) fn bucket(bucket: Bucket, waiter: Waiter, max_wait: Duration) -> Self {
@@ -138,7 +164,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
     ) -> Self {
         let (wake, deadline) = match &pending {
             Pending::Key { due, .. } => (*due, None),
-            Pending::Remote { .. } => (Instant::now(), None),
+            Pending::Remote { .. } | Pending::RemoteKey { .. } => (Instant::now(), None),
             Pending::Bucket { deadline, .. } => (
                 Instant::now(),
                 Some(Box::pin(tokio::time::sleep_until(*deadline))),
@@ -165,6 +191,9 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             }
             Pending::Bucket { bucket, .. } | Pending::Remote { bucket, .. } => {
                 policies::<K>(None, Some(bucket), false)
+            }
+            Pending::RemoteKey { keyed, global, .. } => {
+                policies(Some(keyed), global.as_ref(), true)
             }
         }
     }
@@ -193,6 +222,52 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                 }
                 verdict
             }
+            Pending::RemoteKey {
+                keyed,
+                remote,
+                id,
+                decision,
+                global,
+                global_decision,
+            } => loop {
+                if let Some(d) = global_decision.as_mut() {
+                    let global = global
+                        .as_ref()
+                        .expect("a global decision has a global bucket");
+                    break match std::task::ready!(d.as_mut().poll(cx)) {
+                        Ok(()) => Ok([None, None]),
+                        Err(throttled) => {
+                            remote.release(*id, 1); // the key's token was not used
+                            let wait = throttled.wait();
+                            let status = refused(GLOBAL, &global.quota(), wait);
+                            Err(Rejected::throttled(RejectedBy::Global, wait, status))
+                        }
+                    };
+                }
+                let d = decision.as_mut().expect("polled after completion");
+                let key_verdict = std::task::ready!(d.as_mut().poll(cx));
+                *decision = None;
+                if let Err(throttled) = key_verdict {
+                    let wait = throttled.wait();
+                    let status = refused(PER_KEY, &keyed.quota(), wait);
+                    break Err(Rejected::throttled(RejectedBy::Key, wait, status));
+                }
+                match global {
+                    None => break Ok([None, None]),
+                    Some(g) => match g.remote() {
+                        Some(r) => *global_decision = Some(r.try_acquire(1)),
+                        None => match g.try_acquire(1) {
+                            Ok(()) => break Ok([None, describe.then(|| bucket_status(g, GLOBAL))]),
+                            Err(throttled) => {
+                                remote.release(*id, 1);
+                                let wait = throttled.wait();
+                                let status = refused(GLOBAL, &g.quota(), wait);
+                                break Err(Rejected::throttled(RejectedBy::Global, wait, status));
+                            }
+                        },
+                    },
+                }
+            },
             Pending::Remote { bucket, decision } => {
                 match std::task::ready!(decision.as_mut().poll(cx)) {
                     Ok(()) => Ok([None, describe.then(|| bucket_status(bucket, SINGLE))]),
