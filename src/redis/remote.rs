@@ -17,6 +17,30 @@ const RETRY_REFUSED: Duration = Duration::from_secs(1);
 /// before it asks again.
 const RETRY_BACKEND: Duration = Duration::from_millis(100);
 
+/// A remote decision as the layers see it: a refusal, or admission.
+fn decision(result: Result<(), RedisDecisionError>) -> Result<(), Throttled> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(RedisDecisionError::Throttled(t)) => Err(t),
+        Err(RedisDecisionError::ExceedsBurst(_)) => Err(Throttled::never()),
+        // The failure policy refuses (Redis down, policy `Closed`): come back later.
+        Err(RedisDecisionError::Backend(_)) => Err(Throttled::after(RETRY_REFUSED)),
+    }
+}
+
+/// Run a best-effort write in the background (the local state already holds this process);
+/// outside a runtime there is nowhere to run it, and it is skipped.
+fn detach<F>(write: F)
+where
+    F: std::future::Future<Output = Result<(), RedisDecisionError>> + Send + 'static,
+{
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let _ = write.await;
+        });
+    }
+}
+
 impl Remote for RedisBucket {
     fn acquire(&self, n: u32) -> RemoteAcquire {
         let this = self.clone();
@@ -34,24 +58,12 @@ impl Remote for RedisBucket {
 
     fn try_acquire(&self, n: u32) -> RemoteDecision {
         let this = self.clone();
-        Box::pin(async move {
-            match this.try_acquire(n).await {
-                Ok(()) => Ok(()),
-                Err(RedisDecisionError::Throttled(t)) => Err(t),
-                Err(RedisDecisionError::ExceedsBurst(_)) => Err(Throttled::never()),
-                // The failure policy refuses (Redis down, policy `Closed`): come back later.
-                Err(RedisDecisionError::Backend(_)) => Err(Throttled::after(RETRY_REFUSED)),
-            }
-        })
+        Box::pin(async move { decision(this.try_acquire(n).await) })
     }
 
     fn pause(&self, cooldown: Duration) {
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let this = self.clone();
-            rt.spawn(async move {
-                let _ = this.pause(cooldown).await;
-            });
-        }
+        let this = self.clone();
+        detach(async move { this.pause(cooldown).await });
     }
 }
 
@@ -80,23 +92,12 @@ impl From<RedisBucket> for Bucket {
 impl RemoteKeyed for RedisKeyed {
     fn try_acquire(&self, key: KeyId, n: u32) -> RemoteDecision {
         let this = self.clone();
-        Box::pin(async move {
-            match this.try_acquire(key, n).await {
-                Ok(()) => Ok(()),
-                Err(RedisDecisionError::Throttled(t)) => Err(t),
-                Err(RedisDecisionError::ExceedsBurst(_)) => Err(Throttled::never()),
-                Err(RedisDecisionError::Backend(_)) => Err(Throttled::after(RETRY_REFUSED)),
-            }
-        })
+        Box::pin(async move { decision(this.try_acquire(key, n).await) })
     }
 
     fn release(&self, key: KeyId, n: u32) {
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let this = self.clone();
-            rt.spawn(async move {
-                let _ = this.release(key, n).await;
-            });
-        }
+        let this = self.clone();
+        detach(async move { this.release(key, n).await });
     }
 }
 
