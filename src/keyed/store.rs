@@ -12,7 +12,7 @@ use super::gcra::{Cell, Rate};
 use super::remote::RemoteKeyed;
 use super::table::{slot_size, Table};
 use crate::bucket::Clock;
-use crate::{Quota, Snapshot, Throttled};
+use crate::{Algorithm, Quota, Snapshot, Throttled};
 
 /// The default cap on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -105,6 +105,7 @@ pub struct KeyedBucketBuilder<K> {
     max_keys: usize,
     shards: Option<usize>,
     clock: Clock,
+    algorithm: Algorithm,
     remote: Option<Arc<dyn RemoteKeyed>>,
     _key: PhantomData<fn() -> K>,
 }
@@ -114,6 +115,12 @@ impl<K> KeyedBucketBuilder<K> {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn remote(mut self, remote: Arc<dyn RemoteKeyed>) -> Self {
         self.remote = Some(remote);
+        self
+    }
+
+    /// The algorithm every key's bucket follows. Default [`Algorithm::TokenBucket`].
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
         self
     }
 
@@ -207,6 +214,7 @@ where
             max_keys: DEFAULT_MAX_KEYS,
             shards: None,
             clock: Clock::tokio(),
+            algorithm: Algorithm::TokenBucket,
             remote: None,
             _key: PhantomData,
         }
