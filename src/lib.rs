@@ -73,8 +73,8 @@
 //!
 //! # Choosing an algorithm
 //! The token bucket is the default; [`Bucket::with_algorithm`] picks a leaky bucket (strict
-//! spacing), a fixed window, a sliding window or an exact sliding log behind the same handle.
-//! See [`Algorithm`] for the trade-offs.
+//! spacing), a fixed window, a sliding window or an exact sliding log behind the same handle,
+//! and [`KeyedBucket`] takes the same choice per key. See [`Algorithm`] for the trade-offs.
 //!
 //! # Semantics
 //! 1. **Rate invariant**: over any interval of length `t`, admitted tokens ≤ `burst + rate·t`,

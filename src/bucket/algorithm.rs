@@ -14,14 +14,23 @@
 /// | algorithm | shape | bound over any interval of length `t` | state | pick it when |
 /// |---|---|---|---|---|
 /// | [`TokenBucket`](Algorithm::TokenBucket) (default) | bursts up to `burst`, then the rate | `burst + rate·t` | 8 bytes, lock-free | almost always: idle clients may burst |
-/// | [`LeakyBucket`](Algorithm::LeakyBucket) | strict spacing, no bursts | no two admissions closer than `1/rate` | 8 bytes | the downstream cannot take bursts at all |
-/// | [`FixedWindow`](Algorithm::FixedWindow) | up to `count` per aligned `period` | `count` per aligned window, up to `2·count` across a boundary | a counter | you must match an API documented as "N per minute, resetting on the minute" |
-/// | [`SlidingWindow`](Algorithm::SlidingWindow) | weighted two-window estimate | see below | two counters | you want windows without the boundary burst, at low cost |
+/// | [`LeakyBucket`](Algorithm::LeakyBucket) | strict spacing, no bursts | after a request of cost `n`, nothing for `n/rate` | 8 bytes | the downstream cannot take bursts at all |
+/// | [`FixedWindow`](Algorithm::FixedWindow) | up to `count` per aligned `period` | `count` per aligned window, up to `2·count` across a boundary | a counter (per key: 16 bytes) | you must match an API documented as "N per minute, resetting on the minute" |
+/// | [`SlidingWindow`](Algorithm::SlidingWindow) | weighted two-window estimate | see below | two counters (per key: 16 bytes) | you want windows without the boundary burst, at low cost |
 /// | [`SlidingLog`](Algorithm::SlidingLog) | exact sliding window | `count` in every window of length `period` | one entry per admission in the last `period` | you need the exact window and `count` is modest |
 ///
 /// The quota's `count` and `period` give the rate (`count / period`) for every algorithm; the
 /// token bucket also uses its `burst`. A request may cost at most `burst` tokens (token and
 /// leaky bucket) or `count` tokens (windows).
+///
+/// The same choice works per key ([`KeyedBucketBuilder::algorithm`](crate::keyed::KeyedBucketBuilder::algorithm)),
+/// where the state per key is what the column above says (the sliding log's per key).
+///
+/// **Leaky bucket, weighted**: a request goes once the one before it has drained, and its `n`
+/// tokens then drain over the next `n` intervals. An idle leaky bucket therefore takes a
+/// request of any allowed cost at once, and [`try_acquire`](super::Bucket::try_acquire)
+/// admits it; charging the `n` intervals *before* the request instead would make every cost
+/// above one wait however long the bucket had been idle.
 ///
 /// **Fixed windows** are aligned to multiples of the period since the UNIX epoch (a
 /// one-minute window resets on the minute). A client can take `count` at the end of one window

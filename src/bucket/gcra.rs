@@ -3,7 +3,7 @@
 //! With `T` the emission interval and `B·T` the tolerance, `n` tokens at `now` are admitted at
 //! `max(tat, now) + n·T − B·T` and move `tat` to `max(tat, now) + n·T`. Admitting at that instant
 //! or later keeps every window of length `t` within `B + t/T` tokens. The leaky bucket is the
-//! same schedule with a tolerance of one interval.
+//! same schedule with a tolerance of one interval (see [`schedule`] for its weighted costs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,6 +27,19 @@ impl std::ops::Deref for Padded {
     fn deref(&self) -> &AtomicU64 {
         &self.0
     }
+}
+
+/// Admitting `cost` (`n·T`) at `now` with tolerance `τ`: `(tat after, admission instant)`.
+///
+/// `tat` moves to `max(tat, now) + n·T`, and the request goes `max(τ, n·T)` before that. For a
+/// token bucket (`τ = B·T ≥ n·T`) this is plain GCRA. For the leaky bucket (`τ = T`) it is
+/// `max(tat, now)`: a request goes once the previous one has drained, and its `n` tokens then
+/// drain over the next `n` intervals, so an idle leaky bucket takes a request of any allowed
+/// cost at once and the next admission comes `n·T` later.
+#[inline]
+pub(crate) fn schedule(tat: u64, now: u64, cost: u64, tolerance: u64) -> (u64, u64) {
+    let new = tat.max(now) + cost;
+    (new, new.saturating_sub(tolerance.max(cost)))
 }
 
 /// Bucket state for a snapshot.
@@ -59,8 +72,7 @@ impl Gcra {
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
             let (interval, tolerance) = self.params();
-            let new = tat.max(now) + tokens * interval;
-            let at = new.saturating_sub(tolerance);
+            let (new, at) = schedule(tat, now, tokens * interval, tolerance);
             if at > now {
                 return Err(at - now);
             }
@@ -79,12 +91,12 @@ impl Gcra {
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
             let (interval, tolerance) = self.params();
-            let new = tat.max(now) + tokens * interval;
+            let (new, at) = schedule(tat, now, tokens * interval, tolerance);
             match self
                 .tat
                 .compare_exchange_weak(tat, new, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return (new.saturating_sub(tolerance).max(now), new),
+                Ok(_) => return (at.max(now), new),
                 Err(actual) => tat = actual,
             }
         }

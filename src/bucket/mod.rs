@@ -40,9 +40,11 @@ pub use self::acquire::Acquire;
 pub use self::algorithm::Algorithm;
 pub use self::builder::BucketBuilder;
 pub(crate) use self::clock::Clock;
+pub(crate) use self::gcra::schedule;
 pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision};
 use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
+pub(crate) use self::window::{epoch_phase, Log, Window};
 use crate::Quota;
 
 /// A token bucket shared by every clone of this handle.

@@ -1,158 +1,185 @@
-//! The GCRA decision for one key, as arithmetic on one number.
+//! The token and leaky bucket for one key, as arithmetic on one number.
 //!
 //! A key's state is `tat`, the instant (nanoseconds on the store's clock) at which its bucket
-//! is full again. With `T` the emission interval and `B` the burst, `n` tokens at `now` are
-//! admitted at `max(tat, now) + n·T − B·T`, and `tat` moves to `max(tat, now) + n·T`. A
-//! `tat` at or before `now` is a full bucket: the same as no state at all, which is what lets
-//! the store forget such keys without losing anything.
+//! is full again. With `T` the emission interval and `τ` the tolerance (`B·T` for a token
+//! bucket of burst `B`, `T` for a leaky bucket), `n` tokens are admitted at
+//! `tat' − τ` where `tat' = next_tat(tat, now, n·T, τ)` (see
+//! [`next_tat`](crate::bucket::next_tat)), and `tat` moves to `tat'`. A `tat` at or before
+//! `now` is a full bucket: the same as no state at all, which is what lets the store forget
+//! such keys without losing anything.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::num::NonZeroU64;
 
-use crate::Quota;
-
-/// The quota as the arithmetic needs it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Rate {
-    /// Emission interval `T`, nanoseconds.
-    pub(crate) interval: u64,
-    /// `B·T`: how far `tat` may lie ahead of the admission instant.
-    pub(crate) tolerance: u64,
-    burst: u32,
-}
+use super::rule::{Admit, Rule, Slot, View};
+use crate::bucket::schedule;
+use crate::{Algorithm, Quota};
 
 /// The largest wait a reservation may be granted: keeps `tat` arithmetic far from overflow.
 const MAX_AHEAD: u64 = u64::MAX / 8;
 
-impl Rate {
-    pub(crate) fn new(quota: Quota) -> Self {
+/// The quota as the arithmetic needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GcraRule {
+    /// Emission interval `T`, nanoseconds.
+    interval: u64,
+    /// How far `tat` may lie ahead of the admission instant.
+    tolerance: u64,
+    /// The most tokens of one request.
+    capacity: u64,
+}
+
+impl GcraRule {
+    pub(crate) fn new(quota: Quota, algorithm: Algorithm) -> Self {
         let interval = quota.interval_ns();
-        Rate {
+        let burst = u64::from(quota.burst_size());
+        let tolerance = match algorithm {
+            Algorithm::LeakyBucket { .. } => interval,
+            _ => interval * burst,
+        };
+        GcraRule {
             interval,
-            tolerance: interval * u64::from(quota.burst_size()),
-            burst: quota.burst_size(),
+            tolerance,
+            capacity: burst,
         }
     }
 
-    /// Bucket nanoseconds for `n` tokens, or `None` when `n` exceeds the burst.
     #[inline]
-    pub(crate) fn cost(&self, n: u32) -> Option<u64> {
-        (n <= self.burst).then(|| u64::from(n) * self.interval)
-    }
-
-    /// Admit `cost` at `now`, or (when `max_wait > 0`) reserve it for an instant at most
-    /// `max_wait` later: the new `tat`. Otherwise the wait until it would fit, in nanoseconds.
-    #[inline]
-    pub(crate) fn admit(&self, tat: u64, now: u64, cost: u64, max_wait: u64) -> Result<u64, u64> {
-        let new = tat.max(now) + cost;
-        let admit_at = new.saturating_sub(self.tolerance);
-        if admit_at <= now.saturating_add(max_wait.min(MAX_AHEAD)) {
-            Ok(new)
+    fn decide(&self, tat: u64, now: u64, tokens: u64, max_wait: u64) -> Result<Admit, u64> {
+        let (new, at) = schedule(tat, now, tokens * self.interval, self.tolerance);
+        if at <= now.saturating_add(max_wait.min(MAX_AHEAD)) {
+            Ok(Admit {
+                at: at.max(now),
+                mark: [new, 0],
+                before: [tat, 0],
+            })
         } else {
-            Err(admit_at - now)
+            Err(at - now)
         }
     }
 
-    /// When a reservation that moved `tat` to `new` may go.
-    pub(crate) fn admit_at(&self, new: u64) -> u64 {
-        new.saturating_sub(self.tolerance)
-    }
-
-    /// Whole tokens available at `now`.
-    pub(crate) fn remaining(&self, tat: u64, now: u64) -> u64 {
+    /// Whole tokens available at `now` with `tat`.
+    fn remaining(&self, tat: u64, now: u64) -> u64 {
         let ahead = tat.saturating_sub(now);
-        u64::from(self.burst).saturating_sub(ahead.div_ceil(self.interval))
-    }
-
-    /// Time until one more token becomes available (zero for a full bucket).
-    pub(crate) fn next_token(&self, tat: u64, now: u64) -> Duration {
-        let ahead = tat.saturating_sub(now);
-        if ahead == 0 {
-            return Duration::ZERO;
-        }
-        Duration::from_nanos((ahead - 1) % self.interval + 1)
+        (self.tolerance / self.interval).saturating_sub(ahead.div_ceil(self.interval))
     }
 }
 
-/// One bucket in one atomic: the state of the shared buckets (keyless requests, overflow).
-#[derive(Debug, Default)]
-pub(crate) struct Cell {
-    tat: AtomicU64,
+impl Slot for NonZeroU64 {
+    #[inline]
+    fn expires(&self) -> u64 {
+        self.get()
+    }
 }
 
-impl Cell {
-    /// As [`Rate::admit`], with a compare-and-swap.
-    pub(crate) fn admit(
+/// A `tat` after an admission is never zero: it lies at least one token after `now ≥ 0`.
+fn nonzero(tat: u64) -> NonZeroU64 {
+    NonZeroU64::new(tat).unwrap_or(NonZeroU64::MIN)
+}
+
+impl Rule for GcraRule {
+    type State = NonZeroU64;
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    #[inline]
+    fn admit(
         &self,
-        rate: &Rate,
+        state: &mut NonZeroU64,
         now: u64,
-        cost: u64,
+        tokens: u64,
         max_wait: u64,
-    ) -> Result<u64, u64> {
-        let mut tat = self.tat.load(Ordering::Acquire);
-        loop {
-            let new = rate.admit(tat, now, cost, max_wait)?;
-            match self
-                .tat
-                .compare_exchange_weak(tat, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Ok(new),
-                Err(actual) => tat = actual,
-            }
+    ) -> Result<Admit, u64> {
+        let admit = self.decide(state.get(), now, tokens, max_wait)?;
+        *state = nonzero(admit.mark[0]);
+        Ok(admit)
+    }
+
+    #[inline]
+    fn admit_new(&self, now: u64, tokens: u64, max_wait: u64) -> Result<(NonZeroU64, Admit), u64> {
+        let admit = self.decide(0, now, tokens, max_wait)?;
+        Ok((nonzero(admit.mark[0]), admit))
+    }
+
+    fn refund(&self, state: &mut NonZeroU64, tokens: u64, admit: &Admit, now: u64) -> bool {
+        if state.get() != admit.mark[0] {
+            return false;
         }
+        let tat = state.get().saturating_sub(tokens * self.interval);
+        *state = nonzero(tat);
+        tat <= now
     }
 
-    /// Take back `cost` admitted by the admission that moved `tat` to `after`, if nothing was
-    /// admitted since (otherwise the tokens stay spent: never more than the quota).
-    pub(crate) fn refund(&self, cost: u64, after: u64) {
-        let _ = self.tat.compare_exchange(
-            after,
-            after.saturating_sub(cost),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+    fn status(&self, admit: &Admit, at: u64) -> (u64, u64) {
+        let tat = admit.mark[0];
+        let ahead = tat.saturating_sub(at);
+        let reset = if ahead == 0 {
+            0
+        } else {
+            (ahead - 1) % self.interval + 1
+        };
+        (self.remaining(tat, at), reset)
     }
 
-    #[cfg(test)]
-    pub(crate) fn tat(&self) -> u64 {
-        self.tat.load(Ordering::Acquire)
+    fn view(&self, state: Option<&NonZeroU64>, now: u64) -> View {
+        let tat = state.map_or(0, |t| t.get());
+        let ahead = tat.saturating_sub(now);
+        View {
+            available: self.remaining(tat, now),
+            next_in: (ahead + self.interval).saturating_sub(self.tolerance),
+            full_in: ahead,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn admits_a_burst_then_spaces() {
-        let rate = Rate::new(Quota::per_second(2).burst(2));
-        let t = rate.interval;
+        let rule = GcraRule::new(Quota::per_second(2).burst(2), Algorithm::TokenBucket);
+        let t = rule.interval;
         assert_eq!(t, 500_000_000);
-        let mut tat = 0;
-        for _ in 0..2 {
-            tat = rate.admit(tat, 0, t, 0).unwrap();
-        }
-        assert_eq!(rate.admit(tat, 0, t, 0), Err(t));
-        assert_eq!(rate.remaining(tat, 0), 0);
-        assert_eq!(rate.next_token(tat, 0), Duration::from_millis(500));
-        assert_eq!(rate.remaining(tat, t - 1), 0);
-        assert_eq!(rate.remaining(tat, t), 1);
+        let (mut s, _) = rule.admit_new(0, 1, 0).unwrap();
+        let a = rule.admit(&mut s, 0, 1, 0).unwrap();
+        assert_eq!(rule.admit(&mut s, 0, 1, 0), Err(t));
+        assert_eq!(rule.status(&a, 0), (0, t));
+        assert_eq!(rule.view(Some(&s), t - 1).available, 0);
+        assert_eq!(rule.view(Some(&s), t).available, 1);
         // A reservation within the allowed wait moves `tat` and names its instant.
-        let new = rate.admit(tat, 0, t, t).unwrap();
-        assert_eq!(rate.admit_at(new), t);
-        assert_eq!(rate.cost(3), None);
+        let r = rule.admit(&mut s, 0, 1, t).unwrap();
+        assert_eq!(r.at, t);
+        assert_eq!(rule.capacity(), 2);
     }
 
     #[test]
-    fn cell_refund_only_when_nothing_came_after() {
-        let rate = Rate::new(Quota::per_second(1).burst(2));
-        let t = rate.interval;
-        let cell = Cell::default();
-        let first = cell.admit(&rate, 0, t, 0).unwrap();
-        let second = cell.admit(&rate, 0, t, 0).unwrap();
-        cell.refund(t, first); // stale: `second` came after it
-        assert_eq!(cell.tat(), second);
-        cell.refund(t, second);
-        assert_eq!(cell.tat(), first);
+    fn refund_only_when_nothing_came_after() {
+        let rule = GcraRule::new(Quota::per_second(1).burst(2), Algorithm::TokenBucket);
+        let (mut s, first) = rule.admit_new(0, 1, 0).unwrap();
+        let second = rule.admit(&mut s, 0, 1, 0).unwrap();
+        assert!(!rule.refund(&mut s, 1, &first, 0)); // stale: `second` came after it
+        assert_eq!(s.get(), second.mark[0]);
+        assert!(!rule.refund(&mut s, 1, &second, 0));
+        assert_eq!(s.get(), first.mark[0]);
+        assert!(rule.refund(&mut s, 1, &first, 0), "full again");
+    }
+
+    #[test]
+    fn leaky_spaces_every_admission_by_its_cost() {
+        let quota = Quota::per_second(4).burst(3);
+        let rule = GcraRule::new(quota, Algorithm::LeakyBucket { max_queue: 0 });
+        let t = Duration::from_millis(250).as_nanos() as u64;
+        // Idle: a cost of 3 goes at once and drains over the next 3 intervals.
+        let (mut s, a) = rule.admit_new(0, 3, 0).unwrap();
+        assert_eq!(a.at, 0);
+        assert_eq!(rule.admit(&mut s, 0, 1, 0), Err(3 * t));
+        assert_eq!(rule.admit(&mut s, 3 * t, 1, 0).unwrap().at, 3 * t);
+        // Then a cost of 2 waits for that one to drain.
+        assert_eq!(rule.admit(&mut s, 3 * t, 2, 0), Err(t));
+        assert_eq!(rule.view(Some(&s), 3 * t).available, 0);
+        assert_eq!(rule.view(Some(&s), 4 * t).available, 1);
     }
 }

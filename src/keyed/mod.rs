@@ -1,4 +1,5 @@
-//! Per-key limits: [`KeyedBucket`] (a bucket per key, forgotten when full again), the
+//! Per-key limits: [`KeyedBucket`] (a bucket per key, of any [`Algorithm`](crate::Algorithm),
+//! forgotten when unused again), the
 //! [`KeyExtractor`]s that find a request's key, and [`KeyedLayer`] (per-key plus global, made
 //! by [`RateLimitLayer::keyed`](crate::RateLimitLayer::keyed)).
 //!
@@ -43,14 +44,18 @@
 //! ```
 
 mod client_ip;
+mod core;
 mod extractor;
 mod forwarded;
 mod gcra;
 mod ip;
 mod layer;
+mod log;
 mod remote;
+mod rule;
 mod store;
 mod table;
+mod window;
 
 pub(crate) use self::remote::{key_id, KeyId, RemoteKeyed, KEYLESS};
 pub(crate) use self::store::Grant;

@@ -1,32 +1,49 @@
-//! [`KeyedBucket`]: one token bucket per key, in a sharded table that forgets full buckets.
+//! [`KeyedBucket`]: one bucket per key, of any algorithm, in a sharded table that forgets unused
+//! keys.
 
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::gcra::{Cell, Rate};
+use super::core::{Core, Place};
+use super::gcra::GcraRule;
+use super::log::LogRule;
 use super::remote::RemoteKeyed;
-use super::table::{slot_size, Table};
+use super::rule::{Admit, Rule};
+use super::window::WindowRule;
 use crate::bucket::Clock;
 use crate::{Algorithm, Quota, Snapshot, Throttled};
 
 /// The default cap on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// One token bucket per key (API key, user, client IP, route…), all with the same quota.
+/// One bucket per key (API key, user, client IP, route…), all with the same quota and
+/// [`Algorithm`] (the token bucket unless [`KeyedBucketBuilder::algorithm`] says otherwise).
 ///
-/// A key's bucket is created when the key is first seen and forgotten as soon as it is full
-/// again, which loses nothing: a full bucket is what a new key gets. So the table holds only
-/// the keys that used some of their quota within the last `burst / rate`, and it is cleaned as
-/// part of normal traffic (each insert sweeps a few slots; the table drops expired entries
-/// before it grows and shrinks when it empties). There is no thread to run and no
-/// `retain_recent` to call.
+/// A key's bucket is created when the key is first seen and forgotten as soon as it is as if
+/// unused again (a token bucket that is full, windows that have passed), which loses nothing:
+/// that is what a new key gets. So the table holds only the keys that used some of their
+/// quota recently, and it is cleaned as part of normal traffic (each insert sweeps a few
+/// slots; the table drops expired entries before it grows and shrinks when it empties). There
+/// is no thread to run and no `retain_recent` to call.
 ///
 /// Cloning a `KeyedBucket` is cheap and never creates new buckets: clones share every key.
+///
+/// # Algorithms
+/// Every [`Algorithm`] works per key, with the semantics it has on a [`Bucket`](crate::Bucket):
+/// the same decisions and the same exact waits. A key's requests are decided in arrival
+/// order, so a bounded wait ([`max_wait`](crate::reject::RejectLayer::max_wait)) never lets a
+/// later request go before an earlier reservation. What a key costs:
+///
+/// | algorithm | state per key | slot with a `u64` key |
+/// |---|---|---|
+/// | token bucket, leaky bucket | the instant the bucket is full again (8 bytes) | 16 bytes |
+/// | fixed window, sliding window | the latest window and two counts (16 bytes) | 24 bytes |
+/// | sliding log | a pointer to the key's log: 56 bytes plus 16 per admission within the period | 16 bytes + the log |
 ///
 /// # The cap on keys
 /// At most [`max_keys`](KeyedBucketBuilder::max_keys) keys are tracked (default
@@ -37,10 +54,10 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// only keys that are not tracked share the overflow bucket, until the flood subsides.
 ///
 /// # Memory
-/// A slot holds the key and one `u64`; with `u64` keys it is 16 bytes, and a growing table is
-/// 1/2 to 3/4 full: 21 to 32 bytes per tracked key (see
+/// A slot holds the key and its state; a growing table is 1/2 to 3/4 full, so a token bucket
+/// with `u64` keys takes 21 to 32 bytes per tracked key, and windows 32 to 48 (see
 /// [`allocated_bytes`](KeyedBucket::allocated_bytes)). [`HeaderKey`](super::HeaderKey) keys
-/// are `u64`; IP keys take 32-byte slots.
+/// are `u64`; IP keys take 16 more bytes per slot.
 ///
 /// # Hashing
 /// Keys are hashed with a randomly seeded `foldhash`. Keys that an attacker can choose freely
@@ -70,34 +87,49 @@ pub struct KeyedBucket<K> {
 
 struct Shared<K> {
     quota: Quota,
-    rate: Rate,
+    algorithm: Algorithm,
     clock: Clock,
-    hasher: foldhash::quality::RandomState,
-    shards: Box<[Shard<K>]>,
-    /// Keys a shard may hold.
-    shard_max: usize,
     max_keys: usize,
-    /// Shared by new keys that find their shard at the cap.
-    overflow: Cell,
-    /// Shared by requests that have no key, when so configured.
-    keyless: Cell,
+    engine: Engine<K>,
     /// Decisions made by a limit shared with other processes (Redis).
     remote: Option<Arc<dyn RemoteKeyed>>,
 }
 
-/// A shard on its own cache lines, so that locking one does not slow its neighbours.
-#[repr(align(128))]
-struct Shard<K>(Mutex<Table<K>>);
+/// The store, specialised to the algorithm's per-key state.
+enum Engine<K> {
+    Gcra(Core<K, GcraRule>),
+    Window(Core<K, WindowRule>),
+    Log(Core<K, LogRule>),
+}
 
-/// Builds a [`KeyedBucket`] with a non-default cap or shard count.
+/// Runs `$body` with `$core` bound to the engine's store, whichever its rule.
+macro_rules! on_core {
+    ($engine:expr, $core:ident => $body:expr) => {
+        match $engine {
+            Engine::Gcra($core) => $body,
+            Engine::Window($core) => $body,
+            Engine::Log($core) => $body,
+        }
+    };
+}
+
+/// Builds a [`KeyedBucket`] with another algorithm, cap or shard count.
 ///
 /// ```
-/// use tower_throttle::{KeyedBucket, Quota};
+/// use tower_throttle::{Algorithm, KeyedBucket, Quota};
 ///
-/// let buckets: KeyedBucket<u64> = KeyedBucket::builder(Quota::per_minute(60))
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // "100 per minute, resetting on the minute", per user.
+/// let per_user: KeyedBucket<u64> = KeyedBucket::builder(Quota::per_minute(100))
+///     .algorithm(Algorithm::FixedWindow)
 ///     .max_keys(100_000)
 ///     .build();
-/// assert_eq!(buckets.max_keys(), 100_000);
+/// assert!(per_user.try_acquire(&7, 100).is_ok());
+/// let throttled = per_user.try_acquire(&7, 1).unwrap_err();
+/// assert_eq!(throttled.wait(), per_user.snapshot(&7).full_in); // the next minute
+/// assert_eq!(per_user.max_keys(), 100_000);
+/// # }
 /// ```
 #[must_use]
 pub struct KeyedBucketBuilder<K> {
@@ -118,7 +150,8 @@ impl<K> KeyedBucketBuilder<K> {
         self
     }
 
-    /// The algorithm every key's bucket follows. Default [`Algorithm::TokenBucket`].
+    /// The algorithm every key's bucket follows. Default [`Algorithm::TokenBucket`]. See
+    /// [the costs per key](KeyedBucket#algorithms).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
         self
@@ -155,19 +188,27 @@ impl<K> KeyedBucketBuilder<K> {
             .shards
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get() * 4));
         let shards = prev_power_of_two(wanted.min(self.max_keys).min(1 << 12));
+        let shard_max = self.max_keys / shards;
+        let (quota, algorithm) = (self.quota, self.algorithm);
+        let engine = match algorithm {
+            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+                let rule = WindowRule::new(quota, algorithm, self.clock.now_ns());
+                Engine::Window(Core::new(rule, shards, shard_max))
+            }
+            Algorithm::SlidingLog => Engine::Log(Core::new(LogRule::new(quota), shards, shard_max)),
+            _ => Engine::Gcra(Core::new(
+                GcraRule::new(quota, algorithm),
+                shards,
+                shard_max,
+            )),
+        };
         KeyedBucket {
             shared: Arc::new(Shared {
-                quota: self.quota,
-                rate: Rate::new(self.quota),
+                quota,
+                algorithm,
                 clock: self.clock,
-                hasher: foldhash::quality::RandomState::default(),
-                shards: (0..shards)
-                    .map(|_| Shard(Mutex::new(Table::new())))
-                    .collect(),
-                shard_max: self.max_keys / shards,
                 max_keys: self.max_keys,
-                overflow: Cell::default(),
-                keyless: Cell::default(),
+                engine,
                 remote: self.remote,
             }),
         }
@@ -179,22 +220,13 @@ fn prev_power_of_two(n: usize) -> usize {
     1 << (usize::BITS - 1 - n.leading_zeros())
 }
 
-/// Where an admission was recorded, to undo it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Place {
-    Table,
-    Overflow,
-    Keyless,
-}
-
 /// An admission granted by the store: enough to undo it, wait for it and describe it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Grant {
-    /// `tat` right after the admission.
-    tat: u64,
+    admit: Admit,
     /// The clock when it was granted.
     now: u64,
-    cost: u64,
+    tokens: u64,
     place: Place,
 }
 
@@ -225,18 +257,13 @@ where
     /// A refused request takes nothing.
     ///
     /// # Errors
-    /// [`Throttled`] with the wait; when `n` exceeds the burst it can never fit:
-    /// [`Throttled::exceeds_burst`] is true.
+    /// [`Throttled`] with the wait; when `n` exceeds what one request may take (the burst,
+    /// or a window's count) it can never fit: [`Throttled::exceeds_burst`] is true.
     #[inline]
     pub fn try_acquire(&self, key: &K, n: u32) -> Result<(), Throttled> {
-        let Some(cost) = self.shared.rate.cost(n) else {
-            return Err(Throttled::after(Duration::MAX));
-        };
-        if cost == 0 {
-            return Ok(());
-        }
-        match self.acquire(key, cost, 0) {
+        match self.acquire(key, u64::from(n), 0) {
             Ok(_) => Ok(()),
+            Err(u64::MAX) => Err(Throttled::never()),
             Err(wait) => Err(Throttled::after(Duration::from_nanos(wait))),
         }
     }
@@ -244,32 +271,58 @@ where
     /// A read-only view of the bucket of `key` now.
     pub fn snapshot(&self, key: &K) -> Snapshot {
         let s = &*self.shared;
-        let hash = s.hasher.hash_one(key);
         let now = s.clock.now_ns();
-        let tat = {
-            let table = s.lock(hash);
-            match table.find(hash, key) {
-                Some(i) => table.tat(i),
-                None => 0,
-            }
-        };
-        let ahead = tat.saturating_sub(now);
+        let view = on_core!(&s.engine, core => core.view(key, now));
         Snapshot {
             quota: s.quota,
-            available: u32::try_from(s.rate.remaining(tat, now)).unwrap_or(u32::MAX),
-            next_token_in: Duration::from_nanos(
-                (ahead + s.rate.interval).saturating_sub(s.rate.tolerance),
-            ),
-            full_in: Duration::from_nanos(ahead),
+            available: u32::try_from(view.available).unwrap_or(u32::MAX),
+            next_token_in: Duration::from_nanos(view.next_in),
+            full_in: Duration::from_nanos(view.full_in),
             paused_until: None,
             waiting: 0,
         }
     }
 
+    /// Admit `tokens` for `key`, or reserve them up to `max_wait` ahead; else the wait, in
+    /// nanoseconds (`u64::MAX` for more than one request may take).
+    #[inline]
+    pub(crate) fn acquire(&self, key: &K, tokens: u64, max_wait: u64) -> Result<Grant, u64> {
+        let s = &*self.shared;
+        on_core!(&s.engine, core => {
+            if tokens == 0 || tokens > core.rule.capacity() {
+                return nothing_or_never(tokens, s.clock.now_ns());
+            }
+            let now = s.clock.now_ns();
+            let (admit, place) = core.acquire(key, now, tokens, max_wait)?;
+            Ok(Grant { admit, now, tokens, place })
+        })
+    }
+}
+
+/// A request of no tokens goes at once; one larger than a request may be never does.
+fn nothing_or_never(tokens: u64, now: u64) -> Result<Grant, u64> {
+    if tokens == 0 {
+        let admit = Admit {
+            at: now,
+            mark: [0; 2],
+            before: [0; 2],
+        };
+        Ok(Grant {
+            admit,
+            now,
+            tokens,
+            place: Place::Keyless,
+        })
+    } else {
+        Err(u64::MAX)
+    }
+}
+
+impl<K: Hash + Eq> KeyedBucket<K> {
     /// The number of keys tracked now. It includes keys whose bucket is full again but has
     /// not been swept yet.
     pub fn len(&self) -> usize {
-        self.shared.shards.iter().map(|s| lock(s).len()).sum()
+        on_core!(&self.shared.engine, core => core.len())
     }
 
     /// Whether no key is tracked.
@@ -277,39 +330,37 @@ where
         self.len() == 0
     }
 
-    /// Heap bytes held by the tables (slots; not any heap data the keys themselves own).
+    /// Heap bytes held by the tables (slots; not any heap data the keys themselves own, nor
+    /// the logs of [`Algorithm::SlidingLog`], 16 bytes per admission within the period).
     pub fn allocated_bytes(&self) -> usize {
-        let slots: usize = self.shared.shards.iter().map(|s| lock(s).capacity()).sum();
-        slots * slot_size::<K>() + std::mem::size_of_val(&*self.shared.shards)
+        on_core!(&self.shared.engine, core => core.allocated_bytes())
     }
 
-    /// Admit `cost` for `key`, or reserve it up to `max_wait` ahead; else the wait, in
-    /// nanoseconds.
-    #[inline]
-    pub(crate) fn acquire(&self, key: &K, cost: u64, max_wait: u64) -> Result<Grant, u64> {
+    /// Admit `tokens` from the one bucket shared by requests that have no key.
+    pub(crate) fn acquire_keyless(&self, tokens: u64, max_wait: u64) -> Result<Grant, u64> {
         let s = &*self.shared;
-        let hash = s.hasher.hash_one(key);
-        let now = s.clock.now_ns();
-        let mut table = s.lock(hash);
-        if let Some(i) = table.find(hash, key) {
-            let tat = s.rate.admit(table.tat(i), now, cost, max_wait)?;
-            table.set_tat(i, tat);
-            return Ok(Grant::new(tat, now, cost, Place::Table));
-        }
-        let tat = s.rate.admit(0, now, cost, max_wait)?;
-        match table.insert(&s.hasher, hash, key.clone(), tat, now, s.shard_max) {
-            Ok(()) => Ok(Grant::new(tat, now, cost, Place::Table)),
-            Err(_) => {
-                drop(table);
-                trace_event!(
-                    debug,
-                    max_keys = s.max_keys,
-                    "key table full: new key shares the overflow bucket"
-                );
-                let tat = s.overflow.admit(&s.rate, now, cost, max_wait)?;
-                Ok(Grant::new(tat, now, cost, Place::Overflow))
+        on_core!(&s.engine, core => {
+            if tokens == 0 || tokens > core.rule.capacity() {
+                return nothing_or_never(tokens, s.clock.now_ns());
             }
+            let now = s.clock.now_ns();
+            let admit = core.acquire_shared(Place::Keyless, now, tokens, max_wait)?;
+            Ok(Grant { admit, now, tokens, place: Place::Keyless })
+        })
+    }
+
+    /// Undo `grant` (for `key`) if nothing was admitted after it in its bucket.
+    pub(crate) fn refund(&self, key: Option<&K>, grant: &Grant) {
+        if grant.tokens == 0 {
+            return;
         }
+        let s = &*self.shared;
+        let now = s.clock.now_ns();
+        let place = match (grant.place, key) {
+            (Place::Table, None) => Place::Keyless,
+            (place, _) => place,
+        };
+        on_core!(&s.engine, core => core.refund(key, place, grant.tokens, &grant.admit, now));
     }
 }
 
@@ -324,6 +375,11 @@ impl<K> KeyedBucket<K> {
         self.shared.quota
     }
 
+    /// The algorithm every key's bucket follows.
+    pub fn algorithm(&self) -> Algorithm {
+        self.shared.algorithm
+    }
+
     /// The most keys tracked at once.
     pub fn max_keys(&self) -> usize {
         self.shared.max_keys
@@ -334,84 +390,23 @@ impl<K> KeyedBucket<K> {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
-    /// Admit `cost` from the one bucket shared by requests that have no key.
-    pub(crate) fn acquire_keyless(&self, cost: u64, max_wait: u64) -> Result<Grant, u64> {
-        let s = &*self.shared;
-        let now = s.clock.now_ns();
-        let tat = s.keyless.admit(&s.rate, now, cost, max_wait)?;
-        Ok(Grant::new(tat, now, cost, Place::Keyless))
-    }
-
-    /// The bucket nanoseconds of one token.
-    pub(crate) fn unit_cost(&self) -> u64 {
-        self.shared.rate.interval
-    }
-
-    /// Tokens left after `grant`, at the instant it was granted.
-    pub(crate) fn remaining(&self, grant: &Grant) -> u64 {
-        self.shared.rate.remaining(grant.tat, grant.now)
-    }
-
-    /// Time from the grant until one more token is available.
-    pub(crate) fn next_token(&self, grant: &Grant) -> Duration {
-        self.shared.rate.next_token(grant.tat, grant.now)
-    }
-
-    /// `grant` as seen when it is due (a reservation: at its instant; else unchanged).
-    pub(crate) fn at_due(&self, grant: &Grant) -> Grant {
-        let at = self.shared.rate.admit_at(grant.tat);
-        Grant {
-            now: grant.now.max(at),
-            ..*grant
+    /// Tokens left and the time until the limit resets, right after `grant`, seen when it is
+    /// due (a reservation: at its instant).
+    pub(crate) fn status(&self, grant: &Grant) -> (u64, Duration) {
+        if grant.tokens == 0 {
+            return (u64::from(self.shared.quota.burst_size()), Duration::ZERO);
         }
+        let at = grant.now.max(grant.admit.at);
+        let (remaining, reset) =
+            on_core!(&self.shared.engine, core => core.rule.status(&grant.admit, at));
+        (remaining, Duration::from_nanos(reset))
     }
 
-    /// The instant a reservation may go (now, for an immediate admission).
+    /// The instant a reservation may go (`None` for an immediate admission).
     pub(crate) fn due(&self, grant: &Grant) -> Option<Instant> {
-        let at = self.shared.rate.admit_at(grant.tat);
+        let at = grant.admit.at;
         (at > grant.now).then(|| self.shared.clock.instant_at(at, grant.now))
     }
-}
-
-impl<K: Hash + Eq> KeyedBucket<K> {
-    /// Undo `grant` (for `key`) if nothing was admitted after it in its bucket.
-    pub(crate) fn refund(&self, key: Option<&K>, grant: &Grant) {
-        let s = &*self.shared;
-        match (grant.place, key) {
-            (Place::Overflow, _) => s.overflow.refund(grant.cost, grant.tat),
-            (Place::Keyless, _) | (Place::Table, None) => s.keyless.refund(grant.cost, grant.tat),
-            (Place::Table, Some(key)) => {
-                let hash = s.hasher.hash_one(key);
-                let now = s.clock.now_ns();
-                s.lock(hash)
-                    .refund(&s.hasher, hash, key, grant.cost, grant.tat, now);
-            }
-        }
-    }
-}
-
-impl Grant {
-    fn new(tat: u64, now: u64, cost: u64, place: Place) -> Self {
-        Grant {
-            tat,
-            now,
-            cost,
-            place,
-        }
-    }
-}
-
-impl<K> Shared<K> {
-    #[inline]
-    fn lock(&self, hash: u64) -> MutexGuard<'_, Table<K>> {
-        // Shard by the low bits; the table indexes by the high bits.
-        lock(&self.shards[hash as usize & (self.shards.len() - 1)])
-    }
-}
-
-fn lock<K>(shard: &Shard<K>) -> MutexGuard<'_, Table<K>> {
-    // No code path panics while holding the lock; recover the data if one ever did.
-    shard.0.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<K> Clone for KeyedBucket<K> {
@@ -426,8 +421,12 @@ impl<K> fmt::Debug for KeyedBucket<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedBucket")
             .field("quota", &self.shared.quota)
+            .field("algorithm", &self.shared.algorithm)
             .field("max_keys", &self.shared.max_keys)
-            .field("shards", &self.shared.shards.len())
+            .field(
+                "shards",
+                &on_core!(&self.shared.engine, c => c.shard_count()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -456,8 +455,7 @@ mod tests {
             .max_keys(3)
             .shards(64)
             .build();
-        assert_eq!(b.shared.shards.len(), 2);
-        assert_eq!(b.shared.shard_max, 1);
+        assert_eq!(on_core!(&b.shared.engine, c => c.shard_count()), 2);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,16 +1,17 @@
 //! One shard of a [`KeyedBucket`](super::KeyedBucket): an open-addressing table from key to
-//! `tat`, with linear probing and no tombstones.
+//! its state (a [`Slot`]), with linear probing and no tombstones.
 //!
 //! # Memory
-//! A slot is an `Option<(K, NonZeroU64)>`: the `tat` of a live entry is never zero, so the
-//! option costs nothing and a `u64` key takes 16 bytes. The table is indexed by multiplying
+//! A slot is an `Option<(K, S)>`. Every state has a niche (a `NonZeroU64` or a `Box`), so the
+//! option costs nothing: with the token bucket's state (`tat`, never zero) a `u64` key takes
+//! 16 bytes. The table is indexed by multiplying
 //! the hash into its length (any length works, not only powers of two) and grows by half
 //! when 3/4 full, so a growing table is 1/2 to 3/4 full: 21 to 32 bytes per `u64` key, with
 //! no control bytes. It shrinks when less than 1/8 full.
 //!
 //! # Eviction
-//! An entry whose `tat` has passed is a full bucket, the same as no entry, so removing it loses
-//! nothing. Removal happens as part of inserting, never on a thread of its own:
+//! An entry whose state has expired (for a token bucket: whose `tat` has passed) is a full
+//! bucket, the same as no entry, so removing it loses nothing. Removal happens as part of inserting, never on a thread of its own:
 //! - every insert sweeps a couple of slots ahead of a cursor that walks the table;
 //! - before the table grows, every expired entry is dropped, and it grows only if the live
 //!   ones still need the room (so it tracks the keys active now, not every key ever seen);
@@ -21,12 +22,13 @@
 //! a live entry: a throttled key keeps its state whatever the churn of other keys.
 
 use std::hash::{BuildHasher, Hash};
-use std::num::NonZeroU64;
+
+use super::rule::Slot;
 
 #[derive(Debug)]
-struct Entry<K> {
+struct Entry<K, S> {
     key: K,
-    tat: NonZeroU64,
+    state: S,
 }
 
 /// Slots swept by every insert.
@@ -37,18 +39,18 @@ const SWEEP_AT_CAP: usize = 64;
 const MIN_CAPACITY: usize = 8;
 
 #[derive(Debug)]
-pub(crate) struct Table<K> {
-    slots: Box<[Option<Entry<K>>]>,
+pub(crate) struct Table<K, S> {
+    slots: Box<[Option<Entry<K, S>>]>,
     len: usize,
     /// Next slot the incremental sweep looks at.
     cursor: usize,
-    /// A lower bound of the smallest `tat` in the table: before it nothing can be evicted.
+    /// A lower bound of the earliest expiry in the table: before it nothing can be evicted.
     earliest: u64,
 }
 
-/// The bytes of one slot for keys of type `K`.
-pub(crate) const fn slot_size<K>() -> usize {
-    std::mem::size_of::<Option<Entry<K>>>()
+/// The bytes of one slot for keys of type `K` and states of type `S`.
+pub(crate) const fn slot_size<K, S>() -> usize {
+    std::mem::size_of::<Option<Entry<K, S>>>()
 }
 
 /// The largest table a shard of `max_len` keys needs: 3/4 full at the cap.
@@ -60,11 +62,11 @@ fn max_capacity(max_len: usize) -> usize {
         .max(MIN_CAPACITY)
 }
 
-fn empty_slots<K>(n: usize) -> Box<[Option<Entry<K>>]> {
+fn empty_slots<K, S>(n: usize) -> Box<[Option<Entry<K, S>>]> {
     (0..n).map(|_| None).collect()
 }
 
-impl<K: Hash + Eq> Table<K> {
+impl<K: Hash + Eq, S: Slot> Table<K, S> {
     pub(crate) fn new() -> Self {
         Table {
             slots: empty_slots(0),
@@ -114,95 +116,66 @@ impl<K: Hash + Eq> Table<K> {
         }
     }
 
-    /// The `tat` in slot `i` (from [`find`](Self::find)).
-    #[inline]
-    pub(crate) fn tat(&self, i: usize) -> u64 {
-        self.slots[i].as_ref().map_or(0, |e| e.tat.get())
+    /// The state in slot `i` (from [`find`](Self::find)).
+    pub(crate) fn get(&self, i: usize) -> Option<&S> {
+        self.slots[i].as_ref().map(|e| &e.state)
     }
 
-    /// Sets the `tat` in slot `i` (from [`find`](Self::find)).
+    /// Changes the state in slot `i` (from [`find`](Self::find)) with `f`.
     #[inline]
-    pub(crate) fn set_tat(&mut self, i: usize, tat: u64) {
-        if let (Some(e), Some(tat)) = (self.slots[i].as_mut(), NonZeroU64::new(tat)) {
-            e.tat = tat;
-            self.earliest = self.earliest.min(tat.get());
-        }
+    pub(crate) fn update<R>(&mut self, i: usize, f: impl FnOnce(&mut S) -> R) -> Option<R> {
+        let e = self.slots[i].as_mut()?;
+        let r = f(&mut e.state);
+        self.earliest = self.earliest.min(e.state.expires());
+        Some(r)
     }
 
-    /// Adds `key` (absent) with `tat` (in the future). Gives the key back when the table is
-    /// at its cap of `max_len` entries and has no expired entry to make room.
-    pub(crate) fn insert<S: BuildHasher>(
+    /// Adds `key` (absent) with `state` (not yet expired). Refuses when the table is at its
+    /// cap of `max_len` entries and has no expired entry to make room.
+    pub(crate) fn insert<H: BuildHasher>(
         &mut self,
-        hasher: &S,
+        hasher: &H,
         hash: u64,
         key: K,
-        tat: u64,
+        state: S,
         now: u64,
         max_len: usize,
-    ) -> Result<(), K> {
-        let Some(tat) = NonZeroU64::new(tat) else {
-            return Ok(()); // a full bucket: nothing to remember
-        };
+    ) -> bool {
         self.sweep(hasher, now, SWEEP_PER_INSERT);
         if self.len >= max_len {
             if now >= self.earliest {
                 self.sweep(hasher, now, SWEEP_AT_CAP);
             }
             if self.len >= max_len {
-                return Err(key);
+                return false;
             }
         }
         if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.make_room(hasher, now, max_len);
         }
-        self.place(hash, Entry { key, tat });
-        Ok(())
+        self.place(hash, Entry { key, state });
+        true
     }
 
-    /// Undoes an admission that moved the `tat` of `key` to `after`, if nothing was admitted
-    /// for the key since. An entry that becomes full is removed.
-    pub(crate) fn refund<S: BuildHasher>(
-        &mut self,
-        hasher: &S,
-        hash: u64,
-        key: &K,
-        cost: u64,
-        after: u64,
-        now: u64,
-    ) {
-        let Some(i) = self.find(hash, key) else {
-            return;
-        };
-        if self.tat(i) != after {
-            return;
-        }
-        let tat = after.saturating_sub(cost);
-        if tat <= now {
-            self.remove(hasher, i);
-        } else {
-            self.set_tat(i, tat);
-        }
-    }
-
-    fn place(&mut self, hash: u64, entry: Entry<K>) {
+    fn place(&mut self, hash: u64, entry: Entry<K, S>) {
         let mut i = self.home(hash);
         while self.slots[i].is_some() {
             i = self.next(i);
         }
-        self.earliest = self.earliest.min(entry.tat.get());
+        self.earliest = self.earliest.min(entry.state.expires());
         self.slots[i] = Some(entry);
         self.len += 1;
     }
 
     /// Drops every expired entry, then grows (if the live entries still need the room), keeps
     /// or shrinks the table.
-    fn make_room<S: BuildHasher>(&mut self, hasher: &S, now: u64, max_len: usize) {
+    fn make_room<H: BuildHasher>(&mut self, hasher: &H, now: u64, max_len: usize) {
         let cap = self.slots.len();
         let live = self
             .slots
             .iter()
             .flatten()
-            .filter(|e| e.tat.get() > now)
+            .filter(|e| e.state.expires() > now)
             .count();
         let needed = live + 1;
         let new_cap = if needed * 5 > cap * 3 {
@@ -217,13 +190,13 @@ impl<K: Hash + Eq> Table<K> {
     }
 
     /// Moves the live entries into a table of `cap` slots.
-    fn rebuild<S: BuildHasher>(&mut self, hasher: &S, now: u64, cap: usize) {
+    fn rebuild<H: BuildHasher>(&mut self, hasher: &H, now: u64, cap: usize) {
         let old = std::mem::replace(&mut self.slots, empty_slots(cap));
         self.len = 0;
         self.cursor = 0;
         self.earliest = u64::MAX;
         for entry in old.into_vec().into_iter().flatten() {
-            if entry.tat.get() > now {
+            if entry.state.expires() > now {
                 let hash = hasher.hash_one(&entry.key);
                 self.place(hash, entry);
             }
@@ -231,7 +204,7 @@ impl<K: Hash + Eq> Table<K> {
     }
 
     /// Looks at up to `budget` slots from the cursor, removing expired entries.
-    fn sweep<S: BuildHasher>(&mut self, hasher: &S, now: u64, budget: usize) {
+    fn sweep<H: BuildHasher>(&mut self, hasher: &H, now: u64, budget: usize) {
         if self.len == 0 {
             return;
         }
@@ -240,7 +213,7 @@ impl<K: Hash + Eq> Table<K> {
             let i = self.cursor;
             match &self.slots[i] {
                 // A removal shifts the next entries back into `i`: look at `i` again.
-                Some(e) if e.tat.get() <= now => {
+                Some(e) if e.state.expires() <= now => {
                     self.remove(hasher, i);
                     removed = true;
                     if self.len == 0 {
@@ -256,7 +229,7 @@ impl<K: Hash + Eq> Table<K> {
     }
 
     /// Removes slot `i`, shifting back the entries of its probe run (no tombstones).
-    fn remove<S: BuildHasher>(&mut self, hasher: &S, i: usize) {
+    pub(crate) fn remove<H: BuildHasher>(&mut self, hasher: &H, i: usize) {
         self.slots[i] = None;
         self.len -= 1;
         let mut hole = i;
@@ -281,29 +254,36 @@ impl<K: Hash + Eq> Table<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::num::NonZeroU64;
+
+    type Tats = Table<u64, NonZeroU64>;
 
     fn hasher() -> foldhash::quality::FixedState {
         foldhash::quality::FixedState::with_seed(7)
     }
 
-    fn insert(t: &mut Table<u64>, key: u64, tat: u64, now: u64, max: usize) -> bool {
+    fn insert(t: &mut Tats, key: u64, tat: u64, now: u64, max: usize) -> bool {
         let h = hasher();
-        t.insert(&h, h.hash_one(key), key, tat, now, max).is_ok()
+        let tat = NonZeroU64::new(tat).unwrap();
+        t.insert(&h, h.hash_one(key), key, tat, now, max)
     }
 
-    fn find(t: &Table<u64>, key: u64) -> Option<u64> {
-        t.find(hasher().hash_one(key), &key).map(|i| t.tat(i))
+    fn find(t: &Tats, key: u64) -> Option<u64> {
+        let i = t.find(hasher().hash_one(key), &key)?;
+        t.get(i).map(|s| s.get())
     }
 
     #[test]
     fn slot_sizes() {
-        assert_eq!(slot_size::<u64>(), 16);
-        assert_eq!(slot_size::<std::net::IpAddr>(), 32);
+        assert_eq!(slot_size::<u64, NonZeroU64>(), 16);
+        assert_eq!(slot_size::<std::net::IpAddr, NonZeroU64>(), 32);
+        assert_eq!(slot_size::<u64, super::super::window::Windows>(), 24);
+        assert_eq!(slot_size::<u64, super::super::log::KeyLog>(), 16);
     }
 
     #[test]
     fn insert_find_and_grow() {
-        let mut t = Table::new();
+        let mut t: Tats = Table::new();
         for k in 0..1000 {
             assert!(insert(&mut t, k, 10 + k, 0, usize::MAX));
         }
@@ -317,7 +297,7 @@ mod tests {
 
     #[test]
     fn expired_entries_are_swept_and_the_table_shrinks() {
-        let mut t = Table::new();
+        let mut t: Tats = Table::new();
         for k in 0..10_000 {
             insert(&mut t, k, 100, 0, usize::MAX);
         }
@@ -339,7 +319,7 @@ mod tests {
 
     #[test]
     fn the_cap_holds_and_live_entries_survive() {
-        let mut t = Table::new();
+        let mut t: Tats = Table::new();
         assert!(insert(&mut t, 1, u64::MAX / 2, 0, 100)); // throttled for a long time
         for k in 2..=100 {
             assert!(insert(&mut t, k, 10, 0, 100));
@@ -355,24 +335,10 @@ mod tests {
     }
 
     #[test]
-    fn refund_undoes_only_the_last_admission() {
-        let h = hasher();
-        let mut t = Table::new();
-        insert(&mut t, 1, 30, 0, 10);
-        t.refund(&h, h.hash_one(1), &1, 10, 40, 0); // stale
-        assert_eq!(find(&t, 1), Some(30));
-        t.refund(&h, h.hash_one(1), &1, 10, 30, 0);
-        assert_eq!(find(&t, 1), Some(20));
-        t.refund(&h, h.hash_one(1), &1, 20, 20, 0); // full again: removed
-        assert_eq!(find(&t, 1), None);
-        assert_eq!(t.len(), 0);
-    }
-
-    #[test]
     fn removal_keeps_every_other_key_reachable() {
         // Many removals in a crowded table, checked against a model.
         let h = hasher();
-        let mut t = Table::new();
+        let mut t: Tats = Table::new();
         let mut model = std::collections::HashMap::new();
         let mut x: u64 = 1;
         for step in 0..20_000u64 {
@@ -381,18 +347,16 @@ mod tests {
             x ^= x << 17;
             let key = x % 512;
             let now = step;
+            let later = |tat: u64| NonZeroU64::new(tat).unwrap();
             if let Some(i) = t.find(h.hash_one(key), &key) {
-                let tat = t.tat(i);
+                let tat = t.get(i).unwrap().get();
                 if tat > now {
-                    t.set_tat(i, tat + 3);
+                    t.update(i, |s| *s = later(tat + 3));
                     model.insert(key, tat + 3);
                     continue;
                 }
-                t.set_tat(i, now + 40);
-            } else if t
-                .insert(&h, h.hash_one(key), key, now + 40, now, 400)
-                .is_err()
-            {
+                t.update(i, |s| *s = later(now + 40));
+            } else if !t.insert(&h, h.hash_one(key), key, later(now + 40), now, 400) {
                 continue;
             }
             model.insert(key, now + 40);

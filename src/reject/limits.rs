@@ -123,10 +123,9 @@ where
                 }
             }
             let key = k.extractor.extract(req);
-            let cost = k.bucket.unit_cost();
             let result = match (&key, k.missing) {
-                (Some(key), _) => Some(k.bucket.acquire(key, cost, max_wait)),
-                (None, MissingKey::Shared) => Some(k.bucket.acquire_keyless(cost, max_wait)),
+                (Some(key), _) => Some(k.bucket.acquire(key, 1, max_wait)),
+                (None, MissingKey::Shared) => Some(k.bucket.acquire_keyless(1, max_wait)),
                 (None, MissingKey::Reject) => return Verdict::Reject(Rejected::missing_key()),
                 (None, MissingKey::Allow) => None,
             };
@@ -229,12 +228,14 @@ pub(crate) fn refused(name: &'static str, quota: &crate::Quota, wait: Duration) 
     }
 }
 
+/// A per-key limit right after `grant`, seen when it is due.
 pub(crate) fn key_status<K>(bucket: &KeyedBucket<K>, grant: &Grant) -> Status {
+    let (remaining, reset) = bucket.status(grant);
     Status {
         name: PER_KEY,
         quota: bucket.quota(),
-        remaining: bucket.remaining(grant),
-        reset: bucket.next_token(grant),
+        remaining,
+        reset,
     }
 }
 

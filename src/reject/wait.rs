@@ -203,8 +203,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
         let verdict = match &mut self.pending {
             Pending::Key { hold, global, .. } => {
                 std::task::ready!(self.sleep.as_mut().poll(cx));
-                let key =
-                    describe.then(|| key_status(&hold.bucket, &hold.bucket.at_due(&hold.grant)));
+                let key = describe.then(|| key_status(&hold.bucket, &hold.grant));
                 let verdict = match global {
                     None => Ok([key, None]),
                     Some(global) => match global.try_acquire(1) {

@@ -27,6 +27,16 @@ impl Log {
         }
     }
 
+    /// The instant of the latest admission or reservation.
+    pub(crate) fn last(&self) -> Option<u64> {
+        self.entries.back().map(|e| e.0)
+    }
+
+    /// When nothing in the log counts any more (0 for an empty log).
+    pub(crate) fn clear_at(&self) -> u64 {
+        self.last().map_or(0, |t| t + self.width)
+    }
+
     /// Tokens of entries after `t` (reservations in the future), walking from the back.
     fn after(&self, t: u64) -> u64 {
         self.entries
