@@ -261,11 +261,21 @@ where
     /// or a window's count) it can never fit: [`Throttled::exceeds_burst`] is true.
     #[inline]
     pub fn try_acquire(&self, key: &K, n: u32) -> Result<(), Throttled> {
-        match self.acquire(key, u64::from(n), 0) {
-            Ok(_) => Ok(()),
-            Err(u64::MAX) => Err(Throttled::never()),
-            Err(wait) => Err(Throttled::after(Duration::from_nanos(wait))),
-        }
+        let s = &*self.shared;
+        let tokens = u64::from(n);
+        // The store's decision, inlined per rule: nothing of the grant is kept.
+        on_core!(&s.engine, core => {
+            if tokens == 0 {
+                return Ok(());
+            }
+            if tokens > core.rule.capacity() {
+                return Err(Throttled::never());
+            }
+            match core.acquire(key, s.clock.now_ns(), tokens, 0) {
+                Ok(_) => Ok(()),
+                Err(wait) => Err(Throttled::after(Duration::from_nanos(wait))),
+            }
+        })
     }
 
     /// A read-only view of the bucket of `key` now.
