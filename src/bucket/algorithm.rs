@@ -1,5 +1,18 @@
 //! [`Algorithm`]: how a [`Bucket`](super::Bucket) turns its [`Quota`](crate::Quota) into
 //! admissions.
+//!
+//! # Why an enum, not a trait
+//! The algorithm is chosen by name, as a value, and the handles stay one concrete type:
+//! [`Bucket`](super::Bucket), [`KeyedBucket`](crate::KeyedBucket) and the layers are not
+//! generic over it, so a service stack's type does not change with the algorithm and a
+//! configuration file can pick it. The set is closed on purpose: every algorithm must also
+//! exist per key (in a compact per-key state), as a Lua script in Redis, and under `pause`
+//! and `set_quota`, which a user-supplied trait implementation could not promise. Inside,
+//! each place dispatches once to code specialised for the algorithm: the token and leaky
+//! bucket share the lock-free GCRA cell (no virtual call, no lock on their fast path), the
+//! windows implement one internal `Window` model for a bucket and one per-key rule for the
+//! keyed store. The enum is `#[non_exhaustive]`, so algorithms can be added without a
+//! breaking change.
 
 /// How a bucket decides, chosen by name at construction with
 /// [`Bucket::with_algorithm`](super::Bucket::with_algorithm).
