@@ -20,6 +20,10 @@ use super::backend::Timed;
 /// (0 = nothing known). Tokens are never given back in Redis and a pause never shortens, so
 /// the instant only moves forward; a reset (expiry, `FLUSHALL`, a clamp) only makes this
 /// knowledge conservative, for at most `burst × interval` (plus a pause).
+///
+/// For the window algorithms, whose state is no single instant, `lo` and `hi` only hold the
+/// end of a pause made by this process, and the last refusal is kept instead: a request of
+/// at least as many tokens cannot fit before the wait it gave (others only add admissions).
 #[derive(Debug)]
 pub(crate) struct Hint {
     origin: Instant,
@@ -27,6 +31,16 @@ pub(crate) struct Hint {
     lo: AtomicU64,
     /// From the instant the reply came: an upper bound (the script ran earlier).
     hi: AtomicU64,
+    /// Windows: the last refusal.
+    refusal: Mutex<Refusal>,
+}
+
+/// A refusal of `tokens`: they fit from `lo` (sure) / `hi` (likely), ns since `origin`.
+#[derive(Debug, Default, Clone, Copy)]
+struct Refusal {
+    tokens: u32,
+    lo: u64,
+    hi: u64,
 }
 
 impl Hint {
@@ -35,7 +49,45 @@ impl Hint {
             origin: Instant::now(),
             lo: AtomicU64::new(0),
             hi: AtomicU64::new(0),
+            refusal: Mutex::new(Refusal::default()),
         }
+    }
+
+    fn refusal(&self) -> MutexGuard<'_, Refusal> {
+        self.refusal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Windows: learn from a refusal of `tokens`.
+    pub(crate) fn refused(&self, t: &Timed, tokens: u32) {
+        let wait = u64::try_from(t.reply.wait.as_nanos()).unwrap_or(u64::MAX);
+        *self.refusal() = Refusal {
+            tokens,
+            lo: self.ns(t.sent).saturating_add(wait),
+            hi: self.ns(t.received).saturating_add(wait),
+        };
+    }
+
+    /// Windows: whether `tokens` surely cannot fit now (a pause of this process, or an
+    /// earlier refusal of no more tokens); if so, the wait until they should.
+    pub(crate) fn window_refused(&self, now: Instant, tokens: u32) -> Option<Duration> {
+        let now = self.ns(now);
+        let r = *self.refusal();
+        let (mut lo, mut hi) = (self.lo.load(Ordering::Acquire), self.hi.load(Ordering::Acquire));
+        if r.tokens <= tokens && r.tokens > 0 {
+            lo = lo.max(r.lo);
+            hi = hi.max(r.hi);
+        }
+        (lo > now).then(|| Duration::from_nanos(hi.saturating_sub(now)))
+    }
+
+    /// Windows: the instant `tokens` should fit, from what this process knows.
+    pub(crate) fn window_fits_at(&self, tokens: u32) -> Instant {
+        let r = *self.refusal();
+        let mut hi = self.hi.load(Ordering::Acquire);
+        if r.tokens <= tokens && r.tokens > 0 {
+            hi = hi.max(r.hi);
+        }
+        self.at(hi)
     }
 
     fn ns(&self, at: Instant) -> u64 {

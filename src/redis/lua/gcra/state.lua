@@ -1,0 +1,39 @@
+-- Token and leaky bucket (GCRA): the state, its clamp and its save.
+-- KEYS[1] holds "<TAG><tat>" or "<TAG><tat>:<pause>" (µs, Redis clock): TAG is '' for the
+-- token bucket, 'K' for the leaky bucket. `tat` is the instant the bucket is full again;
+-- `pause` the end of a pause in force. tau = B·T (token bucket) or T (leaky bucket).
+local tat, pause, dirty = now, 0, false
+if raw then
+  local a, b = string.match(raw, '^' .. TAG .. '(%d+)(:?%d*)$')
+  if a and (b == '' or #b > 1) then
+    tat = tonumber(a)
+    if b ~= '' then pause = tonumber(string.sub(b, 2)) end
+  else
+    dirty = true -- not ours: count it as a full bucket, and overwrite it
+    foreign()
+  end
+end
+-- Clamp what no legitimate state can be (a clock stepped back after a failover, a stray
+-- write): a pause ends within P, a bucket is full again within tau of max(now, pause).
+-- A clamp is written back, even when the request is refused, so it cannot recur.
+if pause > now + P then pause = now + P; dirty = true end
+local base = now
+if pause > now then base = pause end
+if tat > base + tau then tat = base + tau; dirty = true end
+-- While paused, the first token is due when the pause ends.
+if pause > now and tat < pause + tau - T then tat = pause + tau - T; dirty = true end
+if tat < now then tat = now end
+-- The time until the state ends: the bucket is full again and any pause is over.
+local function horizon(t, p)
+  if p > t then return p end
+  return t
+end
+local function save(t, p)
+  local value
+  if p > now then
+    value = string.format('%s%d:%d', TAG, t, p)
+  else
+    value = string.format('%s%d', TAG, t)
+  end
+  put(value, horizon(t, p))
+end
