@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::error::{RedisDecisionError, RedisError};
 use super::backend::max_cost;
+use super::error::{RedisDecisionError, RedisError};
 use crate::{AcquireError, Algorithm, Bucket, Quota};
 
 /// What a decision does when Redis fails: unreachable, slower than the timeout, a reply that

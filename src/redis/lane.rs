@@ -67,13 +67,17 @@ impl Hint {
         };
     }
 
-    /// Windows: whether `tokens` surely cannot fit now (a pause of this process, or an
-    /// earlier refusal of no more tokens); if so, the wait until they should.
+    /// Windows: whether `tokens` surely cannot fit now (a pause of this process, or the
+    /// last refusal, of as many tokens); if so, the wait until they should.
     pub(crate) fn window_refused(&self, now: Instant, tokens: u32) -> Option<Duration> {
         let now = self.ns(now);
         let r = *self.refusal();
-        let (mut lo, mut hi) = (self.lo.load(Ordering::Acquire), self.hi.load(Ordering::Acquire));
-        if r.tokens <= tokens && r.tokens > 0 {
+        let (mut lo, mut hi) = (
+            self.lo.load(Ordering::Acquire),
+            self.hi.load(Ordering::Acquire),
+        );
+        // Only the same cost: the wait of a smaller one would understate a larger one's.
+        if r.tokens == tokens {
             lo = lo.max(r.lo);
             hi = hi.max(r.hi);
         }
@@ -103,6 +107,10 @@ impl Hint {
 
     /// Learn from a reply.
     pub(crate) fn observe(&self, t: &Timed) {
+        // Full already: no instant to learn (a leaky bucket's `tat` may lie in the past).
+        if t.reply.full_in.is_zero() {
+            return;
+        }
         let full = u64::try_from(t.reply.full_in.as_nanos()).unwrap_or(u64::MAX);
         self.lo
             .fetch_max(self.ns(t.sent).saturating_add(full), Ordering::AcqRel);
@@ -126,11 +134,11 @@ impl Hint {
         cost: u64,
         tolerance: u64,
     ) -> Option<Duration> {
-        let fits = |bound: &AtomicU64| {
-            bound
-                .load(Ordering::Acquire)
-                .saturating_add(cost)
-                .saturating_sub(tolerance)
+        // Nothing known (0) is a bucket full for ever: a leaky bucket's cost may exceed its
+        // tolerance, which must not count from `origin`.
+        let fits = |bound: &AtomicU64| match bound.load(Ordering::Acquire) {
+            0 => 0,
+            b => b.saturating_add(cost).saturating_sub(tolerance),
         };
         let now = self.ns(now);
         (fits(&self.lo) > now).then(|| Duration::from_nanos(fits(&self.hi).saturating_sub(now)))
@@ -138,11 +146,10 @@ impl Hint {
 
     /// The instant a request of `cost` ns should fit, if nobody else takes tokens first.
     pub(crate) fn likely_fits_at(&self, cost: u64, tolerance: u64) -> Instant {
-        let fits = self
-            .hi
-            .load(Ordering::Acquire)
-            .saturating_add(cost)
-            .saturating_sub(tolerance);
+        let fits = match self.hi.load(Ordering::Acquire) {
+            0 => 0,
+            hi => hi.saturating_add(cost).saturating_sub(tolerance),
+        };
         self.at(fits)
     }
 }

@@ -10,7 +10,7 @@ local wait = new_tat - tau - now
 if wait > 0 then
   -- Refused. Write only to persist a clamp or to repair a missing or too-long TTL.
   if must_repair(dirty, horizon(tat, pause)) then save(tat, pause) end
-  return {0, wait, tat - now}
+  return {0, wait, full_in(tat)}
 end
 save(new_tat, pause)
-return {1, 0, new_tat - now}
+return {1, 0, full_in(new_tat)}

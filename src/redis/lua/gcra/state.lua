@@ -2,7 +2,7 @@
 -- KEYS[1] holds "<TAG><tat>" or "<TAG><tat>:<pause>" (µs, Redis clock): TAG is '' for the
 -- token bucket, 'K' for the leaky bucket. `tat` is the instant the bucket is full again;
 -- `pause` the end of a pause in force. tau = B·T (token bucket) or T (leaky bucket).
-local tat, pause, dirty = now, 0, false
+local tat, pause, dirty = 0, 0, false -- no state: a bucket full for ever
 if raw then
   local a, b = string.match(raw, '^' .. TAG .. '(%d+)(:?%d*)$')
   if a and (b == '' or #b > 1) then
@@ -22,11 +22,18 @@ if pause > now then base = pause end
 if tat > base + tau then tat = base + tau; dirty = true end
 -- While paused, the first token is due when the pause ends.
 if pause > now and tat < pause + tau - T then tat = pause + tau - T; dirty = true end
-if tat < now then tat = now end
--- The time until the state ends: the bucket is full again and any pause is over.
+-- A tat in the past is a full bucket, but still spaces a leaky bucket's next admission.
+local function full_in(t)
+  if t > now then return t - now end
+  return 0
+end
+-- The instant the state no longer matters: any pause is over, and a request of any allowed
+-- cost fits at once. For the token bucket that is when it is full again (tat); a leaky
+-- bucket's tat still spaces a request of n tokens until tat + (n − 1)·T.
 local function horizon(t, p)
-  if p > t then return p end
-  return t
+  local h = t + B * T - tau
+  if p > h then return p end
+  return h
 end
 local function save(t, p)
   local value

@@ -97,13 +97,17 @@ local function earliest(n, nb)
   return t
 end
 -- Restart after a pause ending at `e` as from an empty bucket refilling at L/W: one token
--- fits at `e`, the others come back one per W/L. At most 1024 entries: beyond, each entry
--- holds several tokens and comes back at the instant of its last one.
+-- fits at `e`, the others come back one per W/L. Tokens logged before that still count at
+-- `e` take the places of the first ones to come back. At most 1024 entries: beyond, each
+-- entry holds several tokens and comes back at the instant of its last one.
 local function restart_at(e)
   local step = math.max(math.floor(W / L), 1)
   local first = e + step - W
   local chunk = math.max(math.ceil((L - 1) / 1024), 1)
   local k = 0
+  for i = 1, #xs do
+    if xs[i] > e - W then k = k + ns[i] end
+  end
   while k < L - 1 do
     local tokens = math.min(chunk, L - 1 - k)
     add(first + (k + tokens - 1) * step, tokens)

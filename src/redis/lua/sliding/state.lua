@@ -70,10 +70,12 @@ local function earliest(n, nb)
   end
 end
 -- Restart after a pause ending at `e` as from an empty bucket: fill the window of `e` so
--- that one token fits then, the rest coming back as the estimate slides.
+-- that one token fits then (the previous window's carried share counted), the rest coming
+-- back as the estimate slides.
 local function restart_at(e)
   local ew = math.floor(e / W)
-  local fill = L - 1
+  local carried = math.ceil(count(ew - 1) * ((ew + 1) * W - e) / W)
+  local fill = math.max(L - 1 - carried, 0)
   if w == ew then
     if c < fill then c = fill end
   elseif w < ew then
