@@ -525,7 +525,7 @@ async fn every_write_carries_a_ttl_and_a_lost_ttl_comes_back() {
         a.try_acquire(1).await.unwrap();
         assert_ttls(&mut conn, &key, max, &format!("{algorithm:?} admission")).await;
         let n = if algorithm == LEAKY { 1 } else { 2 };
-        a.try_acquire(n).await.unwrap_or_else(|_| ());
+        let _ = a.try_acquire(n).await;
         let _ = a.try_acquire(3).await;
         assert_ttls(&mut conn, &key, max, &format!("{algorithm:?} refusal")).await;
         for k in [key.clone(), format!("{key}:log")] {
@@ -784,4 +784,55 @@ async fn the_local_fallback_follows_the_algorithm() {
     k.try_acquire("a", 3).await.unwrap();
     let _ = wait_of(k.try_acquire("a", 1).await);
     assert!(k.stats().fallbacks >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_rejecting_layers_on_a_sliding_log_share_each_keys_window() {
+    use std::convert::Infallible;
+
+    use http::{Request, Response, StatusCode};
+    use tower::{service_fn, Layer, ServiceExt};
+    use tower_throttle::keyed::HeaderKey;
+    use tower_throttle::{KeyedBucket, RateLimitLayer};
+
+    let prefix = unique_prefix("keyed-log");
+    let quota = Quota::per_minute(3).burst(3);
+    let server = |redis: RedisKeyed| {
+        assert_eq!(redis.algorithm(), Algorithm::SlidingLog);
+        RateLimitLayer::keyed(KeyedBucket::<u64>::from(redis), HeaderKey::x_api_key())
+            .reject()
+            .layer(service_fn(|_: Request<String>| async {
+                Ok::<_, Infallible>(Response::new(String::from("ok")))
+            }))
+    };
+    let a = server(keyed(&prefix, quota, Algorithm::SlidingLog).await);
+    let b = server(keyed(&prefix, quota, Algorithm::SlidingLog).await);
+    let request = |key: &str| {
+        Request::builder()
+            .header("x-api-key", key)
+            .body(String::new())
+            .unwrap()
+    };
+    for key in ["alice", "bob"] {
+        let mut admitted = 0;
+        for i in 0..8 {
+            let svc = if i % 2 == 0 { &a } else { &b };
+            let resp = svc.clone().oneshot(request(key)).await.unwrap();
+            match resp.status() {
+                StatusCode::OK => admitted += 1,
+                StatusCode::TOO_MANY_REQUESTS => {
+                    // The oldest entry leaves the one-minute window in about a minute.
+                    let secs: u64 = resp.headers()["retry-after"]
+                        .to_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    assert!((58..=60).contains(&secs), "Retry-After {secs}");
+                }
+                other => panic!("unexpected {other}"),
+            }
+        }
+        // 3 per minute for each key, across both processes.
+        assert_eq!(admitted, 3, "{key}");
+    }
 }

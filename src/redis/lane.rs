@@ -274,6 +274,38 @@ mod tests {
             .is_some());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_leaky_cost_above_the_tolerance_is_not_refused_on_no_knowledge() {
+        let hint = Hint::new();
+        let ms = |n: u64| n * 1_000_000;
+        // Leaky bucket, T = 10 ms: a cost of 3 tokens (30 ms) exceeds the tolerance (10 ms).
+        assert_eq!(hint.surely_refused(Instant::now(), ms(30), ms(10)), None);
+        assert!(hint.likely_fits_at(ms(30), ms(10)) <= Instant::now());
+        // Windows: a refusal refuses the same cost only, until its wait.
+        let sent = Instant::now();
+        hint.refused(
+            &Timed {
+                reply: Reply {
+                    admitted: false,
+                    wait: Duration::from_millis(40),
+                    full_in: Duration::from_millis(900),
+                },
+                sent,
+                received: sent,
+            },
+            2,
+        );
+        assert_eq!(
+            hint.window_refused(Instant::now(), 2),
+            Some(Duration::from_millis(40))
+        );
+        assert_eq!(hint.window_refused(Instant::now(), 1), None);
+        assert_eq!(hint.window_refused(Instant::now(), 3), None);
+        assert_eq!(hint.window_fits_at(3), sent + Duration::from_millis(40));
+        tokio::time::advance(Duration::from_millis(40)).await;
+        assert_eq!(hint.window_refused(Instant::now(), 2), None);
+    }
+
     #[tokio::test]
     async fn lanes_are_removed_when_the_last_waiter_leaves() {
         let lanes = Lanes::default();
