@@ -642,7 +642,7 @@ async fn a_far_future_window_state_is_clamped_and_written_back_on_a_refusal() {
     let cases = [
         (Algorithm::FixedWindow, "F9999999999999:3"),
         (Algorithm::SlidingWindow, "S9999999999999:3:3"),
-        (Algorithm::SlidingLog, "L7"),
+        (Algorithm::SlidingLog, "L7:3"),
     ];
     for (algorithm, value) in cases {
         let prefix = unique_prefix("far");
@@ -834,5 +834,35 @@ async fn keyed_rejecting_layers_on_a_sliding_log_share_each_keys_window() {
         }
         // 3 per minute for each key, across both processes.
         assert_eq!(admitted, 3, "{key}");
+    }
+}
+
+#[tokio::test]
+async fn a_log_total_out_of_step_with_its_entries_is_recounted() {
+    let mut conn = raw(&redis_url()).await;
+    let quota = Quota::new(3, Duration::from_millis(300));
+    for total in ["0", "99999"] {
+        let prefix = unique_prefix("log-total");
+        let a = handle(&prefix, quota, Algorithm::SlidingLog).await;
+        let key = a.redis_key().to_owned();
+        // Three tokens logged just now, under a total that says otherwise.
+        let now = redis_now_us(&mut conn).await;
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(format!("L1:{total}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("ZADD")
+            .arg(format!("{key}:log"))
+            .arg(now)
+            .arg("1:3")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let wait = wait_of(a.try_acquire(1).await);
+        assert!(wait <= Duration::from_millis(300), "{total}: {wait:?}");
+        assert_eq!(get(&mut conn, &key).await.unwrap(), "L1:3", "{total}");
+        assert_ttls(&mut conn, &key, 302, total).await;
     }
 }

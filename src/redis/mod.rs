@@ -89,7 +89,7 @@
 //! | [`LeakyBucket`](crate::Algorithm::LeakyBucket) | one string, `"K<tat>[:<pause>]"` | `GET`, `SET` | until any cost fits at once: `tat + (burst − 1) × interval` |
 //! | [`FixedWindow`](crate::Algorithm::FixedWindow) | one string, `"F<window>:<count>[:<pause>]"` | `GET`, `SET` | until the window ends |
 //! | [`SlidingWindow`](crate::Algorithm::SlidingWindow) | one string, `"S<window>:<previous>:<current>[:<pause>]"` | `GET`, `SET` | until the next window ends |
-//! | [`SlidingLog`](crate::Algorithm::SlidingLog) | a string `"L<seq>[:<pause>]"` and a sorted set `<key>:log`, one entry per admission in the window (score = instant, member = `"<seq>:<tokens>"`) | `GET`, `ZREMRANGEBYSCORE`, `ZRANGE`, `ZADD`, `SET`, `PEXPIRE`: O(entries in the window), at most `count` | until the newest entry leaves the window |
+//! | [`SlidingLog`](crate::Algorithm::SlidingLog) | a string `"L<seq>:<total>[:<pause>]"` (`total`: the tokens in the log) and a sorted set `<key>:log`, one entry per admission in the window (score = instant, member = `"<seq>:<tokens>"`) | admission: `GET`, `ZRANGEBYSCORE` + `ZREMRANGEBYSCORE` of the entries that left the window, `ZADD`, `SET`, `PEXPIRE`: O(log N) plus the entries that left (each leaves once); a refusal, pause or release reads the window's N entries (N ≤ `count` + 1 024) | until the newest entry leaves the window |
 //!
 //! - **Costs.** A request may cost up to the burst (token and leaky bucket) or the quota's
 //!   count (windows), as in process. An idle leaky bucket admits one request of any allowed

@@ -13,9 +13,10 @@
 //! | leaky bucket | `"K<tat>"` or `"K<tat>:<pause>"` | — |
 //! | fixed window | `"F<w>:<count>"` (+ `":<pause>"`) | — |
 //! | sliding window | `"S<w>:<prev>:<cur>"` (+ `":<pause>"`) | — |
-//! | sliding log | `"L<seq>"` (+ `":<pause>"`) | sorted set: score = instant, member = `"<seq>:<tokens>"` |
+//! | sliding log | `"L<seq>:<total>"` (+ `":<pause>"`) | sorted set: score = instant, member = `"<seq>:<tokens>"` |
 //!
-//! `tat` is the instant the bucket is full again (GCRA); `w` a window index (`⌊now / W⌋`,
+//! `tat` is the instant the bucket is full again (GCRA); `total` the tokens of the log's
+//! entries (recounted when it disagrees with them); `w` a window index (`⌊now / W⌋`,
 //! windows aligned to the UNIX epoch); `pause` the end of a pause in force, kept only while
 //! one is. The tags keep every algorithm's state apart: a value of another algorithm (after
 //! a change of algorithm) is a fresh state and is overwritten, the log's entries deleted

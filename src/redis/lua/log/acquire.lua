@@ -4,9 +4,8 @@ local n = x
 if n < 1 or n > L then return redis.error_reply('ERR tower-throttle: bad arguments') end
 local at = earliest(n, base)
 if at > now then
-  local h = horizon()
-  local stale = #xs > 0 and redis.call('PTTL', log) < 0
-  if stale or must_repair(dirty, h) then save() end
+  local stale = newest ~= nil and redis.call('PTTL', log) < 0
+  if stale or must_repair(dirty, horizon()) then save() end
   return {0, at - now, horizon() - now}
 end
 add(now, n)

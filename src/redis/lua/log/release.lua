@@ -1,15 +1,14 @@
 -- release: give back n = ARGV[3] tokens (1..L) of an admission another limit refused right
--- after: remove the newest entry of n tokens still in the window, if any.
+-- after: remove the newest entry of n tokens logged by now, if any. O(N).
 -- Returns {1, 0, µs until the state no longer matters}.
 local n = x
 if n < 1 or n > L then return redis.error_reply('ERR tower-throttle: bad arguments') end
-for i = #xs, 1, -1 do
-  if ns[i] == n and xs[i] <= now then
-    redis.call('ZREM', log, ms[i])
-    table.remove(xs, i)
-    table.remove(ns, i)
-    table.remove(ms, i)
+local members = redis.call('ZREVRANGEBYSCORE', log, fmt(now), '-inf')
+for i = 1, #members do
+  if tokens_of(members[i]) == n then
+    redis.call('ZREM', log, members[i])
     total = total - n
+    find_newest()
     save()
     break
   end
