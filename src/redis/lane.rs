@@ -24,6 +24,8 @@ use super::backend::Timed;
 /// For the window algorithms, whose state is no single instant, `lo` and `hi` only hold the
 /// end of a pause made by this process, and the last refusal is kept instead: a request of
 /// at least as many tokens cannot fit before the wait it gave (others only add admissions).
+/// `try_acquire` refuses locally only a request of the same cost (whose wait it knows
+/// exactly); waiters sleep until that wait for any cost at least as large.
 #[derive(Debug)]
 pub(crate) struct Hint {
     origin: Instant,
@@ -155,7 +157,8 @@ impl Hint {
 }
 
 /// The lane of one key of a keyed limit, holding what the last reply for that key said
-/// (the instant the bucket is full again, upper bound) while anyone waits.
+/// while anyone waits: the instant the bucket is full again, upper bound (token and leaky
+/// bucket), or the instant the last refused request should fit (windows).
 pub(crate) type Lane = tokio::sync::Mutex<Option<Instant>>;
 
 /// The lanes of a keyed limit: one per key with waiters in this process, removed when the
