@@ -1,6 +1,7 @@
 //! The Redis backend: latency of one decision next to a `PING` round trip from the same kind
-//! of client in the same run, decisions per second from one process with 64 concurrent
-//! tasks, and `redis-benchmark`'s figures for the same script (`EVALSHA`) and for `PING`.
+//! of client in the same run, the latency of one decision of each algorithm next to the
+//! token bucket's, decisions per second from one process with 64 concurrent tasks, and
+//! `redis-benchmark`'s figures for the same script (`EVALSHA`) and for `PING`.
 //!
 //! ```text
 //! cargo bench --features redis --bench redis
@@ -14,9 +15,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::ConnectionManager;
 use tower_throttle::redis::{FailurePolicy, RedisBucket};
-use tower_throttle::Quota;
+use tower_throttle::{Algorithm, Quota};
 
 const SAMPLES: usize = 20_000;
+/// Samples per algorithm in the comparison of algorithms.
+const ALGORITHM_SAMPLES: usize = 5_000;
 const TASKS: usize = 64;
 const THROUGHPUT_FOR: Duration = Duration::from_secs(3);
 
@@ -50,10 +53,20 @@ fn quota() -> Quota {
 }
 
 async fn decision_bucket(prefix: &str) -> RedisBucket {
-    RedisBucket::builder(quota())
+    algorithm_bucket(prefix, "bench", quota(), Algorithm::TokenBucket).await
+}
+
+async fn algorithm_bucket(
+    prefix: &str,
+    key: &str,
+    quota: Quota,
+    algorithm: Algorithm,
+) -> RedisBucket {
+    RedisBucket::builder(quota)
         .url(url())
         .key_prefix(prefix)
-        .key("bench")
+        .key(key)
+        .algorithm(algorithm)
         .failure_policy(FailurePolicy::Closed)
         .timeout(Duration::from_secs(1))
         .build()
@@ -87,6 +100,68 @@ async fn latency(bucket: &RedisBucket, ping: &ConnectionManager, prefix: &str) -
         }
     }
     samples.map(stats)
+}
+
+/// The algorithms compared, each with a quota that admits every decision at these speeds.
+/// The sliding log's window is 100 ms: it holds every admission of the last 100 ms, the
+/// work of its decisions growing with them (the count of entries is printed).
+fn algorithms() -> [(&'static str, Algorithm, Quota); 5] {
+    [
+        ("token bucket", Algorithm::TokenBucket, quota()),
+        (
+            "leaky bucket",
+            Algorithm::LeakyBucket { max_queue: 1 },
+            quota(),
+        ),
+        ("fixed window", Algorithm::FixedWindow, quota()),
+        ("sliding window", Algorithm::SlidingWindow, quota()),
+        (
+            "sliding log (100 ms window)",
+            Algorithm::SlidingLog,
+            Quota::new(1_000_000, Duration::from_millis(100)),
+        ),
+    ]
+}
+
+/// One decision of each algorithm in turn (each on its own key), sequentially.
+async fn algorithm_latency(prefix: &str) -> Vec<(&'static str, Stats, i64)> {
+    let mut buckets = Vec::new();
+    for (i, (name, algorithm, quota)) in algorithms().into_iter().enumerate() {
+        let bucket = algorithm_bucket(prefix, &format!("algo{i}"), quota, algorithm).await;
+        buckets.push((name, bucket));
+    }
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); buckets.len()];
+    let mut log_entries = Vec::new();
+    for i in 0..500 + ALGORITHM_SAMPLES {
+        // Rotate who goes first: the first of a round pays for the idle gap before it.
+        for j in 0..buckets.len() {
+            let k = (i + j) % buckets.len();
+            let bucket = &buckets[k].1;
+            let t0 = Instant::now();
+            bucket.try_acquire(1).await.unwrap();
+            if i >= 500 {
+                samples[k].push(t0.elapsed());
+            }
+        }
+        if i % 500 == 499 {
+            let client = redis::Client::open(url().as_str()).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let log = format!("{}:log", buckets[4].1.redis_key());
+            let n: i64 = redis::cmd("ZCARD")
+                .arg(&log)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            log_entries.push(n);
+        }
+    }
+    let entries = log_entries.iter().sum::<i64>() / log_entries.len().max(1) as i64;
+    buckets
+        .iter()
+        .zip(samples)
+        .enumerate()
+        .map(|(k, ((name, _), v))| (*name, stats(v), if k == 4 { entries } else { -1 }))
+        .collect()
 }
 
 async fn throughput<F, Fut>(op: F) -> f64
@@ -189,6 +264,30 @@ fn main() {
             us(d.mean) / us(f.mean),
             us(d.p50) / us(f.p50)
         );
+
+        let rows = algorithm_latency(&prefix).await;
+        println!(
+            "\nlatency per algorithm, sequential, {ALGORITHM_SAMPLES} samples each, alternating:"
+        );
+        println!(
+            "  {:<36} {:>9} {:>9} {:>9} {:>9}",
+            "", "mean µs", "p50 µs", "p99 µs", "× token"
+        );
+        let base = us(rows[0].1.mean);
+        for (name, s, entries) in &rows {
+            let name = if *entries >= 0 {
+                format!("{name}, ~{entries} entries")
+            } else {
+                (*name).to_owned()
+            };
+            println!(
+                "  {name:<36} {:>9.1} {:>9.1} {:>9.1} {:>9.2}",
+                us(s.mean),
+                us(s.p50),
+                us(s.p99),
+                us(s.mean) / base
+            );
+        }
     });
     drop(rt);
 
@@ -234,8 +333,10 @@ fn main() {
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut c = client.get_multiplexed_async_connection().await.unwrap();
         let script = concat!(
-            include_str!("../src/redis/lua/prelude.lua"),
-            include_str!("../src/redis/lua/acquire.lua")
+            "local TAG = ''\n",
+            include_str!("../src/redis/lua/common.lua"),
+            include_str!("../src/redis/lua/gcra/state.lua"),
+            include_str!("../src/redis/lua/gcra/acquire.lua")
         );
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
@@ -246,15 +347,32 @@ fn main() {
         sha
     });
     let key = format!("{prefix}:{{redis-benchmark}}");
+    let log = format!("{key}:log");
     let q = quota();
-    let (t_us, burst) = (
-        (q.interval().as_nanos() / 1000).to_string(),
-        q.burst_size().to_string(),
+    let t = q.interval().as_nanos() / 1000;
+    let (t_us, burst) = (t.to_string(), q.burst_size().to_string());
+    let tau = (t * u128::from(q.burst_size())).to_string();
+    let (w_us, count) = (
+        (q.period().as_nanos() / 1000).to_string(),
+        q.count().to_string(),
     );
     let evalsha = redis_benchmark(
         &host,
         &port,
-        &["EVALSHA", &sha, "1", &key, &t_us, &burst, "1", "3600000000"],
+        &[
+            "EVALSHA",
+            &sha,
+            "2",
+            &key,
+            &log,
+            &t_us,
+            &burst,
+            "1",
+            "3600000000",
+            &tau,
+            &w_us,
+            &count,
+        ],
     );
     let ping = redis_benchmark(&host, &port, &["PING"]);
     println!("\nredis-benchmark -n 200000 -c 64 -q (64 connections):");

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::error::{RedisError, RedisErrorKind};
 use super::failure::FailurePolicy;
 use super::script::{parse_reply, Reply, Scripts};
-use crate::Quota;
+use crate::{Algorithm, Quota};
 
 /// Every value the scripts handle stays below 2^53 µs (exact in a Lua double): the Redis
 /// clock (about 2^50.7 µs in 2025, 2^52 in 2112) plus this much.
@@ -32,6 +32,7 @@ pub(crate) struct Options {
     pub(crate) probe_interval: Duration,
     pub(crate) max_pause: Duration,
     pub(crate) lazy: bool,
+    pub(crate) algorithm: Algorithm,
 }
 
 impl Default for Options {
@@ -45,6 +46,7 @@ impl Default for Options {
             probe_interval: Duration::from_millis(500),
             max_pause: Duration::from_secs(3600),
             lazy: false,
+            algorithm: Algorithm::TokenBucket,
         }
     }
 }
@@ -60,6 +62,7 @@ impl std::fmt::Debug for Options {
             .field("probe_interval", &self.probe_interval)
             .field("max_pause", &self.max_pause)
             .field("lazy", &self.lazy)
+            .field("algorithm", &self.algorithm)
             .finish_non_exhaustive()
     }
 }
@@ -104,9 +107,18 @@ pub(crate) struct Backend {
     conn: ConnectionManager,
     scripts: Scripts,
     pub(crate) quota: Quota,
+    pub(crate) algorithm: Algorithm,
     /// Emission interval, µs (rounded up).
     pub(crate) interval_us: u64,
     pub(crate) burst: u32,
+    /// GCRA tolerance, µs: `burst × interval` (token bucket) or `interval` (leaky bucket).
+    tolerance_us: u64,
+    /// The window (the quota's period), µs (rounded up), and the tokens per window.
+    window_us: u64,
+    limit: u32,
+    /// The largest cost of one request: the burst (token and leaky bucket) or the count
+    /// (windows), as for an in-process bucket.
+    pub(crate) max_cost: u32,
     max_pause_us: u64,
     /// The largest time a valid reply can carry.
     reply_limit_us: u64,
@@ -132,11 +144,12 @@ impl Backend {
                 "redis timeouts must be longer than zero",
             ));
         }
-        let interval_us = u64::try_from(quota.interval().as_nanos().div_ceil(1000))
-            .unwrap_or(u64::MAX)
-            .max(1);
+        let algorithm = options.algorithm;
+        let interval_us = micros_up(quota.interval());
         let burst = quota.burst_size();
         let max_pause_us = u64::try_from(options.max_pause.as_micros()).unwrap_or(u64::MAX);
+        let window_us = micros_up(quota.period());
+        let limit = quota.count();
         let tau = interval_us.checked_mul(u64::from(burst));
         let reply_limit_us = tau
             .and_then(|tau| tau.checked_mul(2))
@@ -145,6 +158,31 @@ impl Backend {
             .ok_or(RedisError::config(
                 "quota burst × interval, or max_pause, too long for the redis backend",
             ))?;
+        let tau = tau.unwrap_or(u64::MAX);
+        let (tolerance_us, reply_limit_us) = match algorithm {
+            Algorithm::TokenBucket => (tau, reply_limit_us),
+            Algorithm::LeakyBucket { .. } => (interval_us, reply_limit_us),
+            _ => {
+                // Windows: waits and states reach at most two windows past a pause, and the
+                // scripts multiply counts by window times.
+                let span = window_us
+                    .checked_mul(2)
+                    .and_then(|w| w.checked_add(reply_limit_us))
+                    .filter(|&span| span <= MAX_SPAN_US);
+                let product = window_us
+                    .checked_mul(u64::from(limit))
+                    .filter(|&p| p < MAX_SPAN_US * 2);
+                match (span, product) {
+                    (Some(span), Some(_)) => (tau, span),
+                    _ => {
+                        return Err(RedisError::config(
+                            "quota count × period too large for a redis window algorithm \
+                             (count × period in µs must stay below 2^53)",
+                        ))
+                    }
+                }
+            }
+        };
 
         let client = ::redis::Client::open(url)
             .map_err(|e| RedisError::with_source(RedisErrorKind::Config, "invalid redis url", e))?;
@@ -159,10 +197,15 @@ impl Backend {
         })?;
         let backend = Backend {
             conn,
-            scripts: Scripts::new(),
+            scripts: Scripts::new(algorithm),
             quota,
+            algorithm,
             interval_us,
             burst,
+            tolerance_us,
+            window_us,
+            limit,
+            max_cost: max_cost(quota, algorithm),
             max_pause_us,
             reply_limit_us,
             down_until: AtomicU64::new(0),
@@ -210,9 +253,18 @@ impl Backend {
         self.interval_us * 1000
     }
 
-    /// `burst × interval` in ns, as the scripts see it.
+    /// The GCRA tolerance in ns, as the scripts see it: `burst × interval` (token bucket) or
+    /// `interval` (leaky bucket).
     pub(crate) fn tolerance_ns(&self) -> u64 {
-        self.interval_ns() * u64::from(self.burst)
+        self.tolerance_us * 1000
+    }
+
+    /// Whether the algorithm is the token or leaky bucket (the state is "full again at").
+    pub(crate) fn is_gcra(&self) -> bool {
+        matches!(
+            self.algorithm,
+            Algorithm::TokenBucket | Algorithm::LeakyBucket { .. }
+        )
     }
 
     /// The longest pause honoured.
@@ -220,7 +272,7 @@ impl Backend {
         Duration::from_micros(self.max_pause_us)
     }
 
-    /// Take `n` (1..=burst) tokens of the bucket at `key`, if they fit.
+    /// Take `n` (1..=max_cost) tokens of the bucket at `key`, if they fit.
     pub(crate) async fn acquire(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
         self.run(&self.scripts.acquire, key, u64::from(n)).await
     }
@@ -250,10 +302,14 @@ impl Backend {
         let mut conn = self.conn.clone();
         let mut call = script.prepare_invoke();
         call.key(key)
+            .key(format!("{key}:log"))
             .arg(self.interval_us)
             .arg(self.burst)
             .arg(arg)
-            .arg(self.max_pause_us);
+            .arg(self.max_pause_us)
+            .arg(self.tolerance_us)
+            .arg(self.window_us)
+            .arg(self.limit);
         let sent = Instant::now();
         let result =
             tokio::time::timeout(self.options.timeout, call.invoke_async::<Value>(&mut conn)).await;
@@ -330,6 +386,21 @@ impl Backend {
     }
 }
 
+/// A duration in whole µs, rounded up, at least 1.
+fn micros_up(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1000))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// The largest cost of one request under `algorithm`, as for an in-process bucket.
+pub(crate) fn max_cost(quota: Quota, algorithm: Algorithm) -> u32 {
+    match algorithm {
+        Algorithm::TokenBucket | Algorithm::LeakyBucket { .. } => quota.burst_size(),
+        _ => quota.count(),
+    }
+}
+
 fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -338,6 +409,7 @@ impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Backend")
             .field("quota", &self.quota)
+            .field("algorithm", &self.algorithm)
             .field("options", &self.options)
             .finish_non_exhaustive()
     }

@@ -11,18 +11,22 @@ use super::builder::RedisBucketBuilder;
 use super::error::{RedisDecisionError, RedisError};
 use super::failure::{acquire_fallback, pause_fallback, try_acquire_fallback, FailurePolicy};
 use super::lane::Hint;
-use crate::{Bucket, ExceedsBurst, Quota, Throttled};
+use super::script::Reply;
+use crate::{Algorithm, Bucket, ExceedsBurst, Quota, Throttled};
 
-/// A token bucket kept in Redis: one limit shared by every process, task and clone that
-/// uses the same Redis, key prefix and key.
+/// A rate limit kept in Redis: one limit shared by every process, task and clone that uses
+/// the same Redis, key prefix and key.
 ///
 /// Cloning is cheap (an `Arc`) and never creates a new bucket. The semantics are those of
-/// [`Bucket`] (GCRA: bursts up to the burst, then the rate; `pause` holds everything, then
-/// restarts from an empty bucket), with the state in Redis and time from the Redis clock:
+/// [`Bucket`] with the same [`Algorithm`] (default the token bucket, GCRA: bursts up to the
+/// burst, then the rate; every algorithm: `pause` holds everything, then restarts as from an
+/// empty bucket), with the state in Redis and time from the Redis clock:
 ///
 /// - **Atomic**: each decision is one Lua script run by Redis; processes never race.
-/// - **Rate invariant** across all processes: over any interval of length `t`, admitted
-///   tokens ≤ `burst + rate·t` (the interval is rounded up to whole microseconds).
+/// - **Invariant** across all processes, per algorithm (see [`Algorithm`]): e.g. for the
+///   token bucket, over any interval of length `t`, admitted tokens ≤ `burst + rate·t` (the
+///   interval is rounded up to whole microseconds); for the sliding log, at most `count` in
+///   every window of length `period`.
 /// - **Quiet waiting**: [`acquire`](RedisBucket::acquire) waiters of one process line up
 ///   first come, first served; only the first sleeps until the instant the last reply gave
 ///   and then asks Redis, so an admission costs one round trip in the common case. There is
@@ -82,7 +86,11 @@ impl RedisBucket {
         quota: Quota,
         key: String,
     ) -> Result<Self, RedisError> {
-        let local = options.policy.local_quota(quota)?.map(Bucket::new);
+        let algorithm = options.algorithm;
+        let local = options
+            .policy
+            .local_quota(quota)?
+            .map(|q| Bucket::with_algorithm(q, algorithm));
         let backend = Backend::connect(options, quota).await?;
         Ok(RedisBucket {
             inner: Arc::new(Inner {
@@ -100,7 +108,14 @@ impl RedisBucket {
         self.inner.backend.quota
     }
 
-    /// The Redis key holding the bucket's state.
+    /// The algorithm this bucket decides with (set by
+    /// [`RedisBucketBuilder::algorithm`]; default [`Algorithm::TokenBucket`]).
+    pub fn algorithm(&self) -> Algorithm {
+        self.inner.backend.algorithm
+    }
+
+    /// The Redis key holding the bucket's state. (The sliding log also keeps its entries in
+    /// a sorted set at this key followed by `:log`.)
     pub fn redis_key(&self) -> &str {
         &self.inner.key
     }
@@ -121,14 +136,51 @@ impl RedisBucket {
     }
 
     fn check(&self, n: u32) -> Result<u64, ExceedsBurst> {
-        let burst = self.inner.backend.burst;
-        if n > burst {
+        let max = self.inner.backend.max_cost;
+        if n > max {
             return Err(ExceedsBurst {
                 requested: n,
-                burst,
+                burst: max,
             });
         }
         Ok(u64::from(n) * self.inner.backend.interval_ns())
+    }
+
+    /// Whether `n` tokens (`cost` ns) surely cannot fit now, from what earlier replies said;
+    /// if so, the wait.
+    fn refused_locally(&self, n: u32, cost: u64) -> Option<Duration> {
+        let inner = &*self.inner;
+        let now = Instant::now();
+        if inner.backend.is_gcra() {
+            inner
+                .hint
+                .surely_refused(now, cost, inner.backend.tolerance_ns())
+        } else {
+            inner.hint.window_refused(now, n)
+        }
+    }
+
+    /// The instant `n` tokens (`cost` ns) should fit, from what earlier replies said.
+    fn likely_fits_at(&self, n: u32, cost: u64) -> Instant {
+        let inner = &*self.inner;
+        if inner.backend.is_gcra() {
+            inner
+                .hint
+                .likely_fits_at(cost, inner.backend.tolerance_ns())
+        } else {
+            inner.hint.window_fits_at(n)
+        }
+    }
+
+    /// Learn from a reply to a request of `n` tokens.
+    fn learn(&self, t: &super::backend::Timed, n: u32) -> Reply {
+        let hint = &self.inner.hint;
+        if self.inner.backend.is_gcra() {
+            hint.observe(t);
+        } else if !t.reply.admitted {
+            hint.refused(t, n);
+        }
+        t.reply
     }
 
     /// Take `n` tokens now, or say how long until they fit.
@@ -139,7 +191,8 @@ impl RedisBucket {
     ///
     /// # Errors
     /// - [`RedisDecisionError::Throttled`] with the wait until `n` tokens fit;
-    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst;
+    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst
+    ///   (token and leaky bucket) or the quota's count (windows);
     /// - when Redis fails, whatever the [`FailurePolicy`] says: nothing (`Open`),
     ///   [`RedisDecisionError::Backend`] (`Closed`), the local bucket's answer (`Local`).
     pub async fn try_acquire(&self, n: u32) -> Result<(), RedisDecisionError> {
@@ -148,18 +201,17 @@ impl RedisBucket {
         }
         let cost = self.check(n)?;
         let inner = &*self.inner;
-        let tolerance = inner.backend.tolerance_ns();
-        if let Some(wait) = inner.hint.surely_refused(Instant::now(), cost, tolerance) {
+        if let Some(wait) = self.refused_locally(n, cost) {
             bump(&inner.backend.counters.local_refusals);
             return Err(Throttled::after(wait).into());
         }
         match inner.backend.acquire(&inner.key, n).await {
             Ok(t) => {
-                inner.hint.observe(&t);
-                if t.reply.admitted {
+                let reply = self.learn(&t, n);
+                if reply.admitted {
                     Ok(())
                 } else {
-                    Err(Throttled::after(t.reply.wait).into())
+                    Err(Throttled::after(reply.wait).into())
                 }
             }
             Err(e) => {
@@ -177,7 +229,8 @@ impl RedisBucket {
     /// taken.
     ///
     /// # Errors
-    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst;
+    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst
+    ///   (token and leaky bucket) or the quota's count (windows);
     /// - when Redis fails, whatever the [`FailurePolicy`] says: admit (`Open`),
     ///   [`RedisDecisionError::Backend`] (`Closed`), wait on the local bucket (`Local`).
     pub async fn acquire(&self, n: u32) -> Result<(), RedisDecisionError> {
@@ -186,19 +239,17 @@ impl RedisBucket {
         }
         let cost = self.check(n)?;
         let inner = &*self.inner;
-        let tolerance = inner.backend.tolerance_ns();
         let _turn = inner.lane.lock().await;
         loop {
             // Re-read after every sleep: a pause may have moved the instant later.
-            let at = inner.hint.likely_fits_at(cost, tolerance);
+            let at = self.likely_fits_at(n, cost);
             if at > Instant::now() {
                 tokio::time::sleep_until(at).await;
                 continue;
             }
             match inner.backend.acquire(&inner.key, n).await {
                 Ok(t) => {
-                    inner.hint.observe(&t);
-                    if t.reply.admitted {
+                    if self.learn(&t, n).admitted {
                         return Ok(());
                     }
                 }
@@ -214,7 +265,10 @@ impl RedisBucket {
     /// Hold every admission, in every process, for `cooldown`: a server's `Retry-After`.
     ///
     /// Nothing is admitted before `now + cooldown` (by the Redis clock); then admission
-    /// restarts as from an empty bucket, the first token due when the cooldown ends. A
+    /// restarts as from an empty bucket, the first token due when the cooldown ends, with no
+    /// burst (for the windows, as the in-process [`Bucket`]: the fixed window keeps only the
+    /// share of its window left, at least one token; the sliding window and log let one
+    /// token in and the rest come back at the rate). A
     /// shorter pause never shortens a longer one. Pauses longer than
     /// [`max_pause`](RedisBucketBuilder::max_pause) are cut to it. This process holds its
     /// own decisions at once, whatever Redis does.
@@ -226,7 +280,11 @@ impl RedisBucket {
         let inner = &*self.inner;
         let backend = &inner.backend;
         let cooldown = cooldown.min(backend.max_pause());
-        let refill = Duration::from_nanos(backend.tolerance_ns() - backend.interval_ns());
+        let refill = if backend.is_gcra() {
+            Duration::from_nanos(backend.tolerance_ns() - backend.interval_ns())
+        } else {
+            Duration::ZERO
+        };
         inner
             .hint
             .hold(Instant::now(), cooldown.saturating_add(refill));
@@ -235,7 +293,9 @@ impl RedisBucket {
         }
         match backend.pause(&inner.key, cooldown).await {
             Ok(t) => {
-                inner.hint.observe(&t);
+                if backend.is_gcra() {
+                    inner.hint.observe(&t);
+                }
                 Ok(())
             }
             Err(e) => pause_fallback(backend.policy(), e),
@@ -248,6 +308,7 @@ impl fmt::Debug for RedisBucket {
         f.debug_struct("RedisBucket")
             .field("key", &self.inner.key)
             .field("quota", &self.inner.backend.quota)
+            .field("algorithm", &self.inner.backend.algorithm)
             .field("failure_policy", self.inner.backend.policy())
             .finish_non_exhaustive()
     }

@@ -6,7 +6,7 @@ use super::backend::Options;
 use super::error::RedisError;
 use super::failure::FailurePolicy;
 use super::{RedisBucket, RedisKeyed};
-use crate::Quota;
+use crate::{Algorithm, Quota};
 
 /// The settings both builders share, with their docs.
 macro_rules! shared_settings {
@@ -25,6 +25,19 @@ macro_rules! shared_settings {
         /// Use one prefix per application and per limit, and keep other data out of it.
         pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
             self.options.prefix = prefix.into();
+            self
+        }
+
+        /// How decisions are made: any [`Algorithm`], as for an in-process
+        /// [`Bucket`](crate::Bucket). Default [`Algorithm::TokenBucket`].
+        ///
+        /// Every process of a limit must use the same algorithm: a process with another one
+        /// does not misread the key, it resets it to a fresh state of its own. The local
+        /// fallback of [`FailurePolicy::Local`] uses the same algorithm.
+        /// `LeakyBucket { max_queue }` bounds only the waiters of an in-process bucket: the
+        /// Redis backend does not use `max_queue`.
+        pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+            self.options.algorithm = algorithm;
             self
         }
 

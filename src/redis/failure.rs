@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::backend::max_cost;
 use super::error::{RedisDecisionError, RedisError};
-use crate::{AcquireError, Bucket, Quota};
+use crate::{AcquireError, Algorithm, Bucket, Quota};
 
 /// What a decision does when Redis fails: unreachable, slower than the timeout, a reply that
 /// makes no sense, or a key of the wrong type.
@@ -44,8 +45,9 @@ pub enum FailurePolicy {
     /// Reject with [`RedisDecisionError::Backend`], carrying the [`RedisError`].
     Closed,
     /// Decide with an in-memory [`Bucket`] of this process, at `fraction` of the quota
-    /// (rate and burst scaled as by [`Quota::headroom`]). A request larger than that
-    /// bucket's burst takes its whole burst.
+    /// (rate and burst scaled as by [`Quota::headroom`]), with the same
+    /// [`Algorithm`](crate::Algorithm). A request larger than that bucket's largest cost (its
+    /// burst, or its count for the windows) takes all of it.
     Local {
         /// The share of the quota this process may use alone, in `(0, 1]`.
         fraction: f64,
@@ -76,9 +78,9 @@ impl FailurePolicy {
     }
 }
 
-/// Cost to ask from a fallback bucket: never more than its burst.
+/// Cost to ask from a fallback bucket: never more than its largest cost.
 fn local_cost(bucket: &Bucket, n: u32) -> u32 {
-    n.min(bucket.quota().burst_size())
+    n.min(max_cost(bucket.quota(), bucket.algorithm()))
 }
 
 /// The policy's answer to `try_acquire` when Redis failed.
@@ -132,9 +134,16 @@ pub(crate) fn pause_fallback(
 /// are full again (equivalent to no entry: dropping them loses nothing) are swept, at most
 /// once a second, and keys that still find no room share one overflow bucket. Live buckets
 /// are never evicted: that would reset their limit.
+///
+/// Each key's bucket is a [`Bucket`] of the limit's algorithm: unlike a
+/// [`KeyedBucket`](crate::KeyedBucket), it can wait (`acquire`) and be paused per key, which
+/// the fallback of [`RedisKeyed`](super::RedisKeyed) needs.
 #[derive(Debug)]
 pub(crate) struct LocalTable {
     quota: Quota,
+    algorithm: Algorithm,
+    /// What a fresh bucket has available: a bucket back at this holds nothing to keep.
+    full: u32,
     capacity: usize,
     inner: Mutex<Table>,
     overflow: Bucket,
@@ -147,15 +156,18 @@ struct Table {
 }
 
 impl LocalTable {
-    pub(crate) fn new(quota: Quota, capacity: usize) -> Self {
+    pub(crate) fn new(quota: Quota, algorithm: Algorithm, capacity: usize) -> Self {
+        let overflow = Bucket::with_algorithm(quota, algorithm);
         LocalTable {
             quota,
+            algorithm,
+            full: overflow.snapshot().available,
             capacity,
             inner: Mutex::new(Table {
                 buckets: HashMap::new(),
                 last_sweep: None,
             }),
-            overflow: Bucket::new(quota),
+            overflow,
         }
     }
 
@@ -176,17 +188,17 @@ impl LocalTable {
                 .map_or(true, |at| now.duration_since(at) >= Duration::from_secs(1));
             if due {
                 t.last_sweep = Some(now);
-                let burst = self.quota.burst_size();
+                let full = self.full;
                 t.buckets.retain(|_, b| {
                     let s = b.snapshot();
-                    s.available < burst || s.waiting > 0 || s.paused_until.is_some()
+                    s.available < full || s.waiting > 0 || s.paused_until.is_some()
                 });
             }
             if t.buckets.len() >= self.capacity {
                 return self.overflow.clone();
             }
         }
-        let b = Bucket::new(self.quota);
+        let b = Bucket::with_algorithm(self.quota, self.algorithm);
         t.buckets.insert(*id, b.clone());
         b
     }
@@ -221,7 +233,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn table_is_bounded_and_sweeps_only_full_buckets() {
-        let table = LocalTable::new(Quota::per_second(1).burst(1), 2);
+        let table = LocalTable::new(Quota::per_second(1).burst(1), Algorithm::TokenBucket, 2);
         let a = table.bucket(&[1; 16]);
         a.try_acquire(1).unwrap();
         let _b = table.bucket(&[2; 16]);

@@ -14,7 +14,7 @@ use super::failure::{
 };
 use super::key::{digest, keyed_key};
 use super::lane::Lanes;
-use crate::{ExceedsBurst, Quota, Throttled};
+use crate::{Algorithm, ExceedsBurst, Quota, Throttled};
 
 /// One limit per key, kept in Redis and shared by every process: the keyed variant of
 /// [`RedisBucket`](super::RedisBucket), with the same semantics for each key.
@@ -23,7 +23,9 @@ use crate::{ExceedsBurst, Quota, Throttled};
 /// hashed (SHA-1, 128 bits) into fixed-length Redis keys `<prefix>:{<32 hex digits>}`, so a
 /// key never appears in Redis, cannot be too long, and cannot choose a Redis Cluster slot or
 /// reach another namespace. Idle keys cost nothing: each Redis key expires when its bucket
-/// is full again.
+/// is full again (or its window no longer counts).
+///
+/// Every [`Algorithm`] works, chosen with [`RedisKeyedBuilder::algorithm`].
 ///
 /// ```no_run
 /// use tower_throttle::redis::{RedisDecisionError, RedisKeyed};
@@ -81,10 +83,11 @@ impl RedisKeyed {
         quota: Quota,
         local_capacity: usize,
     ) -> Result<Self, RedisError> {
+        let algorithm = options.algorithm;
         let local = options
             .policy
             .local_quota(quota)?
-            .map(|q| LocalTable::new(q, local_capacity));
+            .map(|q| LocalTable::new(q, algorithm, local_capacity));
         let backend = Backend::connect(options, quota).await?;
         Ok(RedisKeyed {
             inner: Arc::new(Inner {
@@ -100,7 +103,14 @@ impl RedisKeyed {
         self.inner.backend.quota
     }
 
-    /// The Redis key holding the state of `key`.
+    /// The algorithm of every key (set by [`RedisKeyedBuilder::algorithm`]; default
+    /// [`Algorithm::TokenBucket`]).
+    pub fn algorithm(&self) -> Algorithm {
+        self.inner.backend.algorithm
+    }
+
+    /// The Redis key holding the state of `key`. (The sliding log also keeps its entries in a
+    /// sorted set at this key followed by `:log`.)
     pub fn redis_key(&self, key: impl AsRef<[u8]>) -> String {
         keyed_key(&self.inner.backend.options.prefix, &digest(key.as_ref()))
     }
@@ -116,11 +126,11 @@ impl RedisKeyed {
     }
 
     fn check(&self, n: u32) -> Result<(), ExceedsBurst> {
-        let burst = self.inner.backend.burst;
-        if n > burst {
+        let max = self.inner.backend.max_cost;
+        if n > max {
             return Err(ExceedsBurst {
                 requested: n,
-                burst,
+                burst: max,
             });
         }
         Ok(())
@@ -155,7 +165,10 @@ impl RedisKeyed {
 
     /// Give back `n` tokens of an admission of `key` that was not used (another limit
     /// refused the request right after). Exact while the key's bucket has not refilled past
-    /// that admission. Best effort: a Redis failure leaves the tokens spent.
+    /// that admission (token and leaky bucket), while its window lasts (fixed and sliding
+    /// window: the current window's count goes down), or while it is in the log (the newest
+    /// entry of `n` tokens is removed). Never below empty. Best effort: a Redis failure
+    /// leaves the tokens spent.
     ///
     /// # Errors
     /// [`RedisDecisionError::Backend`] when Redis could not be reached.
@@ -190,24 +203,36 @@ impl RedisKeyed {
         let backend = &inner.backend;
         let id = digest(key.as_ref());
         let rkey = keyed_key(&backend.options.prefix, &id);
+        let gcra = backend.is_gcra();
         let cost = Duration::from_nanos(u64::from(n) * backend.interval_ns());
         let tolerance = Duration::from_nanos(backend.tolerance_ns());
         let entered = inner.lanes.enter(id);
-        // Declared after `entered`, so dropped before it.
-        let mut full_at = entered.lane().lock_owned().await;
+        // Declared after `entered`, so dropped before it. It holds, per the last reply for
+        // this key: the instant the bucket is full again (token and leaky bucket), or the
+        // instant the last refused request should fit (windows).
+        let mut known = entered.lane().lock_owned().await;
         loop {
-            // The instant the bucket is full again, per the last reply for this key.
-            if let Some(at) = full_at
-                .and_then(|f| f.checked_add(cost))
-                .and_then(|f| f.checked_sub(tolerance))
-            {
+            let at = if gcra {
+                known
+                    .and_then(|f| f.checked_add(cost))
+                    .and_then(|f| f.checked_sub(tolerance))
+            } else {
+                *known
+            };
+            if let Some(at) = at {
                 if at > Instant::now() {
                     tokio::time::sleep_until(at).await;
                 }
             }
             match backend.acquire(&rkey, n).await {
                 Ok(t) => {
-                    *full_at = Some(t.received + t.reply.full_in);
+                    *known = if gcra {
+                        Some(t.received + t.reply.full_in)
+                    } else if t.reply.admitted {
+                        None
+                    } else {
+                        Some(t.received + t.reply.wait)
+                    };
                     if t.reply.admitted {
                         return Ok(());
                     }
@@ -254,6 +279,7 @@ impl fmt::Debug for RedisKeyed {
         f.debug_struct("RedisKeyed")
             .field("prefix", &self.inner.backend.options.prefix)
             .field("quota", &self.inner.backend.quota)
+            .field("algorithm", &self.inner.backend.algorithm)
             .field("failure_policy", self.inner.backend.policy())
             .finish_non_exhaustive()
     }

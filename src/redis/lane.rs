@@ -20,6 +20,12 @@ use super::backend::Timed;
 /// (0 = nothing known). Tokens are never given back in Redis and a pause never shortens, so
 /// the instant only moves forward; a reset (expiry, `FLUSHALL`, a clamp) only makes this
 /// knowledge conservative, for at most `burst × interval` (plus a pause).
+///
+/// For the window algorithms, whose state is no single instant, `lo` and `hi` only hold the
+/// end of a pause made by this process, and the last refusal is kept instead: a request of
+/// at least as many tokens cannot fit before the wait it gave (others only add admissions).
+/// `try_acquire` refuses locally only a request of the same cost (whose wait it knows
+/// exactly); waiters sleep until that wait for any cost at least as large.
 #[derive(Debug)]
 pub(crate) struct Hint {
     origin: Instant,
@@ -27,6 +33,16 @@ pub(crate) struct Hint {
     lo: AtomicU64,
     /// From the instant the reply came: an upper bound (the script ran earlier).
     hi: AtomicU64,
+    /// Windows: the last refusal.
+    refusal: Mutex<Refusal>,
+}
+
+/// A refusal of `tokens`: they fit from `lo` (sure) / `hi` (likely), ns since `origin`.
+#[derive(Debug, Default, Clone, Copy)]
+struct Refusal {
+    tokens: u32,
+    lo: u64,
+    hi: u64,
 }
 
 impl Hint {
@@ -35,7 +51,49 @@ impl Hint {
             origin: Instant::now(),
             lo: AtomicU64::new(0),
             hi: AtomicU64::new(0),
+            refusal: Mutex::new(Refusal::default()),
         }
+    }
+
+    fn refusal(&self) -> MutexGuard<'_, Refusal> {
+        self.refusal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Windows: learn from a refusal of `tokens`.
+    pub(crate) fn refused(&self, t: &Timed, tokens: u32) {
+        let wait = u64::try_from(t.reply.wait.as_nanos()).unwrap_or(u64::MAX);
+        *self.refusal() = Refusal {
+            tokens,
+            lo: self.ns(t.sent).saturating_add(wait),
+            hi: self.ns(t.received).saturating_add(wait),
+        };
+    }
+
+    /// Windows: whether `tokens` surely cannot fit now (a pause of this process, or the
+    /// last refusal, of as many tokens); if so, the wait until they should.
+    pub(crate) fn window_refused(&self, now: Instant, tokens: u32) -> Option<Duration> {
+        let now = self.ns(now);
+        let r = *self.refusal();
+        let (mut lo, mut hi) = (
+            self.lo.load(Ordering::Acquire),
+            self.hi.load(Ordering::Acquire),
+        );
+        // Only the same cost: the wait of a smaller one would understate a larger one's.
+        if r.tokens == tokens {
+            lo = lo.max(r.lo);
+            hi = hi.max(r.hi);
+        }
+        (lo > now).then(|| Duration::from_nanos(hi.saturating_sub(now)))
+    }
+
+    /// Windows: the instant `tokens` should fit, from what this process knows.
+    pub(crate) fn window_fits_at(&self, tokens: u32) -> Instant {
+        let r = *self.refusal();
+        let mut hi = self.hi.load(Ordering::Acquire);
+        if r.tokens <= tokens && r.tokens > 0 {
+            hi = hi.max(r.hi);
+        }
+        self.at(hi)
     }
 
     fn ns(&self, at: Instant) -> u64 {
@@ -51,6 +109,10 @@ impl Hint {
 
     /// Learn from a reply.
     pub(crate) fn observe(&self, t: &Timed) {
+        // Full already: no instant to learn (a leaky bucket's `tat` may lie in the past).
+        if t.reply.full_in.is_zero() {
+            return;
+        }
         let full = u64::try_from(t.reply.full_in.as_nanos()).unwrap_or(u64::MAX);
         self.lo
             .fetch_max(self.ns(t.sent).saturating_add(full), Ordering::AcqRel);
@@ -74,11 +136,11 @@ impl Hint {
         cost: u64,
         tolerance: u64,
     ) -> Option<Duration> {
-        let fits = |bound: &AtomicU64| {
-            bound
-                .load(Ordering::Acquire)
-                .saturating_add(cost)
-                .saturating_sub(tolerance)
+        // Nothing known (0) is a bucket full for ever: a leaky bucket's cost may exceed its
+        // tolerance, which must not count from `origin`.
+        let fits = |bound: &AtomicU64| match bound.load(Ordering::Acquire) {
+            0 => 0,
+            b => b.saturating_add(cost).saturating_sub(tolerance),
         };
         let now = self.ns(now);
         (fits(&self.lo) > now).then(|| Duration::from_nanos(fits(&self.hi).saturating_sub(now)))
@@ -86,17 +148,17 @@ impl Hint {
 
     /// The instant a request of `cost` ns should fit, if nobody else takes tokens first.
     pub(crate) fn likely_fits_at(&self, cost: u64, tolerance: u64) -> Instant {
-        let fits = self
-            .hi
-            .load(Ordering::Acquire)
-            .saturating_add(cost)
-            .saturating_sub(tolerance);
+        let fits = match self.hi.load(Ordering::Acquire) {
+            0 => 0,
+            hi => hi.saturating_add(cost).saturating_sub(tolerance),
+        };
         self.at(fits)
     }
 }
 
 /// The lane of one key of a keyed limit, holding what the last reply for that key said
-/// (the instant the bucket is full again, upper bound) while anyone waits.
+/// while anyone waits: the instant the bucket is full again, upper bound (token and leaky
+/// bucket), or the instant the last refused request should fit (windows).
 pub(crate) type Lane = tokio::sync::Mutex<Option<Instant>>;
 
 /// The lanes of a keyed limit: one per key with waiters in this process, removed when the
@@ -213,6 +275,38 @@ mod tests {
         assert!(hint
             .surely_refused(Instant::now(), ms(10), ms(30))
             .is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leaky_cost_above_the_tolerance_is_not_refused_on_no_knowledge() {
+        let hint = Hint::new();
+        let ms = |n: u64| n * 1_000_000;
+        // Leaky bucket, T = 10 ms: a cost of 3 tokens (30 ms) exceeds the tolerance (10 ms).
+        assert_eq!(hint.surely_refused(Instant::now(), ms(30), ms(10)), None);
+        assert!(hint.likely_fits_at(ms(30), ms(10)) <= Instant::now());
+        // Windows: a refusal refuses the same cost only, until its wait.
+        let sent = Instant::now();
+        hint.refused(
+            &Timed {
+                reply: Reply {
+                    admitted: false,
+                    wait: Duration::from_millis(40),
+                    full_in: Duration::from_millis(900),
+                },
+                sent,
+                received: sent,
+            },
+            2,
+        );
+        assert_eq!(
+            hint.window_refused(Instant::now(), 2),
+            Some(Duration::from_millis(40))
+        );
+        assert_eq!(hint.window_refused(Instant::now(), 1), None);
+        assert_eq!(hint.window_refused(Instant::now(), 3), None);
+        assert_eq!(hint.window_fits_at(3), sent + Duration::from_millis(40));
+        tokio::time::advance(Duration::from_millis(40)).await;
+        assert_eq!(hint.window_refused(Instant::now(), 2), None);
     }
 
     #[tokio::test]

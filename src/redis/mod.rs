@@ -7,13 +7,14 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use tower_throttle::redis::{FailurePolicy, RedisBucket};
-//! use tower_throttle::Quota;
+//! use tower_throttle::{Algorithm, Quota};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! let bucket = RedisBucket::builder(Quota::per_second(100).burst(10))
 //!     .url("redis://127.0.0.1:6379")
 //!     .key_prefix("myapp")
 //!     .key("github-api")                                     // → Redis key "myapp:{github-api}"
+//!     .algorithm(Algorithm::TokenBucket)                     // the default; any Algorithm works
 //!     .failure_policy(FailurePolicy::Local { fraction: 0.25 }) // 4 processes
 //!     .timeout(Duration::from_millis(50))
 //!     .build()
@@ -36,18 +37,20 @@
 //! - **The Redis clock.** Time comes from `TIME` inside the script, never from the
 //!   processes' clocks, so clock skew between machines does not matter. Arithmetic is in
 //!   integer microseconds (exact in Lua's doubles).
-//! - **Every write expires.** The state (one string per bucket, the GCRA "bucket full again"
-//!   instant) is written with `SET … PX`, the TTL being the time until the bucket is full
-//!   again, rounded up: idle keys vanish, and a vanished key means a full bucket, which is
-//!   what it would be anyway.
+//! - **Every write expires.** The state (see [Algorithms](#algorithms)) is written with
+//!   `SET … PX`, the TTL being the time until the state no longer matters (the bucket is full
+//!   again, the windows that count are over), rounded up: idle keys vanish, and a vanished
+//!   key means a fresh limit, which is what it would be anyway.
 //! - **Nothing locks a key forever.** A stored state further ahead than any legitimate one
 //!   (a clock stepped back after a failover, a stray write) is clamped and the clamp is
-//!   written, so a key is held at most `max_pause + burst × interval`; a key that lost its
-//!   TTL gets it back on the next decision.
+//!   written, so a key is held at most `max_pause + burst × interval` (token and leaky
+//!   bucket) or `max_pause + 2 × period` (windows); a key that lost its TTL gets it back on
+//!   the next decision.
 //! - **Keys**: `<prefix>:{<name>}` for a bucket; `<prefix>:{<hash>}` for a keyed limit, the
-//!   key material hashed. The braces are the Redis Cluster hash tag: each decision touches
-//!   one key of one slot, so the scheme suits a cluster (the client itself connects to one
-//!   server: a primary, or a cluster-aware proxy).
+//!   key material hashed; the sliding log adds `<that key>:log`. The braces are the Redis
+//!   Cluster hash tag: all the keys of one decision share one slot, so the scheme suits a
+//!   cluster (the client itself connects to one server: a primary, or a cluster-aware
+//!   proxy).
 //! - **Waiting without hammering Redis.** Waiters of a process line up first come, first
 //!   served; only the first sleeps until the instant the last reply gave and then asks, so
 //!   an admission costs one round trip in the common case. `try_acquire` refuses at once,
@@ -65,9 +68,46 @@
 //!   (`maxmemory-policy noeviction` or `volatile-ttl`): an evicted key is a full bucket.
 //! - Keep other data out of the key prefix. A key of another type under it makes decisions
 //!   fail with [`RedisErrorKind::WrongType`] (handled by the failure policy), never a panic.
-//! - Only the token bucket (GCRA) is implemented here; the interval is rounded up to whole
-//!   microseconds (so at most 1 000 000 tokens a second).
+//! - Every process of a limit must use the same [`Algorithm`](crate::Algorithm): a process
+//!   with another one resets the key to a fresh state of its own (it never misreads it).
+//! - The interval and the period are rounded up to whole microseconds (so at most 1 000 000
+//!   tokens a second). For the windows, `count × period` in µs must stay below 2^53 (e.g. at
+//!   most about 104 000 a day).
 //! - The `redis` feature needs Rust 1.88 (the `redis` crate's minimum).
+//!
+//! # Algorithms
+//!
+//! Every [`Algorithm`](crate::Algorithm) works, chosen with
+//! [`RedisBucketBuilder::algorithm`] / [`RedisKeyedBuilder::algorithm`], with the semantics of
+//! the in-process [`Bucket`](crate::Bucket) on the Redis clock. Fixed and sliding windows are
+//! aligned to the UNIX epoch (`TIME` is UNIX time), as in process. A decision is always one
+//! round trip (one `EVALSHA`).
+//!
+//! | algorithm | Redis state (µs of the Redis clock) | work per decision | TTL |
+//! |---|---|---|---|
+//! | [`TokenBucket`](crate::Algorithm::TokenBucket) | one string, `"<tat>[:<pause>]"` | `GET`, `SET` | until full again |
+//! | [`LeakyBucket`](crate::Algorithm::LeakyBucket) | one string, `"K<tat>[:<pause>]"` | `GET`, `SET` | until any cost fits at once: `tat + (burst − 1) × interval` |
+//! | [`FixedWindow`](crate::Algorithm::FixedWindow) | one string, `"F<window>:<count>[:<pause>]"` | `GET`, `SET` | until the window ends |
+//! | [`SlidingWindow`](crate::Algorithm::SlidingWindow) | one string, `"S<window>:<previous>:<current>[:<pause>]"` | `GET`, `SET` | until the next window ends |
+//! | [`SlidingLog`](crate::Algorithm::SlidingLog) | a string `"L<seq>:<total>[:<pause>]"` (`total`: the tokens in the log) and a sorted set `<key>:log`, one entry per admission in the window (score = instant, member = `"<seq>:<tokens>"`) | admission: `GET`, `ZRANGEBYSCORE` + `ZREMRANGEBYSCORE` of the entries that left the window, `ZADD`, `SET`, `PEXPIRE`: O(log N) plus the entries that left (each leaves once); a refusal, pause or release reads the window's N entries (N ≤ `count` + 1 024) | until the newest entry leaves the window |
+//!
+//! - **Costs.** A request may cost up to the burst (token and leaky bucket) or the quota's
+//!   count (windows), as in process. An idle leaky bucket admits one request of any allowed
+//!   cost at once; then `n` tokens go `n` intervals after the previous admission.
+//! - **Pause.** For every algorithm nothing is admitted until the pause ends, then admission
+//!   restarts as from an empty bucket: the fixed window keeps only the share of its window
+//!   left (at least one token), the sliding window lets one token in then, the log refills
+//!   at `count / period` from one token (with at most 1 024 entries written: beyond that
+//!   each entry holds several tokens).
+//! - **Release** ([`RedisKeyed::release`], used when a global ceiling refuses after the key
+//!   admitted): the token and leaky bucket move their instant back, the windows lower the
+//!   current window's count, the log removes the newest entry of that cost; never below
+//!   empty.
+//! - `LeakyBucket { max_queue }` bounds the waiters of an in-process bucket only: the Redis
+//!   backend does not use it (its waiters line up per process as for every algorithm).
+//! - Waiting: with the token and leaky bucket each reply says when the next request fits,
+//!   so an admission costs one round trip; with the windows a process learns only from
+//!   refusals, so a waiter may need a second round trip.
 
 mod backend;
 mod bucket;

@@ -78,12 +78,14 @@ impl From<RedisBucket> for Bucket {
     /// the request is answered 429 with `Retry-After: 1`.
     ///
     /// The synchronous paths cannot ask Redis: [`Bucket::try_acquire`] and
-    /// [`Bucket::snapshot`] see only this process's local bucket at the same quota (a bound
+    /// [`Bucket::snapshot`] see only this process's local bucket at the same quota and
+    /// algorithm (a bound
     /// for this process alone). Use [`RedisBucket::try_acquire`] for a shared decision without
     /// waiting.
     fn from(redis: RedisBucket) -> Self {
         let quota = redis.quota();
         Bucket::builder(quota)
+            .algorithm(redis.algorithm())
             .remote(Arc::new(redis) as Arc<dyn Remote>)
             .build()
     }
@@ -112,6 +114,7 @@ impl<K: Hash + Eq + Clone> From<RedisKeyed> for KeyedBucket<K> {
     /// shared decision outside the layer.
     fn from(redis: RedisKeyed) -> Self {
         KeyedBucket::builder(redis.quota())
+            .algorithm(redis.algorithm())
             .remote(Arc::new(redis) as Arc<dyn RemoteKeyed>)
             .build()
     }

@@ -1,56 +1,98 @@
 //! The Lua scripts: every decision is one atomic script run inside Redis.
 //!
-//! # State
-//! One string key per bucket: `"<tat>"` or `"<tat>:<pause>"`, integers in microseconds of the
-//! Redis clock. `tat` is the instant the bucket is full again (GCRA); `pause` is the end of a
-//! pause in force, kept only while one is.
+//! # Files
+//! Each script is `lua/common.lua` (arguments, Redis clock, the stored value, TTL helpers),
+//! then the algorithm's `lua/<algorithm>/state.lua` (parse, clamp, save, and the model's
+//! `earliest` / `restart_at`), then the operation: `acquire.lua`, `pause.lua` or
+//! `release.lua`. The token and leaky bucket share `lua/gcra/`, told apart by a tag.
+//!
+//! # State, per algorithm (integers, µs of the Redis clock)
+//! | algorithm | `KEYS[1]` (string) | `KEYS[2]` (`<key>:log`) |
+//! |---|---|---|
+//! | token bucket | `"<tat>"` or `"<tat>:<pause>"` | — |
+//! | leaky bucket | `"K<tat>"` or `"K<tat>:<pause>"` | — |
+//! | fixed window | `"F<w>:<count>"` (+ `":<pause>"`) | — |
+//! | sliding window | `"S<w>:<prev>:<cur>"` (+ `":<pause>"`) | — |
+//! | sliding log | `"L<seq>:<total>"` (+ `":<pause>"`) | sorted set: score = instant, member = `"<seq>:<tokens>"` |
+//!
+//! `tat` is the instant the bucket is full again (GCRA); `total` the tokens of the log's
+//! entries (recounted when it disagrees with them); `w` a window index (`⌊now / W⌋`,
+//! windows aligned to the UNIX epoch); `pause` the end of a pause in force, kept only while
+//! one is. The tags keep every algorithm's state apart: a value of another algorithm (after
+//! a change of algorithm) is a fresh state and is overwritten, the log's entries deleted
+//! with it.
 //!
 //! # Rules the scripts follow
 //! - Time comes from `redis.call('TIME')`, never from the callers' clocks.
 //! - Integer microseconds only: Lua numbers are doubles, exact below 2^53 (about year 2255
-//!   for the clock); the caller checks that `now + max_pause + 2·burst·T` stays below that.
-//!   Integers are passed to commands with `string.format('%d', …)`.
-//! - Every write is one `SET … PX <ms>`: the TTL is the time until the bucket is full again
-//!   (or the pause ends), rounded up to whole milliseconds, so it is > 0 and an idle key
-//!   vanishes exactly when it would mean "full bucket" anyway.
+//!   for the clock); the caller checks that `now + max_pause + 2·burst·T + 2·W` and
+//!   `count · W` stay below that. Integers are passed to commands with `string.format('%d', …)`.
+//! - Every write carries a TTL (`SET … PX <ms>`, and `PEXPIRE` on the log): the time until
+//!   the state no longer matters (the bucket is full again, the window that counts is over,
+//!   the newest log entry left the window, the pause ended), rounded up to whole
+//!   milliseconds, so it is > 0 and an idle key vanishes when it would mean "fresh" anyway.
 //! - A stored state further ahead than any legitimate one (clock stepped back after a
-//!   failover, a stray write, garbage) is clamped to `max(now, pause) + burst·T`, with the
-//!   pause clamped to `now + max_pause`, and the clamp is *written*, on the deny path too; a
-//!   key that lost its TTL (or holds a too-long one) gets the right TTL back. So nothing
-//!   locks a key out for longer than `max_pause + burst·T`.
-//! - A value that does not parse is treated as a full bucket and overwritten; a key of
-//!   another type makes `GET` fail with `WRONGTYPE`, which the client maps to
-//!   [`RedisErrorKind::WrongType`](super::RedisErrorKind::WrongType).
+//!   failover, a stray write, garbage) is clamped — GCRA: to `max(now, pause) + tau`; windows:
+//!   no count in a window after the one of `max(now, pause)`, no count above `L`; log: entries
+//!   after `max(now, pause)` collapse into one entry there — with the pause clamped to
+//!   `now + max_pause`, and the clamp is *written*, on the deny path too; a key that lost its
+//!   TTL (or holds a too-long one) gets the right TTL back. So nothing locks a key out for
+//!   longer than `max_pause + burst·T` (buckets) or `max_pause + 2·W` (windows).
+//! - A value that does not parse is treated as a fresh state and overwritten; a key of
+//!   another type makes `GET` (or the log's commands) fail with `WRONGTYPE`, which the client
+//!   maps to [`RedisErrorKind::WrongType`](super::RedisErrorKind::WrongType).
 
 use std::time::Duration;
 
 use ::redis::Value;
 
 use super::error::{RedisError, RedisErrorKind};
+use crate::Algorithm;
 
-/// Take `ARGV[3]` tokens if they fit: `lua/prelude.lua` then `lua/acquire.lua`.
-/// Returns `{admitted 0|1, wait µs, full_in µs}`, where `full_in` is the time from the
-/// script's `now` until the bucket is full again.
-pub(crate) const ACQUIRE: &str = concat!(
-    include_str!("lua/prelude.lua"),
-    include_str!("lua/acquire.lua")
-);
+/// One script's source: `TAG`, the shared prelude, the algorithm's state, the operation.
+macro_rules! source {
+    ($tag:literal, $dir:literal, $op:literal) => {
+        concat!(
+            "local TAG = '",
+            $tag,
+            "'\n",
+            include_str!("lua/common.lua"),
+            include_str!(concat!("lua/", $dir, "/state.lua")),
+            include_str!(concat!("lua/", $dir, "/", $op, ".lua"))
+        )
+    };
+}
 
-/// Pause for `ARGV[3]` µs (at most P): `lua/prelude.lua` then `lua/pause.lua`.
-/// Returns `{1, pause_in µs, full_in µs}`.
-pub(crate) const PAUSE: &str = concat!(
-    include_str!("lua/prelude.lua"),
-    include_str!("lua/pause.lua")
-);
+/// The sources of one algorithm: acquire, pause, release.
+///
+/// - acquire: take `ARGV[3]` tokens if they fit. Returns `{admitted 0|1, wait µs, full_in µs}`.
+/// - pause: pause for `ARGV[3]` µs (at most P). Returns `{1, pause_in µs, full_in µs}`.
+/// - release: give back `ARGV[3]` tokens. Returns `{1, 0, full_in µs}`.
+///
+/// `full_in` is the time from the script's `now` until the state no longer matters: for the
+/// token and leaky bucket, until the bucket is full again.
+macro_rules! sources {
+    ($tag:literal, $dir:literal) => {
+        [
+            source!($tag, $dir, "acquire"),
+            source!($tag, $dir, "pause"),
+            source!($tag, $dir, "release"),
+        ]
+    };
+}
 
-/// Give back `ARGV[3]` tokens: `lua/prelude.lua` then `lua/release.lua`.
-/// Returns `{1, 0, full_in µs}`.
-pub(crate) const RELEASE: &str = concat!(
-    include_str!("lua/prelude.lua"),
-    include_str!("lua/release.lua")
-);
+/// The script sources of `algorithm`: acquire, pause, release.
+pub(crate) fn sources(algorithm: Algorithm) -> [&'static str; 3] {
+    match algorithm {
+        Algorithm::TokenBucket => sources!("", "gcra"),
+        Algorithm::LeakyBucket { .. } => sources!("K", "gcra"),
+        Algorithm::FixedWindow => sources!("", "fixed"),
+        Algorithm::SlidingWindow => sources!("", "sliding"),
+        Algorithm::SlidingLog => sources!("", "log"),
+    }
+}
 
-/// The scripts, hashed once.
+/// The scripts of one algorithm, hashed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) acquire: ::redis::Script,
@@ -59,11 +101,12 @@ pub(crate) struct Scripts {
 }
 
 impl Scripts {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(algorithm: Algorithm) -> Self {
+        let [acquire, pause, release] = sources(algorithm);
         Scripts {
-            acquire: ::redis::Script::new(ACQUIRE),
-            pause: ::redis::Script::new(PAUSE),
-            release: ::redis::Script::new(RELEASE),
+            acquire: ::redis::Script::new(acquire),
+            pause: ::redis::Script::new(pause),
+            release: ::redis::Script::new(release),
         }
     }
 }

@@ -8,4 +8,4 @@ if now + d > pause then pause = now + d end
 local floor = pause + tau - T
 if tat < floor then tat = floor end
 save(tat, pause)
-return {1, pause - now, tat - now}
+return {1, pause - now, full_in(tat)}

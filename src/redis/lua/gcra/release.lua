@@ -13,4 +13,4 @@ if tat > now then
     save(tat, pause)
   end
 end
-return {1, 0, tat - now}
+return {1, 0, full_in(tat)}

@@ -1,0 +1,46 @@
+-- tower-throttle: what every script shares (arguments, Redis clock, the stored value, TTLs).
+-- KEYS[1] = the limit's key, a string; KEYS[2] = the same key + ':log' (a sorted set, used
+-- by the sliding log only; both carry the same {hash tag}).
+-- ARGV[1] = T, emission interval, µs (>= 1)     ARGV[2] = B, burst (>= 1)
+-- ARGV[3] = the operation's argument           ARGV[4] = P, the longest pause, µs
+-- ARGV[5] = tau, tolerance, µs (B·T or T)      ARGV[6] = W, window, µs (>= 1)
+-- ARGV[7] = L, tokens per window (>= 1)
+-- Integers only, all below 2^53 (exact in Lua's doubles); the caller checks it.
+local T = tonumber(ARGV[1])
+local B = tonumber(ARGV[2])
+local x = tonumber(ARGV[3])
+local P = tonumber(ARGV[4])
+local tau = tonumber(ARGV[5])
+local W = tonumber(ARGV[6])
+local L = tonumber(ARGV[7])
+if not (T and B and x and P and tau and W and L) or T < 1 or B < 1 or x < 0 or P < 0
+  or tau < T or W < 1 or L < 1 then
+  return redis.error_reply('ERR tower-throttle: bad arguments')
+end
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local key = KEYS[1]
+local raw = redis.call('GET', key)
+local function fmt(i) return string.format('%d', i) end
+-- The TTL of a state that matters until `horizon`: whole ms, rounded up, at least 1.
+local function ttl_ms(horizon)
+  local ms = math.ceil((horizon - now) / 1000)
+  if ms < 1 then ms = 1 end
+  return ms
+end
+-- Every write carries its TTL.
+local function put(value, horizon)
+  redis.call('SET', key, value, 'PX', fmt(ttl_ms(horizon)))
+end
+-- Whether a refusal must write anyway: to persist a clamp (`dirty`), or to repair a missing
+-- or too-long TTL.
+local function must_repair(dirty, horizon)
+  if dirty then return true end
+  local ttl = redis.call('PTTL', key)
+  return ttl < 0 or ttl > ttl_ms(horizon) + 1
+end
+-- A value of another algorithm is no state of this one: count it as fresh and overwrite it;
+-- a sliding log's entries go with it.
+local function foreign()
+  if string.sub(raw, 1, 1) == 'L' then redis.call('DEL', KEYS[2]) end
+end

@@ -1,0 +1,46 @@
+-- Token and leaky bucket (GCRA): the state, its clamp and its save.
+-- KEYS[1] holds "<TAG><tat>" or "<TAG><tat>:<pause>" (µs, Redis clock): TAG is '' for the
+-- token bucket, 'K' for the leaky bucket. `tat` is the instant the bucket is full again;
+-- `pause` the end of a pause in force. tau = B·T (token bucket) or T (leaky bucket).
+local tat, pause, dirty = 0, 0, false -- no state: a bucket full for ever
+if raw then
+  local a, b = string.match(raw, '^' .. TAG .. '(%d+)(:?%d*)$')
+  if a and (b == '' or #b > 1) then
+    tat = tonumber(a)
+    if b ~= '' then pause = tonumber(string.sub(b, 2)) end
+  else
+    dirty = true -- not ours: count it as a full bucket, and overwrite it
+    foreign()
+  end
+end
+-- Clamp what no legitimate state can be (a clock stepped back after a failover, a stray
+-- write): a pause ends within P, a bucket is full again within tau of max(now, pause).
+-- A clamp is written back, even when the request is refused, so it cannot recur.
+if pause > now + P then pause = now + P; dirty = true end
+local base = now
+if pause > now then base = pause end
+if tat > base + tau then tat = base + tau; dirty = true end
+-- While paused, the first token is due when the pause ends.
+if pause > now and tat < pause + tau - T then tat = pause + tau - T; dirty = true end
+-- A tat in the past is a full bucket, but still spaces a leaky bucket's next admission.
+local function full_in(t)
+  if t > now then return t - now end
+  return 0
+end
+-- The instant the state no longer matters: any pause is over, and a request of any allowed
+-- cost fits at once. For the token bucket that is when it is full again (tat); a leaky
+-- bucket's tat still spaces a request of n tokens until tat + (n − 1)·T.
+local function horizon(t, p)
+  local h = t + B * T - tau
+  if p > h then return p end
+  return h
+end
+local function save(t, p)
+  local value
+  if p > now then
+    value = string.format('%s%d:%d', TAG, t, p)
+  else
+    value = string.format('%s%d', TAG, t)
+  end
+  put(value, horizon(t, p))
+end

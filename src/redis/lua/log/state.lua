@@ -1,0 +1,140 @@
+-- Sliding log (exact window): the state, its clamp and its save.
+-- KEYS[1] holds "L<seq>:<total>" or "L<seq>:<total>:<pause>": the last entry's sequence
+-- number, the tokens of the entries in the log, and the end of a pause in force. KEYS[2] is
+-- a sorted set of the admissions still in the window: score = the instant (µs, Redis
+-- clock), member = "<seq>:<tokens>" (unique). An entry at x counts at t while x > t − W.
+-- Both keys are written together, with the same TTL.
+-- Work per decision: an admission costs O(log N) plus the entries that left the window
+-- since the last decision (each leaves once); a refusal, a pause or a release reads the
+-- entries in the window, O(N). N ≤ L + 1024 (an entry holds ≥ 1 token; a pause adds at
+-- most 1024).
+local log = KEYS[2]
+local seq, total, pause, dirty = 0, 0, 0, false
+local ours = false
+if raw then
+  local a, b, c = string.match(raw, '^L(%d+):(%d+):?(%d*)$')
+  if a then
+    ours = true
+    seq = tonumber(a)
+    total = tonumber(b)
+    if c ~= '' then pause = tonumber(c) end
+  else
+    dirty = true -- not ours: count it as a fresh state, and overwrite it
+  end
+end
+-- Entries without our state are not ours either (or from a state that has just expired).
+if not ours then redis.call('DEL', log) end
+if pause > now + P then pause = now + P; dirty = true end
+if pause <= now then pause = 0 end
+local base = math.max(now, pause)
+local function tokens_of(m)
+  local t = tonumber(string.match(m, '^%d+:(%d+)$')) or 1
+  if t < 1 then t = 1 end
+  if t > L then t = L end
+  return t
+end
+local function sum(members)
+  local s = 0
+  for i = 1, #members do s = s + tokens_of(members[i]) end
+  return s
+end
+-- Forget what no longer counts: each entry leaves once.
+local cut = fmt(now - W)
+local gone = redis.call('ZRANGEBYSCORE', log, '-inf', cut)
+if #gone > 0 then
+  total = total - sum(gone)
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', cut)
+end
+-- Entries after `base` no legitimate state holds (a clock stepped back after a failover, a
+-- stray write): they are moved to `base`, at most L tokens, and the clamp is written.
+local late = redis.call('ZRANGEBYSCORE', log, '(' .. fmt(base), '+inf')
+if #late > 0 then
+  local t = sum(late)
+  redis.call('ZREMRANGEBYSCORE', log, '(' .. fmt(base), '+inf')
+  total = total - t
+  t = math.min(t, L)
+  seq = seq + 1
+  redis.call('ZADD', log, fmt(base), string.format('%d:%d', seq, t))
+  total = total + t
+  dirty = true
+end
+local newest = nil
+local function find_newest()
+  local last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+  if #last > 0 then newest = tonumber(last[2]) else newest = nil end
+end
+find_newest()
+-- The running total must agree with the log: nothing without entries, something with them,
+-- never more than a log can legitimately hold. Only a stray write to either key makes them
+-- disagree: then count the entries.
+if newest == nil then
+  if total ~= 0 then total = 0; dirty = true end
+elseif total < 1 or total > 2 * L + 1024 then
+  total = sum(redis.call('ZRANGE', log, 0, -1))
+  dirty = true
+end
+-- The state matters until its newest entry leaves the window, and any pause ends.
+local function horizon()
+  local h = pause
+  if newest and newest + W > h then h = newest + W end
+  if h <= now then h = now + 1 end
+  return h
+end
+local function save()
+  local value
+  if pause > now then
+    value = string.format('L%d:%d:%d', seq, total, pause)
+  else
+    value = string.format('L%d:%d', seq, total)
+  end
+  local h = horizon()
+  put(value, h)
+  if newest then redis.call('PEXPIRE', log, fmt(ttl_ms(h))) end
+end
+local function add(at, tokens)
+  seq = seq + 1
+  redis.call('ZADD', log, fmt(at), string.format('%d:%d', seq, tokens))
+  total = total + tokens
+  if newest == nil or at > newest then newest = at end
+end
+-- The entries in time order: xs[i] the instant, ns[i] the tokens. O(N): not on the path of
+-- an admission.
+local function entries()
+  local xs, ns = {}, {}
+  local flat = redis.call('ZRANGE', log, 0, -1, 'WITHSCORES')
+  for i = 1, #flat, 2 do
+    xs[#xs + 1] = tonumber(flat[i + 1])
+    ns[#ns + 1] = tokens_of(flat[i])
+  end
+  return xs, ns
+end
+-- The earliest instant at or after `nb` at which n tokens fit: drop the oldest entries until
+-- the rest fit; the last one dropped stops counting at its instant + W.
+local function earliest(n, nb)
+  if total + n <= L then return nb end
+  local xs, ns = entries()
+  local left = total + n
+  local t = nb
+  for i = 1, #xs do
+    local expired = xs[i] + W <= nb
+    if not expired and left <= L then break end
+    left = left - ns[i]
+    if not expired then t = math.max(t, xs[i] + W) end
+  end
+  return t
+end
+-- Restart after a pause ending at `e` as from an empty bucket refilling at L/W: one token
+-- fits at `e`, the others come back one per W/L. Tokens logged before that still count at
+-- `e` take the places of the first ones to come back. At most 1024 entries: beyond, each
+-- entry holds several tokens and comes back at the instant of its last one.
+local function restart_at(e)
+  local step = math.max(math.floor(W / L), 1)
+  local first = e + step - W
+  local chunk = math.max(math.ceil((L - 1) / 1024), 1)
+  local k = sum(redis.call('ZRANGEBYSCORE', log, '(' .. fmt(e - W), '+inf'))
+  while k < L - 1 do
+    local tokens = math.min(chunk, L - 1 - k)
+    add(first + (k + tokens - 1) * step, tokens)
+    k = k + tokens
+  end
+end

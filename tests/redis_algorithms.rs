@@ -1,0 +1,868 @@
+//! Every `Algorithm` on the Redis backend, against a real Redis server
+//! (`TOWER_THROTTLE_REDIS_URL`, default `redis://127.0.0.1:6379`): two handles (separate
+//! connections, as two processes) on one key, weighted costs, exact waits, pause, release,
+//! TTLs, corrupt state and a change of algorithm. These tests fail, loudly, when Redis is
+//! unreachable.
+#![cfg(feature = "redis")]
+
+mod redis_support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::aio::MultiplexedConnection;
+use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
+use tower_throttle::redis::{
+    FailurePolicy, RedisBucket, RedisDecisionError, RedisErrorKind, RedisKeyed,
+};
+use tower_throttle::{Algorithm, Quota};
+
+const LEAKY: Algorithm = Algorithm::LeakyBucket { max_queue: 16 };
+const ALL: [Algorithm; 5] = [
+    Algorithm::TokenBucket,
+    LEAKY,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingLog,
+];
+
+/// One "process": its own connection to the shared key `<prefix>:{k}`.
+async fn handle(prefix: &str, quota: Quota, algorithm: Algorithm) -> RedisBucket {
+    raw(&redis_url()).await; // a clear message when Redis is not there
+    RedisBucket::builder(quota)
+        .url(redis_url())
+        .key_prefix(prefix)
+        .key("k")
+        .algorithm(algorithm)
+        .failure_policy(FailurePolicy::Closed)
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("connect to the test Redis")
+}
+
+async fn keyed(prefix: &str, quota: Quota, algorithm: Algorithm) -> RedisKeyed {
+    RedisKeyed::builder(quota)
+        .url(redis_url())
+        .key_prefix(prefix)
+        .algorithm(algorithm)
+        .failure_policy(FailurePolicy::Closed)
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("connect to the test Redis")
+}
+
+fn wait_of(r: Result<(), RedisDecisionError>) -> Duration {
+    match r {
+        Err(RedisDecisionError::Throttled(t)) => t.wait(),
+        other => panic!("expected a throttled answer, got {other:?}"),
+    }
+}
+
+/// The UNIX time, µs. The test Redis runs on this machine's clock (`TIME` is UNIX time);
+/// `clock_skew` checks that.
+fn unix_us() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_micros(),
+    )
+    .unwrap()
+}
+
+/// Skew between this process's clock and Redis's, µs (tolerated in the window checks).
+async fn clock_skew(conn: &mut MultiplexedConnection) -> u64 {
+    let before = unix_us();
+    let redis = redis_now_us(conn).await;
+    let after = unix_us();
+    let mid = (before + after) / 2;
+    redis.abs_diff(mid) + (after - before) / 2
+}
+
+/// Sleep until `offset` past the start of the next window of `width`, UNIX time.
+async fn align(width: Duration, offset: Duration) {
+    let w = u64::try_from(width.as_micros()).unwrap();
+    let now = unix_us();
+    let next = (now / w + 1) * w + u64::try_from(offset.as_micros()).unwrap();
+    tokio::time::sleep(Duration::from_micros(next - now)).await;
+}
+
+/// One admission: the UNIX time (µs) before the request was sent and after its reply came;
+/// Redis decided in between.
+#[derive(Debug, Clone, Copy)]
+struct Admission {
+    sent: u64,
+    received: u64,
+    tokens: u32,
+}
+
+/// Two handles hammer the key with requests of `tokens` for `run`; every admission, in
+/// order of sending.
+async fn hammer(handles: &[RedisBucket], tokens: u32, run: Duration) -> Vec<Admission> {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let end = tokio::time::Instant::now() + run;
+    let mut tasks = Vec::new();
+    for h in handles {
+        for _ in 0..2 {
+            let (h, log) = (h.clone(), log.clone());
+            tasks.push(tokio::spawn(async move {
+                while tokio::time::Instant::now() < end {
+                    let sent = unix_us();
+                    match h.try_acquire(tokens).await {
+                        Ok(()) => log.lock().unwrap().push(Admission {
+                            sent,
+                            received: unix_us(),
+                            tokens,
+                        }),
+                        Err(RedisDecisionError::Throttled(t)) => {
+                            tokio::time::sleep(t.wait().min(Duration::from_millis(2))).await;
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut v = log.lock().unwrap().clone();
+    v.sort_by_key(|a| a.sent);
+    v
+}
+
+/// The most tokens surely admitted within any span shorter than `span` µs: admissions whose
+/// whole [sent, received] lies in `[a.sent, a.sent + span)`.
+fn most_in_any_span(admissions: &[Admission], span: u64) -> u32 {
+    admissions
+        .iter()
+        .map(|a| {
+            admissions
+                .iter()
+                .filter(|b| b.sent >= a.sent && b.received < a.sent + span)
+                .map(|b| b.tokens)
+                .sum::<u32>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Tokens surely admitted in each aligned window of `width` µs (skew tolerated): admissions
+/// whose [sent − skew, received + skew] lies within one window.
+fn per_window(admissions: &[Admission], width: u64, skew: u64) -> Vec<(u64, u32)> {
+    let mut out: Vec<(u64, u32)> = Vec::new();
+    for a in admissions {
+        let (lo, hi) = ((a.sent - skew) / width, (a.received + skew) / width);
+        if lo != hi {
+            continue;
+        }
+        match out.iter_mut().find(|(w, _)| *w == lo) {
+            Some((_, n)) => *n += a.tokens,
+            None => out.push((lo, a.tokens)),
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_window_two_processes_take_at_most_the_count_per_aligned_window() {
+    let prefix = unique_prefix("fixed");
+    let mut conn = raw(&redis_url()).await;
+    let skew = clock_skew(&mut conn).await + 500;
+    let quota = Quota::new(6, Duration::from_millis(250));
+    let a = handle(&prefix, quota, Algorithm::FixedWindow).await;
+    let b = handle(&prefix, quota, Algorithm::FixedWindow).await;
+    assert_eq!(a.algorithm(), Algorithm::FixedWindow);
+    let admitted = hammer(&[a, b], 1, Duration::from_millis(1_300)).await;
+    let windows = per_window(&admitted, 250_000, skew);
+    for &(w, n) in &windows {
+        assert!(n <= 6, "{n} admitted in window {w}");
+    }
+    // Hammered, each full window admits exactly its count.
+    let full = windows.iter().filter(|&&(_, n)| n == 6).count();
+    assert!(full >= 3, "{windows:?}");
+    let total: u32 = admitted.iter().map(|a| a.tokens).sum();
+    assert!(total <= 6 * 7, "{total}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_window_lets_twice_the_count_through_across_a_boundary() {
+    let prefix = unique_prefix("fixed-boundary");
+    let quota = Quota::new(5, Duration::from_millis(200));
+    let a = handle(&prefix, quota, Algorithm::FixedWindow).await;
+    let b = handle(&prefix, quota, Algorithm::FixedWindow).await;
+    // 15 ms before a boundary: the count, then right after it the count again.
+    align(Duration::from_millis(200), Duration::from_millis(185)).await;
+    let start = unix_us();
+    for _ in 0..5 {
+        a.try_acquire(1).await.unwrap();
+    }
+    let wait = wait_of(b.try_acquire(1).await);
+    assert!(wait <= Duration::from_millis(16), "{wait:?}");
+    tokio::time::sleep(wait).await;
+    for _ in 0..5 {
+        b.try_acquire(1).await.unwrap();
+    }
+    let span = unix_us() - start;
+    assert!(span < 40_000, "2 × 5 admitted within {span} µs");
+    // And no more: the new window is full.
+    let _ = wait_of(a.try_acquire(1).await);
+}
+
+#[tokio::test]
+async fn fixed_window_weighted_costs_and_the_exact_wait() {
+    let prefix = unique_prefix("fixed-wait");
+    let mut conn = raw(&redis_url()).await;
+    let skew = clock_skew(&mut conn).await;
+    let quota = Quota::new(5, Duration::from_millis(500));
+    let a = handle(&prefix, quota, Algorithm::FixedWindow).await;
+    align(Duration::from_millis(500), Duration::from_millis(20)).await;
+    a.try_acquire(3).await.unwrap();
+    a.try_acquire(2).await.unwrap();
+    let before = unix_us();
+    let wait = wait_of(a.try_acquire(1).await);
+    let end = (before / 500_000 + 1) * 500_000;
+    let expected = end - before;
+    let got = u64::try_from(wait.as_micros()).unwrap();
+    assert!(
+        got.abs_diff(expected) <= 2_000 + skew,
+        "wait {got} µs, window ends in {expected} µs"
+    );
+    // More than the count can never fit.
+    match a.try_acquire(6).await {
+        Err(RedisDecisionError::ExceedsBurst(e)) => assert_eq!((e.requested(), e.burst()), (6, 5)),
+        other => panic!("{other:?}"),
+    }
+    // A fresh handle (no local knowledge) hears the same from Redis.
+    let b = handle(&prefix, quota, Algorithm::FixedWindow).await;
+    let wait_b = wait_of(b.try_acquire(1).await);
+    assert!(wait_b <= wait, "{wait_b:?} {wait:?}");
+    tokio::time::sleep(wait_b).await;
+    b.try_acquire(5).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_window_stays_within_its_bound_and_fills_a_fresh_window_exactly() {
+    let prefix = unique_prefix("sliding");
+    let quota = Quota::new(8, Duration::from_millis(300));
+    let a = handle(&prefix, quota, Algorithm::SlidingWindow).await;
+    let b = handle(&prefix, quota, Algorithm::SlidingWindow).await;
+    // A fresh window: exactly the count, then a refusal.
+    align(Duration::from_millis(300), Duration::from_millis(5)).await;
+    for i in 0..8 {
+        let h = if i % 2 == 0 { &a } else { &b };
+        h.try_acquire(1).await.unwrap();
+    }
+    let _ = wait_of(a.try_acquire(1).await);
+    let _ = wait_of(b.try_acquire(1).await);
+    // Hammered: never more than twice the count in any span of one window.
+    let admitted = hammer(&[a, b], 1, Duration::from_millis(1_200)).await;
+    let most = most_in_any_span(&admitted, 300_000);
+    assert!(most <= 16, "{most} admitted within 300 ms");
+    let total: u32 = admitted.iter().map(|a| a.tokens).sum();
+    // Three windows and a bit after a full one: each lets in about 7 as the previous
+    // window's share fades (and never more than 8 + 8).
+    assert!((18..=40).contains(&total), "{total}");
+}
+
+#[tokio::test]
+async fn sliding_window_wait_is_the_instant_the_estimate_lets_it_in() {
+    let prefix = unique_prefix("sliding-wait");
+    let mut conn = raw(&redis_url()).await;
+    let skew = clock_skew(&mut conn).await;
+    let w = 400_000u64;
+    let quota = Quota::new(10, Duration::from_micros(w));
+    let a = handle(&prefix, quota, Algorithm::SlidingWindow).await;
+    align(Duration::from_micros(w), Duration::from_millis(10)).await;
+    a.try_acquire(10).await.unwrap();
+    let before = unix_us();
+    let wait = wait_of(a.try_acquire(1).await);
+    // In the next window the previous one's 10 carry 10 · (time left) / W: one token fits
+    // once a tenth of that window has passed.
+    let fits = (before / w + 1) * w + w / 10;
+    let got = u64::try_from(wait.as_micros()).unwrap();
+    assert!(
+        got.abs_diff(fits - before) <= 2_000 + skew,
+        "wait {got} µs, expected {} µs",
+        fits - before
+    );
+    // Five tokens fit half-way through the next window.
+    let wait5 = wait_of(a.try_acquire(5).await);
+    let fits5 = (before / w + 1) * w + w / 2;
+    let got5 = u64::try_from(wait5.as_micros()).unwrap();
+    assert!(
+        got5.abs_diff(fits5 - before) <= 2_000 + skew,
+        "wait {got5} µs, expected {} µs",
+        fits5 - before
+    );
+    tokio::time::sleep(wait).await;
+    a.try_acquire(1).await.unwrap();
+    let _ = wait_of(a.try_acquire(1).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_log_two_processes_take_at_most_the_count_in_every_window() {
+    let prefix = unique_prefix("log");
+    let quota = Quota::new(5, Duration::from_millis(250));
+    let a = handle(&prefix, quota, Algorithm::SlidingLog).await;
+    let b = handle(&prefix, quota, Algorithm::SlidingLog).await;
+    let admitted = hammer(&[a.clone(), b.clone()], 1, Duration::from_millis(1_000)).await;
+    let most = most_in_any_span(&admitted, 250_000 - 1_000);
+    assert!(most <= 5, "{most} admitted within one window");
+    // Every L + 1 admissions span at least a window.
+    for six in admitted.windows(6) {
+        let last = six.iter().map(|a| a.received).max().unwrap();
+        let span = last - six[0].sent;
+        assert!(span >= 249_000, "6 admissions within {span} µs");
+    }
+    let total: u32 = admitted.iter().map(|a| a.tokens).sum();
+    assert!((18..=25).contains(&total), "{total}");
+}
+
+#[tokio::test]
+async fn sliding_log_weighted_costs_and_the_exact_wait() {
+    let prefix = unique_prefix("log-wait");
+    let quota = Quota::new(5, Duration::from_millis(300));
+    let a = handle(&prefix, quota, Algorithm::SlidingLog).await;
+    let t0 = unix_us();
+    a.try_acquire(2).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t1 = unix_us();
+    a.try_acquire(3).await.unwrap();
+    // One token fits when the first entry (2 tokens) leaves; four when the second does.
+    let before = unix_us();
+    let wait = u64::try_from(wait_of(a.try_acquire(1).await).as_micros()).unwrap();
+    let expected = t0 + 300_000 - before;
+    assert!(wait.abs_diff(expected) <= 3_000, "{wait} vs {expected}");
+    let b = handle(&prefix, quota, Algorithm::SlidingLog).await;
+    let before = unix_us();
+    let wait4 = u64::try_from(wait_of(b.try_acquire(4).await).as_micros()).unwrap();
+    let expected4 = t1 + 300_000 - before;
+    assert!(wait4.abs_diff(expected4) <= 3_000, "{wait4} vs {expected4}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaky_bucket_spaces_admissions_across_processes() {
+    let prefix = unique_prefix("leaky");
+    let quota = Quota::per_second(25).burst(3); // T = 40 ms
+    let a = handle(&prefix, quota, LEAKY).await;
+    let b = handle(&prefix, quota, LEAKY).await;
+    let admitted = hammer(&[a, b], 1, Duration::from_millis(1_000)).await;
+    for pair in admitted.windows(2) {
+        let gap = pair[1].received - pair[0].sent;
+        assert!(gap >= 39_000, "two admissions {gap} µs apart");
+    }
+    assert!((22..=27).contains(&admitted.len()), "{}", admitted.len());
+}
+
+#[tokio::test]
+async fn an_idle_leaky_bucket_admits_any_cost_at_once_then_spaces_by_cost() {
+    let prefix = unique_prefix("leaky-cost");
+    let quota = Quota::per_second(20).burst(4); // T = 50 ms
+    let a = handle(&prefix, quota, LEAKY).await;
+    a.try_acquire(4).await.unwrap();
+    // The next single token is one interval after the last admission.
+    let wait = wait_of(a.try_acquire(1).await);
+    assert!(
+        wait > Duration::from_millis(45) && wait <= Duration::from_millis(50),
+        "{wait:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A cost of 3 goes three intervals after the previous admission: 100 ms from now.
+    let b = handle(&prefix, quota, LEAKY).await;
+    let wait3 = wait_of(b.try_acquire(3).await);
+    assert!(
+        wait3 > Duration::from_millis(95) && wait3 <= Duration::from_millis(100),
+        "{wait3:?}"
+    );
+    b.try_acquire(1).await.unwrap();
+    match b.try_acquire(5).await {
+        Err(RedisDecisionError::ExceedsBurst(e)) => assert_eq!(e.burst(), 4),
+        other => panic!("{other:?}"),
+    }
+    // Idle again — three intervals after the single token's slot — a cost of 4 goes at once.
+    tokio::time::sleep(Duration::from_millis(210)).await;
+    let c = handle(&prefix, quota, LEAKY).await;
+    c.try_acquire(4).await.unwrap();
+}
+
+/// How many single tokens two handles get in `span` after a pause of `cooldown` made by the
+/// first, and how long the second was held.
+async fn after_pause(algorithm: Algorithm, quota: Quota) -> (u32, Duration, u64) {
+    let prefix = unique_prefix("pause");
+    let a = handle(&prefix, quota, algorithm).await;
+    let b = handle(&prefix, quota, algorithm).await;
+    let t = handle(&prefix, quota, algorithm).await;
+    a.try_acquire(1).await.unwrap();
+    a.pause(Duration::from_millis(300)).await.unwrap();
+    let end = unix_us() + 300_000;
+    // Held: both handles, and a third that never saw the pause.
+    let _ = wait_of(a.try_acquire(1).await);
+    let held = wait_of(t.try_acquire(1).await);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let _ = wait_of(b.try_acquire(1).await);
+    // After the pause: what comes through at once (no burst).
+    tokio::time::sleep(Duration::from_micros(end.saturating_sub(unix_us()) + 2_000)).await;
+    let mut admitted = 0;
+    for _ in 0..10 {
+        for h in [&a, &b, &t] {
+            admitted += u32::from(h.try_acquire(1).await.is_ok());
+        }
+    }
+    (admitted, held, end)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_holds_every_process_then_restarts_without_a_burst() {
+    let quota = Quota::new(10, Duration::from_secs(2)).burst(10);
+    for algorithm in ALL {
+        let (admitted, held, end) = after_pause(algorithm, quota).await;
+        assert!(
+            held >= Duration::from_millis(290),
+            "{algorithm:?}: held {held:?}"
+        );
+        let most = match algorithm {
+            // The share of the window left when the pause ends (at least 1).
+            Algorithm::FixedWindow => {
+                let left = 2_000_000 - end % 2_000_000;
+                u32::try_from((10 * left / 2_000_000).max(1)).unwrap() + 1
+            }
+            _ => 1,
+        };
+        assert!(
+            (1..=most).contains(&admitted),
+            "{algorithm:?}: {admitted} admitted right after the pause (at most {most})"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_shorter_pause_never_shortens_a_longer_one() {
+    let quota = Quota::new(10, Duration::from_secs(1));
+    for algorithm in ALL {
+        let prefix = unique_prefix("pause-short");
+        let a = handle(&prefix, quota, algorithm).await;
+        a.pause(Duration::from_millis(600)).await.unwrap();
+        a.pause(Duration::from_millis(100)).await.unwrap();
+        let b = handle(&prefix, quota, algorithm).await;
+        let wait = wait_of(b.try_acquire(1).await);
+        assert!(
+            wait >= Duration::from_millis(550),
+            "{algorithm:?}: {wait:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn release_gives_back_the_tokens_of_an_unused_admission() {
+    // Windows of an hour: no boundary falls inside the test (but for bad luck).
+    let quota = Quota::new(4, Duration::from_secs(3600)).burst(4);
+    for algorithm in ALL {
+        let prefix = unique_prefix("release");
+        let k = keyed(&prefix, quota, algorithm).await;
+        assert_eq!(k.algorithm(), algorithm);
+        let n = if algorithm == LEAKY { 1 } else { 4 };
+        k.try_acquire("alice", n).await.unwrap();
+        let _ = wait_of(k.try_acquire("alice", 1).await);
+        k.release("alice", n).await.unwrap();
+        k.try_acquire("alice", n).await.unwrap();
+        // Never below empty: releasing more than was taken gives back only that.
+        k.release("alice", n).await.unwrap();
+        k.release("alice", n).await.unwrap();
+        k.try_acquire("alice", n).await.unwrap();
+        let _ = wait_of(k.try_acquire("alice", 1).await);
+        // Another key is untouched.
+        k.try_acquire("bob", 1).await.unwrap();
+    }
+}
+
+/// PTTL of a key (ms; −2 when it does not exist, −1 without TTL).
+async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap()
+}
+
+async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
+}
+
+/// Every key of the limit has a TTL, at most `max_ms`.
+async fn assert_ttls(conn: &mut MultiplexedConnection, key: &str, max_ms: i64, when: &str) {
+    let t = pttl(conn, key).await;
+    assert!(
+        t > 0 && t <= max_ms,
+        "{when}: {key} PTTL {t} (max {max_ms})"
+    );
+    let log = format!("{key}:log");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&log)
+        .query_async(conn)
+        .await
+        .unwrap();
+    if exists == 1 {
+        let t = pttl(conn, &log).await;
+        assert!(
+            t > 0 && t <= max_ms,
+            "{when}: {log} PTTL {t} (max {max_ms})"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_write_carries_a_ttl_and_a_lost_ttl_comes_back() {
+    let mut conn = raw(&redis_url()).await;
+    let quota = Quota::new(3, Duration::from_millis(400)).burst(3);
+    for algorithm in ALL {
+        let prefix = unique_prefix("ttl");
+        let a = handle(&prefix, quota, algorithm).await;
+        if algorithm.is_window() {
+            align(Duration::from_millis(400), Duration::from_millis(5)).await;
+        }
+        let key = a.redis_key().to_owned();
+        // Longest state: a window past the next one (sliding), a pause of 300 ms.
+        let max = 2 * 400 + 300 + 2;
+        a.try_acquire(1).await.unwrap();
+        assert_ttls(&mut conn, &key, max, &format!("{algorithm:?} admission")).await;
+        let n = if algorithm == LEAKY { 1 } else { 2 };
+        let _ = a.try_acquire(n).await;
+        let _ = a.try_acquire(3).await;
+        assert_ttls(&mut conn, &key, max, &format!("{algorithm:?} refusal")).await;
+        for k in [key.clone(), format!("{key}:log")] {
+            let _: () = redis::cmd("PERSIST")
+                .arg(&k)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        // A new handle (no local knowledge) is refused by Redis, which repairs the TTL.
+        let b = handle(&prefix, quota, algorithm).await;
+        let _ = wait_of(b.try_acquire(3).await);
+        assert_ttls(
+            &mut conn,
+            &key,
+            max,
+            &format!("{algorithm:?} refusal repair"),
+        )
+        .await;
+        a.pause(Duration::from_millis(300)).await.unwrap();
+        assert_ttls(&mut conn, &key, max, &format!("{algorithm:?} pause")).await;
+        assert!(
+            pttl(&mut conn, &key).await >= 299,
+            "{algorithm:?}: pause outlives its TTL"
+        );
+    }
+    let prefix = unique_prefix("ttl-release");
+    for algorithm in ALL {
+        let k = keyed(&prefix, quota, algorithm).await;
+        k.try_acquire("x", 1).await.unwrap();
+        let _ = k.try_acquire("x", 1).await;
+        k.release("x", 1).await.unwrap();
+        assert_ttls(
+            &mut conn,
+            &k.redis_key("x"),
+            2 * 400 + 2,
+            &format!("{algorithm:?} release"),
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_key_of_another_type_is_a_wrongtype_error() {
+    let mut conn = raw(&redis_url()).await;
+    let quota = Quota::new(3, Duration::from_secs(1));
+    for algorithm in ALL {
+        let prefix = unique_prefix("wrongtype");
+        let a = handle(&prefix, quota, algorithm).await;
+        let _: () = redis::cmd("RPUSH")
+            .arg(a.redis_key())
+            .arg("x")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for r in [
+            a.try_acquire(1).await,
+            a.pause(Duration::from_millis(10)).await,
+        ] {
+            match r {
+                Err(RedisDecisionError::Backend(e)) => {
+                    assert_eq!(e.kind(), RedisErrorKind::WrongType, "{algorithm:?}: {e}");
+                }
+                other => panic!("{algorithm:?}: {other:?}"),
+            }
+        }
+    }
+    // The log's sorted set, taken by another type under a state of ours.
+    let prefix = unique_prefix("wrongtype-log");
+    let a = handle(&prefix, quota, Algorithm::SlidingLog).await;
+    a.try_acquire(1).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{}:log", a.redis_key()))
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    match a.try_acquire(1).await {
+        Err(RedisDecisionError::Backend(e)) => assert_eq!(e.kind(), RedisErrorKind::WrongType),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_unparsable_value_is_a_fresh_state_and_is_overwritten() {
+    let mut conn = raw(&redis_url()).await;
+    let quota = Quota::new(2, Duration::from_secs(1)).burst(2);
+    for algorithm in ALL {
+        let prefix = unique_prefix("garbage");
+        let a = handle(&prefix, quota, algorithm).await;
+        let key = a.redis_key().to_owned();
+        for garbage in ["garbage", "F1:2:3:4:5", "S-1:0:0", "L", "K12x", ""] {
+            let _: () = redis::cmd("SET")
+                .arg(&key)
+                .arg(garbage)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let b = handle(&prefix, quota, algorithm).await;
+            b.try_acquire(1).await.unwrap_or_else(|e| {
+                panic!("{algorithm:?}: {garbage:?} should be a fresh state: {e}")
+            });
+            let value = get(&mut conn, &key).await.unwrap();
+            assert_ne!(value, garbage, "{algorithm:?}");
+            assert!(pttl(&mut conn, &key).await > 0, "{algorithm:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_far_future_window_state_is_clamped_and_written_back_on_a_refusal() {
+    let mut conn = raw(&redis_url()).await;
+    let quota = Quota::new(3, Duration::from_millis(200));
+    let cases = [
+        (Algorithm::FixedWindow, "F9999999999999:3"),
+        (Algorithm::SlidingWindow, "S9999999999999:3:3"),
+        (Algorithm::SlidingLog, "L7:3"),
+    ];
+    for (algorithm, value) in cases {
+        let prefix = unique_prefix("far");
+        let a = handle(&prefix, quota, algorithm).await;
+        let key = a.redis_key().to_owned();
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(value)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if algorithm == Algorithm::SlidingLog {
+            // Three tokens logged a day from now.
+            let at = redis_now_us(&mut conn).await + 86_400_000_000;
+            let _: () = redis::cmd("ZADD")
+                .arg(format!("{key}:log"))
+                .arg(at)
+                .arg("1:3")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        let wait = wait_of(a.try_acquire(1).await);
+        assert!(
+            wait <= Duration::from_millis(400),
+            "{algorithm:?}: {wait:?}"
+        );
+        assert_ne!(get(&mut conn, &key).await.unwrap(), value, "{algorithm:?}");
+        assert_ttls(
+            &mut conn,
+            &key,
+            2 * 200 + 2,
+            &format!("{algorithm:?} clamp"),
+        )
+        .await;
+        tokio::time::sleep(wait).await;
+        a.try_acquire(1).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn switching_the_algorithm_of_a_key_resets_it_cleanly() {
+    let mut conn = raw(&redis_url()).await;
+    let prefix = unique_prefix("switch");
+    let quota = Quota::new(2, Duration::from_secs(10)).burst(2);
+    let order = [
+        Algorithm::SlidingLog,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+        LEAKY,
+        Algorithm::SlidingLog,
+        Algorithm::TokenBucket,
+    ];
+    let mut key = String::new();
+    for algorithm in order {
+        let h = handle(&prefix, quota, algorithm).await;
+        key = h.redis_key().to_owned();
+        // The previous algorithm left the key exhausted; this one starts fresh.
+        let first = if algorithm == LEAKY { 2 } else { 1 };
+        h.try_acquire(first)
+            .await
+            .unwrap_or_else(|e| panic!("{algorithm:?}: {e}"));
+        if algorithm != LEAKY {
+            h.try_acquire(1).await.unwrap();
+        }
+        let _ = wait_of(h.try_acquire(1).await);
+        let value = get(&mut conn, &key).await.unwrap();
+        let tag = match algorithm {
+            Algorithm::TokenBucket => value.chars().next().unwrap().is_ascii_digit(),
+            Algorithm::LeakyBucket { .. } => value.starts_with('K'),
+            Algorithm::FixedWindow => value.starts_with('F'),
+            Algorithm::SlidingWindow => value.starts_with('S'),
+            _ => value.starts_with('L'),
+        };
+        assert!(tag, "{algorithm:?} stored {value:?}");
+        let log: i64 = redis::cmd("EXISTS")
+            .arg(format!("{key}:log"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            log == 1,
+            algorithm == Algorithm::SlidingLog,
+            "{algorithm:?}: the log's entries"
+        );
+    }
+    assert!(!key.is_empty());
+}
+
+#[tokio::test]
+async fn window_settings_out_of_range_are_config_errors() {
+    // count × period (µs) must stay below 2^53 for the window scripts.
+    let quota = Quota::new(u32::MAX, Duration::from_secs(86_400 * 30));
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let e = RedisBucket::builder(quota)
+            .url(redis_url())
+            .key("k")
+            .algorithm(algorithm)
+            .build()
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), RedisErrorKind::Config, "{algorithm:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_local_fallback_follows_the_algorithm() {
+    // Nothing listens on this port: every decision falls back to the local bucket.
+    let port = redis_support::free_port();
+    let quota = Quota::new(3, Duration::from_secs(60)).burst(3);
+    let b = RedisBucket::builder(quota)
+        .url(format!("redis://127.0.0.1:{port}"))
+        .key("k")
+        .algorithm(LEAKY)
+        .connect_timeout(Duration::from_millis(100))
+        .connect_lazily()
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(b.algorithm(), LEAKY);
+    // A leaky bucket admits one request, then spaces them: no burst of 3.
+    b.try_acquire(1).await.unwrap();
+    let _ = wait_of(b.try_acquire(1).await);
+    let k = RedisKeyed::builder(quota)
+        .url(format!("redis://127.0.0.1:{port}"))
+        .algorithm(Algorithm::FixedWindow)
+        .connect_timeout(Duration::from_millis(100))
+        .connect_lazily()
+        .build()
+        .await
+        .unwrap();
+    // The key's local fixed window: the whole count at once, then nothing.
+    k.try_acquire("a", 3).await.unwrap();
+    let _ = wait_of(k.try_acquire("a", 1).await);
+    assert!(k.stats().fallbacks >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_rejecting_layers_on_a_sliding_log_share_each_keys_window() {
+    use std::convert::Infallible;
+
+    use http::{Request, Response, StatusCode};
+    use tower::{service_fn, Layer, ServiceExt};
+    use tower_throttle::keyed::HeaderKey;
+    use tower_throttle::{KeyedBucket, RateLimitLayer};
+
+    let prefix = unique_prefix("keyed-log");
+    let quota = Quota::per_minute(3).burst(3);
+    let server = |redis: RedisKeyed| {
+        assert_eq!(redis.algorithm(), Algorithm::SlidingLog);
+        RateLimitLayer::keyed(KeyedBucket::<u64>::from(redis), HeaderKey::x_api_key())
+            .reject()
+            .layer(service_fn(|_: Request<String>| async {
+                Ok::<_, Infallible>(Response::new(String::from("ok")))
+            }))
+    };
+    let a = server(keyed(&prefix, quota, Algorithm::SlidingLog).await);
+    let b = server(keyed(&prefix, quota, Algorithm::SlidingLog).await);
+    let request = |key: &str| {
+        Request::builder()
+            .header("x-api-key", key)
+            .body(String::new())
+            .unwrap()
+    };
+    for key in ["alice", "bob"] {
+        let mut admitted = 0;
+        for i in 0..8 {
+            let svc = if i % 2 == 0 { &a } else { &b };
+            let resp = svc.clone().oneshot(request(key)).await.unwrap();
+            match resp.status() {
+                StatusCode::OK => admitted += 1,
+                StatusCode::TOO_MANY_REQUESTS => {
+                    // The oldest entry leaves the one-minute window in about a minute.
+                    let secs: u64 = resp.headers()["retry-after"]
+                        .to_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    assert!((58..=60).contains(&secs), "Retry-After {secs}");
+                }
+                other => panic!("unexpected {other}"),
+            }
+        }
+        // 3 per minute for each key, across both processes.
+        assert_eq!(admitted, 3, "{key}");
+    }
+}
+
+#[tokio::test]
+async fn a_log_total_out_of_step_with_its_entries_is_recounted() {
+    let mut conn = raw(&redis_url()).await;
+    let quota = Quota::new(3, Duration::from_millis(300));
+    for total in ["0", "99999"] {
+        let prefix = unique_prefix("log-total");
+        let a = handle(&prefix, quota, Algorithm::SlidingLog).await;
+        let key = a.redis_key().to_owned();
+        // Three tokens logged just now, under a total that says otherwise.
+        let now = redis_now_us(&mut conn).await;
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(format!("L1:{total}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("ZADD")
+            .arg(format!("{key}:log"))
+            .arg(now)
+            .arg("1:3")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let wait = wait_of(a.try_acquire(1).await);
+        assert!(wait <= Duration::from_millis(300), "{total}: {wait:?}");
+        assert_eq!(get(&mut conn, &key).await.unwrap(), "L1:3", "{total}");
+        assert_ttls(&mut conn, &key, 302, total).await;
+    }
+}
