@@ -109,7 +109,7 @@ impl Hint {
 
     /// Learn from a reply.
     pub(crate) fn observe(&self, t: &Timed) {
-        // Full already: no instant to learn (a leaky bucket's `tat` may lie in the past).
+        // Full already: no instant to learn.
         if t.reply.full_in.is_zero() {
             return;
         }
@@ -136,24 +136,22 @@ impl Hint {
         cost: u64,
         tolerance: u64,
     ) -> Option<Duration> {
-        // Nothing known (0) is a bucket full for ever: a leaky bucket's cost may exceed its
-        // tolerance, which must not count from `origin`.
-        let fits = |bound: &AtomicU64| match bound.load(Ordering::Acquire) {
-            0 => 0,
-            b => b.saturating_add(cost).saturating_sub(tolerance),
-        };
+        let fits = |bound: &AtomicU64| fits_at(bound.load(Ordering::Acquire), cost, tolerance);
         let now = self.ns(now);
         (fits(&self.lo) > now).then(|| Duration::from_nanos(fits(&self.hi).saturating_sub(now)))
     }
 
     /// The instant a request of `cost` ns should fit, if nobody else takes tokens first.
     pub(crate) fn likely_fits_at(&self, cost: u64, tolerance: u64) -> Instant {
-        let fits = match self.hi.load(Ordering::Acquire) {
-            0 => 0,
-            hi => hi.saturating_add(cost).saturating_sub(tolerance),
-        };
-        self.at(fits)
+        self.at(fits_at(self.hi.load(Ordering::Acquire), cost, tolerance))
     }
+}
+
+/// When a request of `cost` fits in a bucket full again at `full` (GCRA, as
+/// [`schedule`](crate::bucket::schedule)): `full + cost − max(tolerance, cost)`. A leaky
+/// bucket's cost above its tolerance goes once the bucket is full again.
+fn fits_at(full: u64, cost: u64, tolerance: u64) -> u64 {
+    full.saturating_sub(tolerance.saturating_sub(cost))
 }
 
 /// The lane of one key of a keyed limit, holding what the last reply for that key said
@@ -284,6 +282,13 @@ mod tests {
         // Leaky bucket, T = 10 ms: a cost of 3 tokens (30 ms) exceeds the tolerance (10 ms).
         assert_eq!(hint.surely_refused(Instant::now(), ms(30), ms(10)), None);
         assert!(hint.likely_fits_at(ms(30), ms(10)) <= Instant::now());
+        // Once drained, at +20 ms, it goes: a cost above the tolerance waits no longer.
+        let leaky = Hint::new();
+        leaky.hold(Instant::now(), Duration::from_millis(20));
+        assert_eq!(
+            leaky.surely_refused(Instant::now(), ms(30), ms(10)),
+            Some(Duration::from_millis(20))
+        );
         // Windows: a refusal refuses the same cost only, until its wait.
         let sent = Instant::now();
         hint.refused(

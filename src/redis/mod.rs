@@ -86,14 +86,15 @@
 //! | algorithm | Redis state (µs of the Redis clock) | work per decision | TTL |
 //! |---|---|---|---|
 //! | [`TokenBucket`](crate::Algorithm::TokenBucket) | one string, `"<tat>[:<pause>]"` | `GET`, `SET` | until full again |
-//! | [`LeakyBucket`](crate::Algorithm::LeakyBucket) | one string, `"K<tat>[:<pause>]"` | `GET`, `SET` | until any cost fits at once: `tat + (burst − 1) × interval` |
+//! | [`LeakyBucket`](crate::Algorithm::LeakyBucket) | one string, `"K<tat>[:<pause>]"` | `GET`, `SET` | until drained (`tat`) |
 //! | [`FixedWindow`](crate::Algorithm::FixedWindow) | one string, `"F<window>:<count>[:<pause>]"` | `GET`, `SET` | until the window ends |
 //! | [`SlidingWindow`](crate::Algorithm::SlidingWindow) | one string, `"S<window>:<previous>:<current>[:<pause>]"` | `GET`, `SET` | until the next window ends |
 //! | [`SlidingLog`](crate::Algorithm::SlidingLog) | a string `"L<seq>:<total>[:<pause>]"` (`total`: the tokens in the log) and a sorted set `<key>:log`, one entry per admission in the window (score = instant, member = `"<seq>:<tokens>"`) | admission: `GET`, `ZRANGEBYSCORE` + `ZREMRANGEBYSCORE` of the entries that left the window, `ZADD`, `SET`, `PEXPIRE`: O(log N) plus the entries that left (each leaves once); a refusal, pause or release reads the window's N entries (N ≤ `count` + 1 024) | until the newest entry leaves the window |
 //!
 //! - **Costs.** A request may cost up to the burst (token and leaky bucket) or the quota's
 //!   count (windows), as in process. An idle leaky bucket admits one request of any allowed
-//!   cost at once; then `n` tokens go `n` intervals after the previous admission.
+//!   cost at once; a request goes once the previous one has drained, and its `n` tokens then
+//!   drain over the next `n` intervals.
 //! - **Pause.** For every algorithm nothing is admitted until the pause ends, then admission
 //!   restarts as from an empty bucket: the fixed window keeps only the share of its window
 //!   left (at least one token), the sliding window lets one token in then, the log refills

@@ -22,20 +22,22 @@ if pause > now then base = pause end
 if tat > base + tau then tat = base + tau; dirty = true end
 -- While paused, the first token is due when the pause ends.
 if pause > now and tat < pause + tau - T then tat = pause + tau - T; dirty = true end
--- A tat in the past is a full bucket, but still spaces a leaky bucket's next admission.
+-- A tat in the past is a full bucket.
 local function full_in(t)
   if t > now then return t - now end
   return 0
 end
--- The instant the state no longer matters: any pause is over, and a request of any allowed
--- cost fits at once. For the token bucket that is when it is full again (tat); a leaky
--- bucket's tat still spaces a request of n tokens until tat + (n − 1)·T.
+-- The instant the state no longer matters: the bucket is full again and any pause is over.
 local function horizon(t, p)
-  local h = t + B * T - tau
-  if p > h then return p end
-  return h
+  if p > t then return p end
+  return t
 end
 local function save(t, p)
+  -- Full again (a release gave back everything): no state is the same state.
+  if horizon(t, p) <= now then
+    redis.call('DEL', key)
+    return
+  end
   local value
   if p > now then
     value = string.format('%s%d:%d', TAG, t, p)
