@@ -115,10 +115,12 @@ impl Window for Log {
 
     fn restart_at(&mut self, end: u64) {
         // As an empty bucket refilling at limit/width: one token at `end`, the others
-        // coming back one per width/limit.
+        // coming back one per width/limit. Admissions still in the window at `end` stand for
+        // the first of those entries.
+        let live = self.limit - self.available(end).min(self.limit);
         let step = (self.width / self.limit).max(1);
         let first = (end + step).saturating_sub(self.width);
-        for k in 0..self.limit - 1 {
+        for k in live..self.limit - 1 {
             self.commit(1, first + k * step);
         }
     }

@@ -84,9 +84,10 @@ impl Window for Sliding {
     }
 
     fn restart_at(&mut self, end: u64) {
-        // Fill the window of `end` so that one token fits then and the rest come back as the
-        // estimate slides.
-        let floor = self.0.limit - 1;
+        // Fill the window of `end` so that one token fits then (counting the share the
+        // previous window still carries) and the rest come back as the estimate slides.
+        let w = self.0.index(end);
+        let floor = (self.0.limit - 1).saturating_sub(self.carried(w, end));
         self.0.fill(end, floor);
     }
 
