@@ -181,9 +181,15 @@ async fn every_algorithm_lets_one_token_in_when_a_pause_ends_after_earlier_admis
         bucket.pause(Duration::from_millis(200));
         tokio::time::advance(Duration::from_millis(200)).await;
         // One token at the end of the cooldown, as from an empty bucket, and no burst.
-        assert!(bucket.try_acquire(1).is_ok(), "{name}: nothing fits at the pause end");
+        assert!(
+            bucket.try_acquire(1).is_ok(),
+            "{name}: nothing fits at the pause end"
+        );
         if name != "fixed" {
-            assert!(bucket.try_acquire(1).is_err(), "{name}: a burst at the pause end");
+            assert!(
+                bucket.try_acquire(1).is_err(),
+                "{name}: a burst at the pause end"
+            );
         }
     }
 }
