@@ -220,13 +220,13 @@ fn prev_power_of_two(n: usize) -> usize {
     1 << (usize::BITS - 1 - n.leading_zeros())
 }
 
-/// An admission granted by the store: enough to undo it, wait for it and describe it.
+/// One request's admission granted by the store: enough to undo it, wait for it and
+/// describe it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Grant {
     admit: Admit,
     /// The clock when it was granted.
     now: u64,
-    tokens: u64,
     place: Place,
 }
 
@@ -293,38 +293,16 @@ where
         }
     }
 
-    /// Admit `tokens` for `key`, or reserve them up to `max_wait` ahead; else the wait, in
-    /// nanoseconds (`u64::MAX` for more than one request may take).
+    /// Admit one request (one token) for `key`, or reserve it up to `max_wait` ahead; else
+    /// the wait, in nanoseconds. One token always fits a rule's capacity.
     #[inline]
-    pub(crate) fn acquire(&self, key: &K, tokens: u64, max_wait: u64) -> Result<Grant, u64> {
+    pub(crate) fn acquire(&self, key: &K, max_wait: u64) -> Result<Grant, u64> {
         let s = &*self.shared;
+        let now = s.clock.now_ns();
         on_core!(&s.engine, core => {
-            if tokens == 0 || tokens > core.rule.capacity() {
-                return nothing_or_never(tokens, s.clock.now_ns());
-            }
-            let now = s.clock.now_ns();
-            let (admit, place) = core.acquire(key, now, tokens, max_wait)?;
-            Ok(Grant { admit, now, tokens, place })
+            let (admit, place) = core.acquire(key, now, 1, max_wait)?;
+            Ok(Grant { admit, now, place })
         })
-    }
-}
-
-/// A request of no tokens goes at once; one larger than a request may be never does.
-fn nothing_or_never(tokens: u64, now: u64) -> Result<Grant, u64> {
-    if tokens == 0 {
-        let admit = Admit {
-            at: now,
-            mark: [0; 2],
-            before: [0; 2],
-        };
-        Ok(Grant {
-            admit,
-            now,
-            tokens,
-            place: Place::Keyless,
-        })
-    } else {
-        Err(u64::MAX)
     }
 }
 
@@ -346,31 +324,25 @@ impl<K: Hash + Eq> KeyedBucket<K> {
         on_core!(&self.shared.engine, core => core.allocated_bytes())
     }
 
-    /// Admit `tokens` from the one bucket shared by requests that have no key.
-    pub(crate) fn acquire_keyless(&self, tokens: u64, max_wait: u64) -> Result<Grant, u64> {
+    /// Admit one request from the one bucket shared by requests that have no key.
+    pub(crate) fn acquire_keyless(&self, max_wait: u64) -> Result<Grant, u64> {
         let s = &*self.shared;
+        let now = s.clock.now_ns();
         on_core!(&s.engine, core => {
-            if tokens == 0 || tokens > core.rule.capacity() {
-                return nothing_or_never(tokens, s.clock.now_ns());
-            }
-            let now = s.clock.now_ns();
-            let admit = core.acquire_shared(Place::Keyless, now, tokens, max_wait)?;
-            Ok(Grant { admit, now, tokens, place: Place::Keyless })
+            let admit = core.acquire_shared(Place::Keyless, now, 1, max_wait)?;
+            Ok(Grant { admit, now, place: Place::Keyless })
         })
     }
 
     /// Undo `grant` (for `key`) if nothing was admitted after it in its bucket.
     pub(crate) fn refund(&self, key: Option<&K>, grant: &Grant) {
-        if grant.tokens == 0 {
-            return;
-        }
         let s = &*self.shared;
         let now = s.clock.now_ns();
         let place = match (grant.place, key) {
             (Place::Table, None) => Place::Keyless,
             (place, _) => place,
         };
-        on_core!(&s.engine, core => core.refund(key, place, grant.tokens, &grant.admit, now));
+        on_core!(&s.engine, core => core.refund(key, place, 1, &grant.admit, now));
     }
 }
 
@@ -403,9 +375,6 @@ impl<K> KeyedBucket<K> {
     /// Tokens left and the time until the limit resets, right after `grant`, seen when it is
     /// due (a reservation: at its instant).
     pub(crate) fn status(&self, grant: &Grant) -> (u64, Duration) {
-        if grant.tokens == 0 {
-            return (u64::from(self.shared.quota.burst_size()), Duration::ZERO);
-        }
         let at = grant.now.max(grant.admit.at);
         let (remaining, reset) =
             on_core!(&self.shared.engine, core => core.rule.status(&grant.admit, at));

@@ -124,8 +124,8 @@ where
             }
             let key = k.extractor.extract(req);
             let result = match (&key, k.missing) {
-                (Some(key), _) => Some(k.bucket.acquire(key, 1, max_wait)),
-                (None, MissingKey::Shared) => Some(k.bucket.acquire_keyless(1, max_wait)),
+                (Some(key), _) => Some(k.bucket.acquire(key, max_wait)),
+                (None, MissingKey::Shared) => Some(k.bucket.acquire_keyless(max_wait)),
                 (None, MissingKey::Reject) => return Verdict::Reject(Rejected::missing_key()),
                 (None, MissingKey::Allow) => None,
             };
