@@ -464,8 +464,8 @@ async fn keyed_limits_are_independent_hashed_and_bounded() {
     let huge = vec![b'{'; 1 << 20];
     for key in [&b"alice"[..], b"{evil}:x", b"", &huge] {
         let rkey = k1.redis_key(key);
-        assert!(rkey.starts_with(&format!("{prefix}:{{")) && rkey.ends_with('}'));
-        assert_eq!(rkey.len(), prefix.len() + 35, "bounded length: {rkey}");
+        assert!(rkey.starts_with(&format!("{prefix}:v1:{{")) && rkey.ends_with('}'));
+        assert_eq!(rkey.len(), prefix.len() + 38, "bounded length: {rkey}");
         assert_eq!(rkey.matches('{').count(), 1, "one hash tag");
         k1.try_acquire(key, 1).await.unwrap_or_else(|e| {
             assert!(e.throttled().is_some(), "{e:?}");

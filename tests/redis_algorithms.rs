@@ -804,7 +804,7 @@ async fn keyed_rejecting_layers_on_a_sliding_log_share_each_keys_window() {
     let quota = Quota::per_minute(3).burst(3);
     let server = |redis: RedisKeyed| {
         assert_eq!(redis.algorithm(), Algorithm::SlidingLog);
-        RateLimitLayer::keyed(KeyedBucket::<u64>::from(redis), HeaderKey::x_api_key())
+        RateLimitLayer::keyed(KeyedBucket::<tower_throttle::keyed::KeyDigest>::from(redis), HeaderKey::x_api_key())
             .reject()
             .layer(service_fn(|_: Request<String>| async {
                 Ok::<_, Infallible>(Response::new(String::from("ok")))

@@ -22,6 +22,7 @@
 
 mod acquire;
 mod algorithm;
+mod backend;
 mod builder;
 mod clock;
 mod gcra;
@@ -38,6 +39,7 @@ use tokio::time::Instant;
 
 pub use self::acquire::Acquire;
 pub use self::algorithm::Algorithm;
+pub(crate) use self::backend::{Backend, Local};
 pub use self::builder::BucketBuilder;
 pub(crate) use self::clock::Clock;
 pub(crate) use self::gcra::schedule;
@@ -120,21 +122,35 @@ impl Bucket {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
-    /// Take `n` tokens now, or say how long until they fit.
+    /// Take `n` tokens now, or say how long until they fit: the decision of a bucket kept in
+    /// this process.
     ///
     /// Never waits and never queues. Fair to waiters: while requests wait in
     /// [`acquire`](Bucket::acquire), this refuses.
+    ///
+    /// A bucket kept in a shared store (made from a Redis bucket) cannot be asked without
+    /// waiting for a reply: for it this refuses, every time, with a [`Throttled`] whose
+    /// [`is_undecided`](Throttled::is_undecided) is true. Ask it with
+    /// [`try_acquire_shared`](Bucket::try_acquire_shared), which works for both.
     ///
     /// # Errors
     /// [`Throttled`], carrying the wait until `n` tokens fit. When `n` exceeds the burst it can
     /// never fit: [`Throttled::exceeds_burst`] is true and the wait is [`Duration::MAX`].
     #[inline]
     pub fn try_acquire(&self, n: u32) -> Result<(), Throttled> {
+        match self.backend() {
+            Backend::Local(local) => self.try_acquire_local(local, n),
+            Backend::Remote(_) => Err(Throttled::undecided()),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn try_acquire_local(&self, local: Local<'_>, n: u32) -> Result<(), Throttled> {
         if n == 0 {
             return Ok(());
         }
         self.shared.check(n).map_err(|_| Throttled::never())?;
-        match self.shared.try_admit(n) {
+        match local.try_admit(n) {
             Ok(_) => {
                 self.shared.observe_admitted(n, 0);
                 Ok(())
@@ -148,6 +164,34 @@ impl Bucket {
                 Err(Throttled::after(wait))
             }
         }
+    }
+
+    /// Take `n` tokens now, or say how long until they fit, asking the store the limit is
+    /// kept in: this process for an in-memory bucket (as [`try_acquire`](Bucket::try_acquire),
+    /// without waiting), the shared store for one made from a Redis bucket (one round trip).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Bucket::try_acquire). When the shared store fails and its failure
+    /// policy refuses, the wait is one second.
+    pub async fn try_acquire_shared(&self, n: u32) -> Result<(), Throttled> {
+        match self.backend() {
+            Backend::Local(local) => self.try_acquire_local(local, n),
+            Backend::Remote(remote) => {
+                if n == 0 {
+                    return Ok(());
+                }
+                self.shared.check(n).map_err(|_| Throttled::never())?;
+                remote.try_acquire(n, Duration::ZERO).await
+            }
+        }
+    }
+
+    /// Whether this bucket's limit is kept in a store shared with other processes (a
+    /// bucket made from a Redis bucket): its decisions are asynchronous, and
+    /// [`try_acquire`](Bucket::try_acquire) and [`snapshot`](Bucket::snapshot) cannot see
+    /// them.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend(), Backend::Remote(_))
     }
 
     /// Wait until `n` tokens are available, then take them.
@@ -169,9 +213,11 @@ impl Bucket {
     /// next one interval later, so the end of a cooldown brings no burst. A shorter pause
     /// never shortens a longer one already in force.
     pub fn pause(&self, cooldown: Duration) {
+        // Both backends hold this process at once; a shared store also holds the others.
         self.shared.pause(cooldown);
-        if let Some(remote) = self.shared.remote() {
-            remote.pause(cooldown);
+        match self.backend() {
+            Backend::Local(_) => {}
+            Backend::Remote(remote) => remote.pause(cooldown),
         }
     }
 
@@ -191,6 +237,10 @@ impl Bucket {
     }
 
     /// A read-only view of the bucket now, for headers and metrics.
+    ///
+    /// For a bucket kept in a shared store this is this process's view only (its local state
+    /// at the same quota, which holds pauses but no admission):
+    /// [`Snapshot::local_view`] says so.
     pub fn snapshot(&self) -> Snapshot {
         let (level, paused_in, waiting, quota) = self.shared.level();
         let now = Instant::now();
@@ -201,6 +251,7 @@ impl Bucket {
             full_in: Duration::from_nanos(level.full_in),
             paused_until: (paused_in > 0).then(|| now + Duration::from_nanos(paused_in)),
             waiting,
+            local_view: self.is_shared(),
         }
     }
 
@@ -208,25 +259,8 @@ impl Bucket {
         self.shared.check(n)
     }
 
-    /// Admit now, or queue: callers check the size first. `bounded`: honour a leaky
-    /// bucket's queue limit.
-    pub(crate) fn reserve(&self, n: u32, bounded: bool) -> Result<Reservation, AcquireError> {
-        self.shared.reserve(n, bounded)
-    }
-
-    /// The hot path of the layers: admit now without the lock, or `None`.
-    #[inline]
-    pub(crate) fn admit_now(&self, n: u32) -> Option<Permit> {
-        self.shared.admit_now(n)
-    }
-
     pub(crate) fn give_back(&self, permit: Permit) {
         self.shared.give_back(permit);
-    }
-
-    /// The shared limit this bucket defers to (Redis), if any.
-    pub(crate) fn remote(&self) -> Option<&std::sync::Arc<dyn Remote>> {
-        self.shared.remote()
     }
 }
 
@@ -246,17 +280,34 @@ impl fmt::Debug for Bucket {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Throttled {
     wait: Duration,
+    undecided: bool,
 }
 
 impl Throttled {
     pub(crate) fn after(wait: Duration) -> Self {
-        Throttled { wait }
+        Throttled {
+            wait,
+            undecided: false,
+        }
     }
 
     pub(crate) fn never() -> Self {
+        Self::after(Duration::MAX)
+    }
+
+    /// The answer of a synchronous decision on a limit kept in a shared store.
+    pub(crate) fn undecided() -> Self {
         Throttled {
-            wait: Duration::MAX,
+            wait: Duration::ZERO,
+            undecided: true,
         }
+    }
+
+    /// Whether nothing was decided: the limit is kept in a shared store, which
+    /// [`Bucket::try_acquire`] cannot ask without waiting. The wait is then zero; ask with
+    /// [`Bucket::try_acquire_shared`].
+    pub fn is_undecided(&self) -> bool {
+        self.undecided
     }
 
     /// How long until the request fits. [`Duration::MAX`] when it never can.
@@ -279,7 +330,9 @@ impl Throttled {
 
 impl fmt::Display for Throttled {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.exceeds_burst() {
+        if self.undecided {
+            f.pad("request not decided: the limit is kept in a shared store")
+        } else if self.exceeds_burst() {
             f.pad("request throttled: cost exceeds the burst capacity")
         } else {
             write!(f, "request throttled: retry in {:?}", self.wait)
@@ -331,6 +384,11 @@ pub enum AcquireError {
         /// The queue's capacity.
         max_queue: usize,
     },
+    /// The shared store the limit is kept in (Redis) failed — unreachable, or slower than
+    /// its timeout — and its failure policy refuses
+    /// ([`FailurePolicy::Closed`](crate::redis::FailurePolicy::Closed)). Given within the
+    /// store's timeout; the next request asks the store again.
+    Unavailable,
 }
 
 impl From<ExceedsBurst> for AcquireError {
@@ -345,6 +403,9 @@ impl fmt::Display for AcquireError {
             AcquireError::ExceedsBurst(e) => e.fmt(f),
             AcquireError::QueueFull { max_queue } => {
                 write!(f, "request throttled: {max_queue} requests already waiting")
+            }
+            AcquireError::Unavailable => {
+                f.pad("request refused: the store of the shared limit is unavailable")
             }
         }
     }
@@ -368,4 +429,7 @@ pub struct Snapshot {
     pub paused_until: Option<Instant>,
     /// Requests waiting in [`acquire`](Bucket::acquire) (or in a waiting layer).
     pub waiting: usize,
+    /// Whether the bucket's limit is kept in a shared store ([`Bucket::is_shared`]): then
+    /// this is this process's view only, and admissions of the shared limit are not in it.
+    pub local_view: bool,
 }

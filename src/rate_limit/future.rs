@@ -9,8 +9,16 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
-use crate::bucket::Waiter;
-use crate::BoxError;
+use crate::bucket::{RemoteAcquire, Waiter};
+use crate::{AcquireError, BoxError};
+
+/// The rest of a request's cost, being taken where the limit is kept.
+pub(crate) enum Rest {
+    /// A place in this process's queue.
+    Local(Waiter),
+    /// An admission a shared store (Redis) is making.
+    Remote(RemoteAcquire),
+}
 
 pin_project! {
     /// Response future of a [`RateLimit`](super::RateLimit) with a per-request cost: waits for
@@ -32,7 +40,7 @@ pin_project! {
     {
         Called { #[pin] future: S::Future },
         Waiting {
-            waiter: Waiter,
+            rest: Rest,
             sleep: Pin<Box<Sleep>>,
             svc: Option<S>,
             req: Option<Req>,
@@ -54,10 +62,10 @@ impl<S: Service<Req>, Req> CostFuture<S, Req> {
         }
     }
 
-    pub(crate) fn waiting(waiter: Waiter, svc: S, req: Req) -> Self {
+    pub(crate) fn waiting(rest: Rest, svc: S, req: Req) -> Self {
         CostFuture {
             kind: Kind::Waiting {
-                waiter,
+                rest,
                 sleep: Box::pin(tokio::time::sleep_until(tokio::time::Instant::now())),
                 svc: Some(svc),
                 req: Some(req),
@@ -81,12 +89,20 @@ where
                     return Poll::Ready(Err(error.take().expect("polled after completion")))
                 }
                 KindProj::Waiting {
-                    waiter,
+                    rest,
                     sleep,
                     svc,
                     req,
                 } => {
-                    if let Err(e) = std::task::ready!(waiter.poll(sleep.as_mut(), cx)) {
+                    let taken = match rest {
+                        Rest::Local(waiter) => {
+                            std::task::ready!(waiter.poll(sleep.as_mut(), cx))
+                                .map(drop)
+                                .map_err(AcquireError::from)
+                        }
+                        Rest::Remote(fut) => std::task::ready!(fut.as_mut().poll(cx)),
+                    };
+                    if let Err(e) = taken {
                         return Poll::Ready(Err(e.into()));
                     }
                     let mut svc = svc.take().expect("polled after completion");

@@ -4,10 +4,10 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::future::CostFuture;
+use super::future::{CostFuture, Rest};
 use super::gate::Gate;
 use super::UnitCost;
-use crate::bucket::Reservation;
+use crate::bucket::{Backend, Permit, Reservation};
 use crate::{BoxError, Bucket};
 
 /// Waits in `poll_ready` until the shared [`Bucket`] admits the next request.
@@ -71,19 +71,22 @@ impl<S, C> RateLimit<S, C> {
 impl<S, Req> Service<Req> for RateLimit<S, UnitCost>
 where
     S: Service<Req>,
+    S::Error: Into<BoxError>,
 {
     type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
+    type Error = BoxError;
+    type Future = CostFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        std::task::ready!(self.inner.poll_ready(cx))?;
+        std::task::ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
         self.gate.poll_acquire(cx).map(Ok)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let _spent = self.gate.take();
-        self.inner.call(req)
+        match self.gate.take() {
+            Ok(_spent) => CostFuture::called(self.inner.call(req)),
+            Err(refused) => CostFuture::failed(refused.into()),
+        }
     }
 }
 
@@ -103,26 +106,41 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let permit = self.gate.take();
+        let permit = match self.gate.take() {
+            Ok(permit) => permit,
+            Err(refused) => return CostFuture::failed(refused.into()),
+        };
         let bucket = self.gate.bucket();
         let n = (self.cost)(&req);
         if let Err(e) = bucket.check(n) {
-            bucket.give_back(permit);
+            give_back(bucket, permit);
             return CostFuture::failed(e.into());
         }
         if n == 0 {
-            bucket.give_back(permit);
+            give_back(bucket, permit);
         }
         if n <= 1 {
             return CostFuture::called(self.inner.call(req));
         }
-        match bucket.reserve(n - 1, false) {
-            Ok(Reservation::Later(waiter)) => {
-                let clone = self.inner.clone();
-                let ready = std::mem::replace(&mut self.inner, clone);
-                CostFuture::waiting(waiter, ready, req)
-            }
-            _ => CostFuture::called(self.inner.call(req)),
-        }
+        // The first token came with `poll_ready`; the rest of the cost is taken where the
+        // limit is kept, before the request goes.
+        let rest = match bucket.backend() {
+            Backend::Local(local) => match local.reserve(n - 1, false) {
+                Ok(Reservation::Later(waiter)) => Rest::Local(waiter),
+                _ => return CostFuture::called(self.inner.call(req)),
+            },
+            Backend::Remote(remote) => Rest::Remote(remote.acquire(n - 1)),
+        };
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        CostFuture::waiting(rest, ready, req)
+    }
+}
+
+/// Give an unused admission back where it was taken.
+fn give_back(bucket: &Bucket, permit: Permit) {
+    match bucket.backend() {
+        Backend::Local(_) => bucket.give_back(permit),
+        Backend::Remote(remote) => remote.release(1),
     }
 }

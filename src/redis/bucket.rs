@@ -262,6 +262,22 @@ impl RedisBucket {
         }
     }
 
+    /// Give back `n` tokens of an admission that was not used. Exact while the bucket has
+    /// not refilled past it (as [`RedisKeyed::release`](super::RedisKeyed::release)).
+    pub(crate) async fn release(&self, n: u32) -> Result<(), RedisDecisionError> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.check(n)?;
+        let inner = &*self.inner;
+        inner
+            .backend
+            .release(&inner.key, n)
+            .await
+            .map(drop)
+            .map_err(RedisDecisionError::Backend)
+    }
+
     /// Hold every admission, in every process, for `cooldown`: a server's `Retry-After`.
     ///
     /// Nothing is admitted before `now + cooldown` (by the Redis clock); then admission

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::backend::max_cost;
 use super::error::{RedisDecisionError, RedisError};
+use crate::keyed::KeyDigest;
 use crate::{AcquireError, Algorithm, Bucket, Quota};
 
 /// What a decision does when Redis fails: unreachable, slower than the timeout, a reply that
@@ -151,7 +152,7 @@ pub(crate) struct LocalTable {
 
 #[derive(Debug)]
 struct Table {
-    buckets: HashMap<[u8; 16], Bucket>,
+    buckets: HashMap<KeyDigest, Bucket>,
     last_sweep: Option<Instant>,
 }
 
@@ -176,7 +177,7 @@ impl LocalTable {
     }
 
     /// The fallback bucket of a key.
-    pub(crate) fn bucket(&self, id: &[u8; 16]) -> Bucket {
+    pub(crate) fn bucket(&self, id: &KeyDigest) -> Bucket {
         let mut t = self.lock();
         if let Some(b) = t.buckets.get(id) {
             return b.clone();
@@ -234,18 +235,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn table_is_bounded_and_sweeps_only_full_buckets() {
         let table = LocalTable::new(Quota::per_second(1).burst(1), Algorithm::TokenBucket, 2);
-        let a = table.bucket(&[1; 16]);
+        let a = table.bucket(&KeyDigest::from_bytes([1; 16]));
         a.try_acquire(1).unwrap();
-        let _b = table.bucket(&[2; 16]);
+        let _b = table.bucket(&KeyDigest::from_bytes([2; 16]));
         assert_eq!(table.len(), 2);
         // Full: `b` is full again (sweepable), `a` is not.
-        let c = table.bucket(&[3; 16]);
+        let c = table.bucket(&KeyDigest::from_bytes([3; 16]));
         assert_eq!(table.len(), 2);
-        assert!(table.bucket(&[1; 16]).same_bucket(&a));
-        assert!(table.bucket(&[3; 16]).same_bucket(&c));
+        assert!(table.bucket(&KeyDigest::from_bytes([1; 16])).same_bucket(&a));
+        assert!(table.bucket(&KeyDigest::from_bytes([3; 16])).same_bucket(&c));
         c.try_acquire(1).unwrap();
         // Nothing sweepable, and the last sweep was just now: overflow.
-        let d = table.bucket(&[4; 16]);
+        let d = table.bucket(&KeyDigest::from_bytes([4; 16]));
         assert!(d.same_bucket(&table.overflow));
         assert_eq!(table.len(), 2);
     }
