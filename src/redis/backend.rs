@@ -1,6 +1,6 @@
 //! The connection to Redis and one call of a script: timeout, breaker, counters.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -20,6 +20,10 @@ const MAX_SPAN_US: u64 = 1 << 52;
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(20);
 const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
 const RECONNECT_RETRIES: usize = 4;
+
+/// Consecutive failed calls after which decisions skip Redis for a probe interval. One
+/// transient error (a dropped packet, one slow reply) fails only its own call.
+pub(crate) const BREAKER_THRESHOLD: u32 = 3;
 
 /// Settings shared by both builders.
 #[derive(Clone)]
@@ -126,6 +130,10 @@ pub(crate) struct Backend {
     /// Breaker: 0 = Redis healthy; else the instant (ns since `origin`, ≥ 1) until which
     /// decisions skip Redis after a failure.
     down_until: AtomicU64,
+    /// Calls failed in a row (reset by any success).
+    failed_in_a_row: AtomicU32,
+    /// Runs of failures begun so far: a fallback sees a new outage when this moves.
+    outages: AtomicU64,
     origin: Instant,
     pub(crate) counters: Counters,
 }
@@ -209,6 +217,8 @@ impl Backend {
             max_pause_us,
             reply_limit_us,
             down_until: AtomicU64::new(0),
+            failed_in_a_row: AtomicU32::new(0),
+            outages: AtomicU64::new(0),
             origin: Instant::now(),
             counters: Counters::default(),
             options,
@@ -342,9 +352,15 @@ impl Backend {
             .max(1)
     }
 
-    /// Whether this call may go to Redis. After a failure, calls skip Redis for
-    /// `probe_interval`; then one call (the probe) goes, and the others keep skipping until
-    /// it answers.
+    /// How many runs of failures have begun: a local fallback starts afresh (empty) when
+    /// this has moved since it last decided.
+    pub(crate) fn outages(&self) -> u64 {
+        self.outages.load(Ordering::Acquire)
+    }
+
+    /// Whether this call may go to Redis. After [`BREAKER_THRESHOLD`] failures in a row,
+    /// calls skip Redis for `probe_interval`; then one call (the probe) goes, and the others
+    /// keep skipping until it answers.
     fn breaker_admit(&self) -> Result<(), RedisError> {
         let until = self.down_until.load(Ordering::Acquire);
         if until == 0 {
@@ -367,6 +383,7 @@ impl Backend {
     }
 
     fn breaker_success(&self) {
+        self.failed_in_a_row.store(0, Ordering::Release);
         if self.down_until.swap(0, Ordering::AcqRel) != 0 {
             trace_event!(info, "redis answers again; decisions are shared again");
         }
@@ -375,6 +392,13 @@ impl Backend {
     fn breaker_failure(&self, e: &RedisError) {
         if e.is_key_specific() {
             trace_event!(warn, error = %e, "redis rate limit key unusable; failure policy applies");
+            return;
+        }
+        let in_a_row = self.failed_in_a_row.fetch_add(1, Ordering::AcqRel);
+        if in_a_row == 0 {
+            self.outages.fetch_add(1, Ordering::AcqRel);
+        }
+        if in_a_row + 1 < BREAKER_THRESHOLD {
             return;
         }
         let next = self

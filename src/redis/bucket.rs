@@ -1,6 +1,7 @@
 //! [`RedisBucket`]: one limit in Redis, shared by every process that names it.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,6 +65,8 @@ struct Inner {
     hint: Hint,
     lane: tokio::sync::Mutex<()>,
     local: Option<Bucket>,
+    /// The run of failures the local fallback last decided in.
+    local_outage: AtomicU64,
 }
 
 impl RedisBucket {
@@ -99,6 +102,7 @@ impl RedisBucket {
                 hint: Hint::new(),
                 lane: tokio::sync::Mutex::new(()),
                 local,
+                local_outage: AtomicU64::new(0),
             }),
         })
     }
@@ -172,6 +176,18 @@ impl RedisBucket {
         }
     }
 
+    /// The local fallback bucket, emptied when a new run of failures has begun since it last
+    /// decided: it continues this process's share of the rate, never with a fresh burst.
+    fn fallback(&self) -> Option<&Bucket> {
+        let inner = &*self.inner;
+        let local = inner.local.as_ref()?;
+        let outage = inner.backend.outages();
+        if inner.local_outage.swap(outage, Ordering::AcqRel) != outage {
+            local.pause(Duration::ZERO);
+        }
+        Some(local)
+    }
+
     /// Learn from a reply to a request of `n` tokens.
     fn learn(&self, t: &super::backend::Timed, n: u32) -> Reply {
         let hint = &self.inner.hint;
@@ -216,7 +232,7 @@ impl RedisBucket {
             }
             Err(e) => {
                 bump(&inner.backend.counters.fallbacks);
-                try_acquire_fallback(inner.backend.policy(), inner.local.as_ref(), n, e)
+                try_acquire_fallback(inner.backend.policy(), self.fallback(), n, e)
             }
         }
     }
@@ -255,7 +271,7 @@ impl RedisBucket {
                 }
                 Err(e) => {
                     bump(&inner.backend.counters.fallbacks);
-                    return acquire_fallback(inner.backend.policy(), inner.local.as_ref(), n, e)
+                    return acquire_fallback(inner.backend.policy(), self.fallback(), n, e)
                         .await;
                 }
             }

@@ -41,8 +41,8 @@ macro_rules! shared_settings {
             self
         }
 
-        /// What decisions do when Redis fails. Default
-        /// [`FailurePolicy::Local`]` { fraction: 1.0 }`.
+        /// What decisions do when Redis fails. Default [`FailurePolicy::Closed`] (see
+        /// [which to pick](FailurePolicy)).
         pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
             self.options.policy = policy;
             self
@@ -62,9 +62,9 @@ macro_rules! shared_settings {
             self
         }
 
-        /// After a failure, how long decisions skip Redis (answering from the failure
-        /// policy at once, instead of each waiting for the timeout) before one call tries
-        /// it again. Default 500 ms.
+        /// After 3 failures in a row, how long decisions skip Redis (answering from the
+        /// failure policy at once, instead of each waiting for the timeout) before one call
+        /// tries it again. Default 500 ms.
         pub fn probe_interval(mut self, interval: Duration) -> Self {
             self.options.probe_interval = interval;
             self
