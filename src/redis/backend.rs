@@ -134,6 +134,8 @@ pub(crate) struct Backend {
     failed_in_a_row: AtomicU32,
     /// Runs of failures begun so far: a fallback sees a new outage when this moves.
     outages: AtomicU64,
+    /// The last failed call's end, ns since `origin` (0: none).
+    last_failure: AtomicU64,
     origin: Instant,
     pub(crate) counters: Counters,
 }
@@ -219,6 +221,7 @@ impl Backend {
             down_until: AtomicU64::new(0),
             failed_in_a_row: AtomicU32::new(0),
             outages: AtomicU64::new(0),
+            last_failure: AtomicU64::new(0),
             origin: Instant::now(),
             counters: Counters::default(),
             options,
@@ -358,6 +361,20 @@ impl Backend {
         self.outages.load(Ordering::Acquire)
     }
 
+    /// Whether a call failed after `since`: a waiter that queued behind it is answered by
+    /// the failure policy at once, rather than after a timeout of its own.
+    pub(crate) fn failed_since(&self, since: Instant) -> Option<RedisError> {
+        let at = self.last_failure.load(Ordering::Acquire);
+        let since = u64::try_from(since.saturating_duration_since(self.origin).as_nanos())
+            .unwrap_or(u64::MAX);
+        (at != 0 && at > since).then(|| {
+            RedisError::new(
+                RedisErrorKind::Unavailable,
+                "redis failed while this request waited its turn",
+            )
+        })
+    }
+
     /// Whether this call may go to Redis. After [`BREAKER_THRESHOLD`] failures in a row,
     /// calls skip Redis for `probe_interval`; then one call (the probe) goes, and the others
     /// keep skipping until it answers.
@@ -394,6 +411,7 @@ impl Backend {
             trace_event!(warn, error = %e, "redis rate limit key unusable; failure policy applies");
             return;
         }
+        self.last_failure.fetch_max(self.now_ns(), Ordering::AcqRel);
         let in_a_row = self.failed_in_a_row.fetch_add(1, Ordering::AcqRel);
         if in_a_row == 0 {
             self.outages.fetch_add(1, Ordering::AcqRel);

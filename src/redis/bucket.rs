@@ -255,7 +255,14 @@ impl RedisBucket {
         }
         let cost = self.check(n)?;
         let inner = &*self.inner;
+        let asked = Instant::now();
         let _turn = inner.lane.lock().await;
+        // Redis failed while this waiter queued: the policy answers now, so every waiter
+        // of a failing store gets its answer within about one timeout.
+        if let Some(e) = inner.backend.failed_since(asked) {
+            bump(&inner.backend.counters.fallbacks);
+            return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
+        }
         loop {
             // Re-read after every sleep: a pause may have moved the instant later.
             let at = self.likely_fits_at(n, cost);
