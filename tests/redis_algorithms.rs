@@ -806,11 +806,14 @@ async fn keyed_rejecting_layers_on_a_sliding_log_share_each_keys_window() {
     let quota = Quota::per_minute(3).burst(3);
     let server = |redis: RedisKeyed| {
         assert_eq!(redis.algorithm(), Algorithm::SlidingLog);
-        RateLimitLayer::keyed(KeyedBucket::<tower_throttle::keyed::KeyDigest>::from(redis), HeaderKey::x_api_key())
-            .reject()
-            .layer(service_fn(|_: Request<String>| async {
-                Ok::<_, Infallible>(Response::new(String::from("ok")))
-            }))
+        RateLimitLayer::keyed(
+            KeyedBucket::<tower_throttle::keyed::KeyDigest>::from(redis),
+            HeaderKey::x_api_key(),
+        )
+        .reject()
+        .layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }))
     };
     let a = server(keyed(&prefix, quota, Algorithm::SlidingLog).await);
     let b = server(keyed(&prefix, quota, Algorithm::SlidingLog).await);

@@ -81,7 +81,10 @@ fn sum(children: Vec<std::process::Child>, start_us: u64) -> (u64, Duration) {
         tokens += r["tokens"];
         last_us = u64::max(last_us, r["last_us"]);
     }
-    (tokens, Duration::from_micros(last_us.saturating_sub(start_us)))
+    (
+        tokens,
+        Duration::from_micros(last_us.saturating_sub(start_us)),
+    )
 }
 
 fn workers(spec: impl Fn(usize) -> String) -> Vec<std::process::Child> {
@@ -345,8 +348,7 @@ fn an_outage_stays_within_its_documented_bound() {
     // d: local decisions last at most the outage, plus the reconnect delay, the probe
     // interval and one timeout.
     let d = (DOWN_FOR + RECONNECT + PROBE + TIMEOUT).as_secs_f64();
-    let bound =
-        burst * (1.0 + restarts) + rate * (span.as_secs_f64() + d) + PROCESSES as f64;
+    let bound = burst * (1.0 + restarts) + rate * (span.as_secs_f64() + d) + PROCESSES as f64;
     println!("outage, Local {{ 1/{PROCESSES} }}: {local} admitted in {span:?}; bound {bound:.1}");
     assert!(local as f64 <= bound, "Local: {local} > {bound:.1}");
     // The local fallback did decide: more than Closed let through.

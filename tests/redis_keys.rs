@@ -31,13 +31,25 @@ async fn golden_key_names() {
     // SHA-1 of the canonical bytes, first 16 bytes, hex; `v1` is the scheme.
     let cases: [(String, &str); 8] = [
         (k.redis_key("alice"), "522b276a356bdf39013dfabea2cd43e1"),
-        (k.redis_key(String::from("alice")), "522b276a356bdf39013dfabea2cd43e1"),
-        (k.redis_key(&b"alice"[..]), "522b276a356bdf39013dfabea2cd43e1"),
+        (
+            k.redis_key(String::from("alice")),
+            "522b276a356bdf39013dfabea2cd43e1",
+        ),
+        (
+            k.redis_key(&b"alice"[..]),
+            "522b276a356bdf39013dfabea2cd43e1",
+        ),
         (k.redis_key(42u64), "d2c50949a6763cb13f4fab896fe67865"),
         (k.redis_key(-1i32), "d9be6524a5f5047db5866813acf32778"),
         (k.redis_key(7usize), "67ef7f7d2fcdd3766db20eaf75bfc677"),
-        (k.redis_key(ip("192.0.2.1")), "4b5106bca5e11b89cf8f4d81a97a6f78"),
-        (k.redis_key(ip("2001:db8::1")), "d744a7bc2d153d099dd70aaf417c161d"),
+        (
+            k.redis_key(ip("192.0.2.1")),
+            "4b5106bca5e11b89cf8f4d81a97a6f78",
+        ),
+        (
+            k.redis_key(ip("2001:db8::1")),
+            "d744a7bc2d153d099dd70aaf417c161d",
+        ),
     ];
     for (name, digest) in cases {
         assert_eq!(name, format!("golden:v1:{{{digest}}}"));
@@ -48,7 +60,10 @@ async fn golden_key_names() {
         k.redis_key(ip("::ffff:192.0.2.1"))
     );
     // The empty key: SHA-1 of nothing.
-    assert_eq!(k.redis_key(""), "golden:v1:{da39a3ee5e6b4b0d3255bfef95601890}");
+    assert_eq!(
+        k.redis_key(""),
+        "golden:v1:{da39a3ee5e6b4b0d3255bfef95601890}"
+    );
     // A header value is keyed by the digest of its bytes: the name of the value itself.
     let req = Request::builder()
         .header("x-api-key", "alice")
@@ -119,7 +134,10 @@ async fn a_key_through_redis_keyed_and_through_the_layers_is_one_limit() {
         .try_acquire(&"bob".to_owned(), 1)
         .unwrap_err()
         .is_undecided());
-    shared.try_acquire_shared(&"bob".to_owned(), 1).await.unwrap();
+    shared
+        .try_acquire_shared(&"bob".to_owned(), 1)
+        .await
+        .unwrap();
     assert!(shared.snapshot(&"bob".to_owned()).local_view);
 }
 

@@ -95,11 +95,9 @@ where
                     req,
                 } => {
                     let taken = match rest {
-                        Rest::Local(waiter) => {
-                            std::task::ready!(waiter.poll(sleep.as_mut(), cx))
-                                .map(drop)
-                                .map_err(AcquireError::from)
-                        }
+                        Rest::Local(waiter) => std::task::ready!(waiter.poll(sleep.as_mut(), cx))
+                            .map(drop)
+                            .map_err(AcquireError::from),
                         Rest::Remote(fut) => std::task::ready!(fut.as_mut().poll(cx)),
                     };
                     if let Err(e) = taken {

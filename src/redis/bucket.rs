@@ -278,8 +278,7 @@ impl RedisBucket {
                 }
                 Err(e) => {
                     bump(&inner.backend.counters.fallbacks);
-                    return acquire_fallback(inner.backend.policy(), self.fallback(), n, e)
-                        .await;
+                    return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
                 }
             }
         }

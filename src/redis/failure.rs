@@ -269,8 +269,12 @@ mod tests {
         // Full: `b` is full again (sweepable), `a` is not.
         let c = table.bucket(&KeyDigest::from_bytes([3; 16]));
         assert_eq!(table.len(), 2);
-        assert!(table.bucket(&KeyDigest::from_bytes([1; 16])).same_bucket(&a));
-        assert!(table.bucket(&KeyDigest::from_bytes([3; 16])).same_bucket(&c));
+        assert!(table
+            .bucket(&KeyDigest::from_bytes([1; 16]))
+            .same_bucket(&a));
+        assert!(table
+            .bucket(&KeyDigest::from_bytes([3; 16]))
+            .same_bucket(&c));
         c.try_acquire(1).unwrap();
         // Nothing sweepable, and the last sweep was just now: overflow.
         let d = table.bucket(&KeyDigest::from_bytes([4; 16]));

@@ -145,11 +145,7 @@ impl RedisKeyed {
     ///
     /// # Errors
     /// As [`RedisBucket::try_acquire`](super::RedisBucket::try_acquire).
-    pub async fn try_acquire(
-        &self,
-        key: impl StableKey,
-        n: u32,
-    ) -> Result<(), RedisDecisionError> {
+    pub async fn try_acquire(&self, key: impl StableKey, n: u32) -> Result<(), RedisDecisionError> {
         if n == 0 {
             return Ok(());
         }

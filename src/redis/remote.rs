@@ -37,7 +37,11 @@ fn admission(result: Result<(), RedisDecisionError>) -> Result<(), AcquireError>
 }
 
 /// Try now; if the refusal's wait is within `max_wait`, wait for the admission until then.
-async fn within<T, W>(try_now: T, max_wait: Duration, wait: impl FnOnce() -> W) -> Result<(), Throttled>
+async fn within<T, W>(
+    try_now: T,
+    max_wait: Duration,
+    wait: impl FnOnce() -> W,
+) -> Result<(), Throttled>
 where
     T: std::future::Future<Output = Result<(), RedisDecisionError>>,
     W: std::future::Future<Output = Result<(), RedisDecisionError>>,
