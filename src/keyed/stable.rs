@@ -1,36 +1,4 @@
 //! [`StableKey`] and [`KeyDigest`]: one name for a key in every process, build and platform.
-//!
-//! A limit shared through a store (Redis) names each key by a digest, and every process of
-//! the limit must compute the same digest for the same key — across releases of Rust, of
-//! this crate, and 32- and 64-bit targets. `std`'s `Hash` promises none of that (its
-//! algorithm is unspecified, and a `usize` hashes differently by width), so keys are named
-//! from a specified encoding instead.
-//!
-//! # Key scheme, version 1
-//! 1. **Canonical bytes** ([`StableKey::write_key_bytes`]):
-//!    - strings: their UTF-8 bytes; byte strings: the bytes themselves;
-//!    - integers: fixed width, little-endian (`u8`…`u128`, `i8`…`i128`); `usize` and
-//!      `isize` as 8 bytes (`u64`, `i64`), whatever the target;
-//!    - `bool`: one byte, 0 or 1; `()`: no bytes;
-//!    - IP addresses: 16 bytes, the IPv6 address, IPv4 as IPv4-mapped (`::ffff:a.b.c.d`);
-//!    - a [`KeyDigest`]: it is already the name (see below).
-//! 2. **Digest**: the first 16 bytes of SHA-1 over those bytes ([`KeyDigest::of_bytes`]).
-//! 3. **Redis key**: `<prefix>:v1:{<32 lowercase hex digits>}`. The `v1` names this scheme:
-//!    a later scheme gets another version, so two schemes never read each other's state.
-//!
-//! There is no type tag: the string `"42"` and the integer `42` are different bytes, but a
-//! byte string and a string of the same bytes are one key — so `RedisKeyed::try_acquire("alice")`
-//! and a layer whose extractor returns `String::from("alice")` share one limit.
-//!
-//! ```
-//! use tower_throttle::keyed::{KeyDigest, StableKey};
-//!
-//! assert_eq!("alice".key_digest(), String::from("alice").key_digest());
-//! assert_eq!("alice".key_digest(), b"alice".key_digest());
-//! assert_eq!(42u64.key_digest(), KeyDigest::of_bytes(&42u64.to_le_bytes()));
-//! // SHA-1("abc") begins a9993e36 4706816a ba3e2571 7850c26c.
-//! assert_eq!("abc".key_digest().to_string(), "a9993e364706816aba3e25717850c26c");
-//! ```
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -40,7 +8,39 @@ use std::sync::Arc;
 pub const KEY_SCHEME_VERSION: u32 = 1;
 
 /// A key with a specified byte encoding: its name in a shared store is the same in every
-/// process. See [the key scheme](self#key-scheme-version-1).
+/// process, build and platform.
+///
+/// A limit shared through a store (Redis) names each key by a digest, and every process of
+/// the limit must compute the same digest for the same key — across releases of Rust, of
+/// this crate, and 32- and 64-bit targets. `std`'s `Hash` promises none of that (its
+/// algorithm is unspecified, and a `usize` hashes differently by width), so keys are named
+/// from a specified encoding instead.
+///
+/// # Key scheme, version 1
+/// 1. **Canonical bytes** ([`StableKey::write_key_bytes`]):
+///    - strings: their UTF-8 bytes; byte strings: the bytes themselves;
+///    - integers: fixed width, little-endian (`u8`…`u128`, `i8`…`i128`); `usize` and
+///      `isize` as 8 bytes (`u64`, `i64`), whatever the target;
+///    - `bool`: one byte, 0 or 1; `()`: no bytes;
+///    - IP addresses: 16 bytes, the IPv6 address, IPv4 as IPv4-mapped (`::ffff:a.b.c.d`);
+///    - a [`KeyDigest`]: it is already the name (see below).
+/// 2. **Digest**: the first 16 bytes of SHA-1 over those bytes ([`KeyDigest::of_bytes`]).
+/// 3. **Redis key**: `<prefix>:v1:{<32 lowercase hex digits>}`. The `v1` names this scheme:
+///    a later scheme gets another version, so two schemes never read each other's state.
+///
+/// There is no type tag: the string `"42"` and the integer `42` are different bytes, but a
+/// byte string and a string of the same bytes are one key — so `RedisKeyed::try_acquire("alice")`
+/// and a layer whose extractor returns `String::from("alice")` share one limit.
+///
+/// ```
+/// use tower_throttle::keyed::{KeyDigest, StableKey};
+///
+/// assert_eq!("alice".key_digest(), String::from("alice").key_digest());
+/// assert_eq!("alice".key_digest(), b"alice".key_digest());
+/// assert_eq!(42u64.key_digest(), KeyDigest::of_bytes(&42u64.to_le_bytes()));
+/// // SHA-1("abc") begins a9993e36 4706816a ba3e2571 7850c26c.
+/// assert_eq!("abc".key_digest().to_string(), "a9993e364706816aba3e25717850c26c");
+/// ```
 ///
 /// Implemented for strings, byte strings, integers, `bool`, `()`, IP addresses,
 /// [`KeyDigest`], and references and boxes of those. For a key type of your own, write its

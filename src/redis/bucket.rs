@@ -33,7 +33,8 @@ use crate::{Algorithm, Bucket, ExceedsBurst, Quota, Throttled};
 ///   and then asks Redis, so an admission costs one round trip in the common case. There is
 ///   no queue across processes: heads of different processes race for each token.
 /// - **Failure policy**: every call is bounded by the timeout; when Redis fails, the
-///   [`FailurePolicy`] answers, and Redis is used again as soon as it answers.
+///   [`FailurePolicy`] answers (by default `Closed`: refuse), and Redis is used again as
+///   soon as it answers.
 ///
 /// ```no_run
 /// use std::time::Duration;
