@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use redis_support::workers::{print_report, report, spawn, unix_us, until_unix};
+use redis_support::workers::{
+    print_report, print_values, report, report_and_values, spawn, unix_us, until_unix,
+};
 use redis_support::{free_port, raw, redis_url, unique_prefix, PrivateRedis};
 use tower::{service_fn, Service, ServiceExt};
 use tower_throttle::redis::{FailurePolicy, RedisBucket};
@@ -65,6 +67,7 @@ fn worker_process_entry_point() {
             "keyed-global" => keyed_global_worker(&args[1], start_us, &tally).await,
             "weighted" => weighted_worker(&args[1], start_us, &tally).await,
             "outage" => outage_worker(&args[1], start_us, &args[3], &args[4], &tally).await,
+            "fair" => fair_worker(&args[1], start_us, args[3].parse().unwrap(), &tally).await,
             m => panic!("unknown worker mode {m}"),
         }
     });
@@ -353,4 +356,93 @@ fn an_outage_stays_within_its_documented_bound() {
     assert!(local as f64 <= bound, "Local: {local} > {bound:.1}");
     // The local fallback did decide: more than Closed let through.
     assert!(local > closed, "Local {local} ≤ Closed {closed}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Fair across processes: waiters of every process in arrival order.
+
+const FAIR_RATE: u32 = 20;
+const FAIR_RUN: Duration = Duration::from_secs(4);
+/// Waits that began before this are the start-up burst, not the steady state.
+const FAIR_WARM_UP: Duration = Duration::from_millis(1_500);
+const FAIR_WAITERS: [usize; 2] = [2, 18];
+
+async fn fair_worker(prefix: &str, start_us: u64, waiters: usize, tally: &Arc<Tally>) {
+    let bucket = RedisBucket::builder(Quota::per_second(FAIR_RATE).burst(1))
+        .url(redis_url())
+        .key_prefix(prefix)
+        .key("fair")
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("worker connects");
+    until_unix(start_us).await;
+    let start = tokio::time::Instant::now();
+    let deadline = start + FAIR_RUN;
+    let tasks: Vec<_> = (0..waiters)
+        .map(|_| {
+            let (bucket, tally) = (bucket.clone(), tally.clone());
+            tokio::spawn(async move {
+                let mut waits = Vec::new();
+                loop {
+                    let asked = tokio::time::Instant::now();
+                    match tokio::time::timeout_at(deadline, bucket.acquire(1)).await {
+                        Ok(Ok(())) => {
+                            tally.admit(1);
+                            if asked >= start + FAIR_WARM_UP {
+                                waits.push(asked.elapsed().as_micros() as u64);
+                            }
+                        }
+                        Ok(Err(_)) => {
+                            tally.errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => break waits,
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut waits = Vec::new();
+    for t in tasks {
+        waits.extend(t.await.unwrap());
+    }
+    print_values(&waits);
+}
+
+#[test]
+fn waiters_of_every_process_are_served_in_arrival_order() {
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { raw(&redis_url()).await });
+    let prefix = unique_prefix("fair");
+    let start_us = unix_us() + 1_000_000;
+    let children: Vec<_> = FAIR_WAITERS
+        .iter()
+        .map(|w| {
+            let spec = format!("fair {prefix} {start_us} {w}");
+            spawn("worker_process_entry_point", WORKER_ENV, &spec)
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut means = Vec::new();
+    for (child, waiters) in children.into_iter().zip(FAIR_WAITERS) {
+        let (r, waits) = report_and_values(child);
+        assert_eq!(r["errors"], 0, "{r:?}");
+        assert!(!waits.is_empty(), "no steady-state waits");
+        let mean = waits.iter().sum::<u64>() as f64 / waits.len() as f64 / 1e6;
+        println!(
+            "fair: {waiters} waiters: {} admissions measured, mean wait {mean:.3} s",
+            waits.len()
+        );
+        means.push(mean);
+        all.extend(waits);
+    }
+    all.sort_unstable();
+    let median = all[all.len() / 2] as f64 / 1e6;
+    let worst = *all.last().unwrap() as f64 / 1e6;
+    println!("fair: median wait {median:.3} s, worst {worst:.3} s");
+    // First come, first served: every waiter waits for all the others, whatever its process.
+    let (lo, hi) = (means[0].min(means[1]), means[0].max(means[1]));
+    assert!(hi <= 1.25 * lo, "unequal mean waits: {means:?}");
+    assert!(worst <= 2.0 * median, "worst {worst} > 2 × median {median}");
 }

@@ -21,6 +21,10 @@ const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(20);
 const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
 const RECONNECT_RETRIES: usize = 4;
 
+/// How far ahead, at least, a waiter of the token or leaky bucket books its admission
+/// instant in Redis (µs); at least the tolerance (the scripts' `H`).
+const RESERVE_HORIZON_US: u64 = 1_000_000;
+
 /// Consecutive failed calls after which decisions skip Redis for a probe interval. One
 /// transient error (a dropped packet, one slow reply) fails only its own call.
 pub(crate) const BREAKER_THRESHOLD: u32 = 3;
@@ -126,6 +130,8 @@ pub(crate) struct Backend {
     max_pause_us: u64,
     /// The largest time a valid reply can carry.
     reply_limit_us: u64,
+    /// How far ahead a waiter of the token or leaky bucket books its instant, µs.
+    reserve_us: u64,
     pub(crate) options: Options,
     /// Breaker: 0 = Redis healthy; else the instant (ns since `origin`, ≥ 1) until which
     /// decisions skip Redis after a failure.
@@ -194,6 +200,16 @@ impl Backend {
             }
         };
 
+        // A booked instant may lie the booking horizon ahead: replies and states reach that
+        // much further.
+        let reserve_us = RESERVE_HORIZON_US.max(tolerance_us);
+        let reply_limit_us = reply_limit_us
+            .checked_add(reserve_us)
+            .filter(|&span| span <= MAX_SPAN_US)
+            .ok_or(RedisError::config(
+                "quota burst × interval, or max_pause, too long for the redis backend",
+            ))?;
+
         let client = ::redis::Client::open(url)
             .map_err(|e| RedisError::with_source(RedisErrorKind::Config, "invalid redis url", e))?;
         let config = ConnectionManagerConfig::new()
@@ -218,6 +234,7 @@ impl Backend {
             max_cost: max_cost(quota, algorithm),
             max_pause_us,
             reply_limit_us,
+            reserve_us,
             down_until: AtomicU64::new(0),
             failed_in_a_row: AtomicU32::new(0),
             outages: AtomicU64::new(0),
@@ -285,14 +302,26 @@ impl Backend {
         Duration::from_micros(self.max_pause_us)
     }
 
-    /// Take `n` (1..=max_cost) tokens of the bucket at `key`, if they fit.
+    /// Take `n` (1..=max_cost) tokens of the bucket at `key`, if they fit now.
     pub(crate) async fn acquire(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.acquire, key, u64::from(n)).await
+        self.run(&self.scripts.acquire, key, u64::from(n), 0).await
+    }
+
+    /// Token and leaky bucket: take `n` tokens of the bucket at `key` for the earliest
+    /// instant they fit, if that is within the reservation horizon. An admitted reply's
+    /// `wait` is the time from the script's run to that instant.
+    pub(crate) async fn reserve(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
+        self.run(&self.scripts.acquire, key, u64::from(n), 1).await
+    }
+
+    /// How far ahead [`reserve`](Self::reserve) books an instant.
+    pub(crate) fn reserve_horizon(&self) -> Duration {
+        Duration::from_micros(self.reserve_us)
     }
 
     /// Give back `n` tokens of an unused admission of the bucket at `key`.
     pub(crate) async fn release(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.release, key, u64::from(n)).await
+        self.run(&self.scripts.release, key, u64::from(n), 0).await
     }
 
     /// Pause the bucket at `key` for `d` (capped at `max_pause`).
@@ -301,7 +330,7 @@ impl Backend {
         let us = u64::try_from(d.as_nanos().div_ceil(1000))
             .unwrap_or(u64::MAX)
             .min(self.max_pause_us);
-        self.run(&self.scripts.pause, key, us).await
+        self.run(&self.scripts.pause, key, us, 0).await
     }
 
     async fn run(
@@ -309,6 +338,7 @@ impl Backend {
         script: &::redis::Script,
         key: &str,
         arg: u64,
+        book: u64,
     ) -> Result<Timed, RedisError> {
         self.breaker_admit()?;
         bump(&self.counters.round_trips);
@@ -322,7 +352,8 @@ impl Backend {
             .arg(self.max_pause_us)
             .arg(self.tolerance_us)
             .arg(self.window_us)
-            .arg(self.limit);
+            .arg(self.limit)
+            .arg(book);
         let sent = Instant::now();
         let result =
             tokio::time::timeout(self.options.timeout, call.invoke_async::<Value>(&mut conn)).await;

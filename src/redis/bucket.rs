@@ -28,10 +28,12 @@ use crate::{Algorithm, Bucket, ExceedsBurst, Quota, Throttled};
 ///   token bucket, over any interval of length `t`, admitted tokens ≤ `burst + rate·t` (the
 ///   interval is rounded up to whole microseconds); for the sliding log, at most `count` in
 ///   every window of length `period`.
-/// - **Quiet waiting**: [`acquire`](RedisBucket::acquire) waiters of one process line up
-///   first come, first served; only the first sleeps until the instant the last reply gave
-///   and then asks Redis, so an admission costs one round trip in the common case. There is
-///   no queue across processes: heads of different processes race for each token.
+/// - **Fair, quiet waiting**: with the token and leaky bucket, an
+///   [`acquire`](RedisBucket::acquire) waiter books its admission instant in Redis (one
+///   round trip) and sleeps until it: Redis hands out instants in arrival order, so the
+///   waiters of every process are served first come, first served, and replicas with more
+///   waiters see the same waits as the others. With the windows, waiters of one process
+///   line up and only the first asks Redis; heads of different processes race.
 /// - **Failure policy**: every call is bounded by the timeout; when Redis fails, the
 ///   [`FailurePolicy`] answers (by default `Closed`: refuse), and Redis is used again as
 ///   soon as it answers.
@@ -240,10 +242,18 @@ impl RedisBucket {
 
     /// Wait until `n` tokens are available, then take them.
     ///
-    /// Waiters of this process are served first come, first served; only the first talks to
-    /// Redis, sleeping until the instant the last reply said its tokens fit. Dropping the
-    /// future gives its place back; dropped during its round trip, the tokens may have been
-    /// taken.
+    /// Token and leaky bucket: the waiter books the earliest instant its tokens fit in Redis
+    /// (if within the booking horizon, `max(1 s, burst × interval)`; else it sleeps until it
+    /// is and asks again), then sleeps until that instant: waiters of every process are served
+    /// in the order they reach Redis. Dropping the future while it sleeps gives its tokens
+    /// back (the next to ask gets them; waiters already booked keep their instants).
+    /// Instants booked before a [`pause`](Self::pause) of another process are kept: at most
+    /// the booking horizon's worth of tokens.
+    ///
+    /// Windows: waiters of this process are served first come, first served; only the first
+    /// talks to Redis, sleeping until the instant the last reply said its tokens fit.
+    ///
+    /// Dropped during its round trip, the tokens may have been taken.
     ///
     /// # Errors
     /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst
@@ -255,6 +265,9 @@ impl RedisBucket {
             return Ok(());
         }
         let cost = self.check(n)?;
+        if self.inner.backend.is_gcra() {
+            return self.acquire_reserving(n, cost).await;
+        }
         let inner = &*self.inner;
         let asked = Instant::now();
         let _turn = inner.lane.lock().await;
@@ -274,6 +287,46 @@ impl RedisBucket {
             match inner.backend.acquire(&inner.key, n).await {
                 Ok(t) => {
                     if self.learn(&t, n).admitted {
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    bump(&inner.backend.counters.fallbacks);
+                    return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
+                }
+            }
+        }
+    }
+
+    /// Token and leaky bucket: book the admission instant in Redis, then sleep until it.
+    ///
+    /// Redis hands out instants in the order requests reach it, whichever process sends
+    /// them, so waiters of every process are served first come, first served, as by the
+    /// in-process bucket. A waiter whose instant lies beyond the reservation horizon sleeps
+    /// until it is within it (as far as the last reply knows) and asks again. Dropped while
+    /// sleeping on a booked instant, it gives the tokens back.
+    async fn acquire_reserving(&self, n: u32, cost: u64) -> Result<(), RedisDecisionError> {
+        let inner = &*self.inner;
+        let horizon = inner.backend.reserve_horizon();
+        loop {
+            // Re-read after every sleep: a pause may have moved the instant later.
+            let at = self.likely_fits_at(n, cost);
+            if let Some(early) = at.checked_sub(horizon) {
+                if early > Instant::now() {
+                    tokio::time::sleep_until(early).await;
+                    continue;
+                }
+            }
+            match inner.backend.reserve(&inner.key, n).await {
+                Ok(t) => {
+                    let reply = self.learn(&t, n);
+                    if reply.admitted {
+                        if !reply.wait.is_zero() {
+                            // The script ran before the reply came: never early.
+                            let booked = Booked::new(self, n);
+                            tokio::time::sleep_until(t.received + reply.wait).await;
+                            booked.used();
+                        }
                         return Ok(());
                     }
                 }
@@ -338,6 +391,40 @@ impl RedisBucket {
                 Ok(())
             }
             Err(e) => pause_fallback(backend.policy(), e),
+        }
+    }
+}
+
+/// Tokens booked in Redis for a later instant: given back if the waiter goes away first.
+struct Booked<'a> {
+    bucket: Option<&'a RedisBucket>,
+    n: u32,
+}
+
+impl<'a> Booked<'a> {
+    fn new(bucket: &'a RedisBucket, n: u32) -> Self {
+        Booked {
+            bucket: Some(bucket),
+            n,
+        }
+    }
+
+    /// The instant came: the tokens are spent.
+    fn used(mut self) {
+        self.bucket = None;
+    }
+}
+
+impl Drop for Booked<'_> {
+    fn drop(&mut self) {
+        let Some(bucket) = self.bucket.take() else {
+            return;
+        };
+        let (bucket, n) = (bucket.clone(), self.n);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = bucket.release(n).await;
+            });
         }
     }
 }

@@ -72,7 +72,8 @@ macro_rules! shared_settings {
 
         /// The longest pause honoured; longer ones are cut to this. It also bounds how long
         /// a corrupt or far-future state (a clock stepped back after a failover) can hold a
-        /// key: at most `max_pause + burst × interval`. Default 1 hour.
+        /// key: at most `max_pause + burst × interval` plus the booking horizon
+        /// (`max(1 s, burst × interval)`). Default 1 hour.
         pub fn max_pause(mut self, max: Duration) -> Self {
             self.options.max_pause = max;
             self

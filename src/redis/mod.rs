@@ -43,8 +43,9 @@
 //!   key means a fresh limit, which is what it would be anyway.
 //! - **Nothing locks a key forever.** A stored state further ahead than any legitimate one
 //!   (a clock stepped back after a failover, a stray write) is clamped and the clamp is
-//!   written, so a key is held at most `max_pause + burst × interval` (token and leaky
-//!   bucket) or `max_pause + 2 × period` (windows); a key that lost its TTL gets it back on
+//!   written, so a key is held at most `max_pause + burst × interval` plus the booking
+//!   horizon, `max(1 s, burst × interval)` (token and leaky bucket), or
+//!   `max_pause + 2 × period` (windows); a key that lost its TTL gets it back on
 //!   the next decision.
 //! - **Keys**: `<prefix>:{<name>}` for a bucket; `<prefix>:v1:{<digest>}` for a key of a
 //!   keyed limit, the digest specified and versioned (see
@@ -59,9 +60,12 @@
 //!   through a match on the bucket's backend, so no path can take them for a Redis limit by
 //!   accident. The synchronous `try_acquire`, which cannot ask Redis, refuses
 //!   ([`Throttled::is_undecided`](crate::Throttled::is_undecided)).
-//! - **Waiting without hammering Redis.** Waiters of a process line up first come, first
-//!   served; only the first sleeps until the instant the last reply gave and then asks, so
-//!   an admission costs one round trip in the common case. `try_acquire` refuses at once,
+//! - **Fair waiting, without hammering Redis.** With the token and leaky bucket a waiter
+//!   books its admission instant in Redis — the bucket is charged at once, so later
+//!   requests of any process line up behind it — and sleeps until it: one round trip per
+//!   admission, first come, first served across processes (a dropped waiter gives its
+//!   tokens back). With the windows, waiters of a process line up and only the first asks
+//!   Redis. `try_acquire` refuses at once,
 //!   without a round trip, when an earlier reply already says the tokens cannot fit yet.
 //! - **Failures.** Each call is bounded by a timeout (default 50 ms). When Redis fails —
 //!   unreachable, slow, a reply that makes no sense, a key of another type — the

@@ -35,14 +35,25 @@ pub fn spawn(entry: &str, env_var: &str, spec: &str) -> Child {
 
 /// Wait for a worker and parse its `REPORT` line.
 pub fn report(child: Child) -> HashMap<String, u64> {
+    report_and_values(child).0
+}
+
+/// Wait for a worker; its `REPORT` fields and the numbers of its `VALUES` line.
+pub fn report_and_values(child: Child) -> (HashMap<String, u64>, Vec<u64>) {
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let values = stdout
+        .lines()
+        .find_map(|l| l.split_once("VALUES ").map(|(_, r)| r.to_owned()))
+        .map(|r| r.split(',').filter_map(|v| v.trim().parse().ok()).collect())
+        .unwrap_or_default();
     assert!(out.status.success(), "worker failed: {stdout}");
     let line = stdout
         .lines()
         .find_map(|l| l.split_once("REPORT ").map(|(_, r)| r.to_owned()))
         .unwrap_or_else(|| panic!("no report from a worker: {stdout}"));
-    line.split(' ')
+    let fields = line
+        .split(' ')
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| {
             let v = v
@@ -51,7 +62,14 @@ pub fn report(child: Child) -> HashMap<String, u64> {
                 .unwrap_or_else(|_| panic!("bad report {line}"));
             (k.to_owned(), v)
         })
-        .collect()
+        .collect();
+    (fields, values)
+}
+
+/// Print a list of numbers (in a worker), before its report.
+pub fn print_values(values: &[u64]) {
+    let line: Vec<String> = values.iter().map(u64::to_string).collect();
+    println!("VALUES {}", line.join(","));
 }
 
 /// Print a report line (in a worker).
