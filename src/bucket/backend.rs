@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use super::{AcquireError, Bucket, Permit, Remote, Reservation, Shared};
+use super::{Bucket, Permit, QueueFull, Remote, Reservation, Shared};
 
 /// Where a bucket's limit is decided. Every admission path matches on it.
 #[derive(Debug)]
@@ -49,7 +49,7 @@ impl Bucket {
 impl Local<'_> {
     /// Admit now, or queue: callers check the size first. `bounded`: honour a leaky
     /// bucket's queue limit.
-    pub(crate) fn reserve(self, n: u32, bounded: bool) -> Result<Reservation, AcquireError> {
+    pub(crate) fn reserve(self, n: u32, bounded: bool) -> Result<Reservation, QueueFull> {
         self.shared.reserve(n, bounded)
     }
 

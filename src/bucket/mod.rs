@@ -12,7 +12,7 @@
 //! assert!(bucket.try_acquire(1).is_ok());
 //! assert!(worker.try_acquire(1).is_ok());
 //! let throttled = bucket.try_acquire(1).unwrap_err();
-//! assert_eq!(throttled.wait(), Duration::from_millis(500));
+//! assert_eq!(throttled.wait(), Some(Duration::from_millis(500)));
 //!
 //! let start = tokio::time::Instant::now();
 //! worker.acquire(1).await.unwrap(); // waits for the next token
@@ -47,6 +47,9 @@ pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision};
 use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
 pub(crate) use self::window::{epoch_phase, Log, Window};
+#[allow(deprecated)]
+pub use crate::denied::AcquireError;
+pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
 use crate::Quota;
 
 /// A token bucket shared by every clone of this handle.
@@ -95,7 +98,7 @@ impl Bucket {
     ///     Algorithm::LeakyBucket { max_queue: 100 },
     /// );
     /// leaky.try_acquire(1).unwrap();
-    /// assert_eq!(leaky.try_acquire(1).unwrap_err().wait(), Duration::from_millis(100));
+    /// assert_eq!(leaky.try_acquire(1).unwrap_err().wait(), Some(Duration::from_millis(100)));
     /// # }
     /// ```
     pub fn with_algorithm(quota: Quota, algorithm: Algorithm) -> Self {
@@ -129,27 +132,27 @@ impl Bucket {
     /// [`acquire`](Bucket::acquire), this refuses.
     ///
     /// A bucket kept in a shared store (made from a Redis bucket) cannot be asked without
-    /// waiting for a reply: for it this refuses, every time, with a [`Throttled`] whose
-    /// [`is_undecided`](Throttled::is_undecided) is true. Ask it with
-    /// [`try_acquire_shared`](Bucket::try_acquire_shared), which works for both.
+    /// waiting for a reply: for it this refuses, every time, with [`Denied::Undecided`]. Ask
+    /// it with [`try_acquire_shared`](Bucket::try_acquire_shared), which works for both.
     ///
     /// # Errors
-    /// [`Throttled`], carrying the wait until `n` tokens fit. When `n` exceeds the burst it can
-    /// never fit: [`Throttled::exceeds_burst`] is true and the wait is [`Duration::MAX`].
+    /// [`Denied::Throttled`], carrying the wait until `n` tokens fit, or
+    /// [`Denied::ExceedsBurst`] when `n` exceeds the burst (it can never fit);
+    /// [`Denied::Undecided`] for a bucket kept in a shared store.
     #[inline]
-    pub fn try_acquire(&self, n: u32) -> Result<(), Throttled> {
+    pub fn try_acquire(&self, n: u32) -> Result<(), Denied> {
         match self.backend() {
             Backend::Local(local) => self.try_acquire_local(local, n),
-            Backend::Remote(_) => Err(Throttled::undecided()),
+            Backend::Remote(_) => Err(Denied::Undecided(Undecided)),
         }
     }
 
     #[inline]
-    pub(crate) fn try_acquire_local(&self, local: Local<'_>, n: u32) -> Result<(), Throttled> {
+    pub(crate) fn try_acquire_local(&self, local: Local<'_>, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
-        self.shared.check(n).map_err(|_| Throttled::never())?;
+        self.shared.check(n)?;
         match local.try_admit(n) {
             Ok(_) => {
                 self.shared.observe_admitted(n, 0);
@@ -161,7 +164,7 @@ impl Bucket {
                     o.refused(n, wait, false);
                     o.tokens(self.snapshot().available);
                 }
-                Err(Throttled::after(wait))
+                Err(Throttled::after(wait).into())
             }
         }
     }
@@ -171,16 +174,17 @@ impl Bucket {
     /// without waiting), the shared store for one made from a Redis bucket (one round trip).
     ///
     /// # Errors
-    /// As [`try_acquire`](Bucket::try_acquire). When the shared store fails and its failure
-    /// policy refuses, the wait is one second.
-    pub async fn try_acquire_shared(&self, n: u32) -> Result<(), Throttled> {
+    /// [`Denied::Throttled`] or [`Denied::ExceedsBurst`], as
+    /// [`try_acquire`](Bucket::try_acquire); [`Denied::Backend`] when the shared store fails
+    /// and its failure policy refuses.
+    pub async fn try_acquire_shared(&self, n: u32) -> Result<(), Denied> {
         match self.backend() {
             Backend::Local(local) => self.try_acquire_local(local, n),
             Backend::Remote(remote) => {
                 if n == 0 {
                     return Ok(());
                 }
-                self.shared.check(n).map_err(|_| Throttled::never())?;
+                self.shared.check(n)?;
                 remote.try_acquire(n, Duration::ZERO).await
             }
         }
@@ -200,8 +204,8 @@ impl Bucket {
     /// gives its place back.
     ///
     /// # Errors
-    /// [`AcquireError::ExceedsBurst`], at once, when `n` is larger than the burst (it could
-    /// never fit), and [`AcquireError::QueueFull`] when a leaky bucket's queue is full.
+    /// [`Denied::ExceedsBurst`], at once, when `n` is larger than the burst (it could never
+    /// fit), and [`Denied::QueueFull`] when a leaky bucket's queue is full.
     pub fn acquire(&self, n: u32) -> Acquire<'_> {
         Acquire::new(self, n)
     }
@@ -227,7 +231,7 @@ impl Bucket {
     /// those available right before (and at most the new burst); from then on the bucket
     /// refills at the new rate. Queued waiters keep their order and are rescheduled at the
     /// new rate; a waiter asking for more than the new burst fails with
-    /// [`AcquireError::ExceedsBurst`].
+    /// [`Denied::ExceedsBurst`].
     ///
     /// A lock-free decision made at the very instant of the change is taken under either the
     /// old or the new quota (for a token bucket, possibly the new interval against the old
@@ -272,146 +276,6 @@ impl fmt::Debug for Bucket {
             .finish_non_exhaustive()
     }
 }
-
-/// A request that does not fit now: how long until it does.
-///
-/// Returned by [`Bucket::try_acquire`]. Its [`Display`](fmt::Display) is lowercase
-/// (`request throttled`), as tower's errors are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Throttled {
-    wait: Duration,
-    undecided: bool,
-}
-
-impl Throttled {
-    pub(crate) fn after(wait: Duration) -> Self {
-        Throttled {
-            wait,
-            undecided: false,
-        }
-    }
-
-    pub(crate) fn never() -> Self {
-        Self::after(Duration::MAX)
-    }
-
-    /// The answer of a synchronous decision on a limit kept in a shared store.
-    pub(crate) fn undecided() -> Self {
-        Throttled {
-            wait: Duration::ZERO,
-            undecided: true,
-        }
-    }
-
-    /// Whether nothing was decided: the limit is kept in a shared store, which
-    /// [`Bucket::try_acquire`] cannot ask without waiting. The wait is then zero; ask with
-    /// [`Bucket::try_acquire_shared`].
-    pub fn is_undecided(&self) -> bool {
-        self.undecided
-    }
-
-    /// How long until the request fits. [`Duration::MAX`] when it never can.
-    pub fn wait(&self) -> Duration {
-        self.wait
-    }
-
-    /// The wait in whole seconds, rounded **up** and at least 1: the value for a
-    /// `Retry-After` header (a 0 would invite an immediate retry).
-    pub fn retry_after_secs(&self) -> u64 {
-        let secs = self.wait.as_secs() + u64::from(self.wait.subsec_nanos() > 0);
-        secs.max(1)
-    }
-
-    /// Whether the request asked for more tokens than the burst: it can never fit.
-    pub fn exceeds_burst(&self) -> bool {
-        self.wait == Duration::MAX
-    }
-}
-
-impl fmt::Display for Throttled {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.undecided {
-            f.pad("request not decided: the limit is kept in a shared store")
-        } else if self.exceeds_burst() {
-            f.pad("request throttled: cost exceeds the burst capacity")
-        } else {
-            write!(f, "request throttled: retry in {:?}", self.wait)
-        }
-    }
-}
-
-impl std::error::Error for Throttled {}
-
-/// A request for more tokens than the bucket can ever hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExceedsBurst {
-    pub(crate) requested: u32,
-    pub(crate) burst: u32,
-}
-
-impl ExceedsBurst {
-    /// The tokens asked for.
-    pub fn requested(&self) -> u32 {
-        self.requested
-    }
-
-    /// The bucket's burst capacity.
-    pub fn burst(&self) -> u32 {
-        self.burst
-    }
-}
-
-impl fmt::Display for ExceedsBurst {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "cannot acquire {} tokens from a bucket of burst {}",
-            self.requested, self.burst
-        )
-    }
-}
-
-impl std::error::Error for ExceedsBurst {}
-
-/// Why [`Bucket::acquire`] failed at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AcquireError {
-    /// More tokens than the bucket can ever hold.
-    ExceedsBurst(ExceedsBurst),
-    /// A leaky bucket's queue of waiters is full.
-    QueueFull {
-        /// The queue's capacity.
-        max_queue: usize,
-    },
-    /// The shared store the limit is kept in (Redis) failed — unreachable, or slower than
-    /// its timeout — and its failure policy refuses
-    /// ([`FailurePolicy::Closed`](crate::redis::FailurePolicy::Closed)). Given within the
-    /// store's timeout; the next request asks the store again.
-    Unavailable,
-}
-
-impl From<ExceedsBurst> for AcquireError {
-    fn from(e: ExceedsBurst) -> Self {
-        AcquireError::ExceedsBurst(e)
-    }
-}
-
-impl fmt::Display for AcquireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AcquireError::ExceedsBurst(e) => e.fmt(f),
-            AcquireError::QueueFull { max_queue } => {
-                write!(f, "request throttled: {max_queue} requests already waiting")
-            }
-            AcquireError::Unavailable => {
-                f.pad("request refused: the store of the shared limit is unavailable")
-            }
-        }
-    }
-}
-
-impl std::error::Error for AcquireError {}
 
 /// A read-only view of a [`Bucket`], from [`Bucket::snapshot`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::bucket::{RemoteAcquire, Waiter};
-use crate::{AcquireError, BoxError};
+use crate::{BoxError, Denied};
 
 /// The rest of a request's cost, being taken where the limit is kept.
 pub(crate) enum Rest {
@@ -97,7 +97,7 @@ where
                     let taken = match rest {
                         Rest::Local(waiter) => std::task::ready!(waiter.poll(sleep.as_mut(), cx))
                             .map(drop)
-                            .map_err(AcquireError::from),
+                            .map_err(Denied::from),
                         Rest::Remote(fut) => std::task::ready!(fut.as_mut().poll(cx)),
                     };
                     if let Err(e) = taken {

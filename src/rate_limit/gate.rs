@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
-use crate::bucket::{AcquireError, Backend, Bucket, Permit, RemoteAcquire, Reservation, Waiter};
+use crate::bucket::{Backend, Bucket, Denied, Permit, RemoteAcquire, Reservation, Waiter};
 
 /// What one service instance holds between `poll_ready` and `call`.
 ///
@@ -26,7 +26,7 @@ enum State {
     Remote(RemoteAcquire),
     Ready(Permit),
     /// The shared store refused to decide (its failure policy): the next call fails.
-    Refused(AcquireError),
+    Refused(Denied),
 }
 
 impl Gate {
@@ -99,7 +99,7 @@ impl Gate {
     /// # Panics
     /// When nothing is reserved: `poll_ready` was not called, or did not return ready.
     #[inline]
-    pub(crate) fn take(&mut self) -> Result<Permit, AcquireError> {
+    pub(crate) fn take(&mut self) -> Result<Permit, Denied> {
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Ready(p) => Ok(p),
             State::Refused(e) => Err(e),

@@ -9,11 +9,11 @@ use tokio::time::Instant;
 
 use super::backend::{bump, Backend, Options, RedisStats};
 use super::builder::RedisBucketBuilder;
-use super::error::{RedisDecisionError, RedisError};
+use super::error::RedisError;
 use super::failure::{acquire_fallback, pause_fallback, try_acquire_fallback, FailurePolicy};
 use super::lane::Hint;
 use super::script::Reply;
-use crate::{Algorithm, Bucket, ExceedsBurst, Quota, Throttled};
+use crate::{Algorithm, Bucket, Denied, ExceedsBurst, Quota, Throttled};
 
 /// A rate limit kept in Redis: one limit shared by every process, task and clone that uses
 /// the same Redis, key prefix and key.
@@ -209,12 +209,12 @@ impl RedisBucket {
     /// queues (and does not see this process's waiters in [`acquire`](Self::acquire)).
     ///
     /// # Errors
-    /// - [`RedisDecisionError::Throttled`] with the wait until `n` tokens fit;
-    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst
+    /// - [`Denied::Throttled`] with the wait until `n` tokens fit;
+    /// - [`Denied::ExceedsBurst`] at once when `n` is larger than the burst
     ///   (token and leaky bucket) or the quota's count (windows);
     /// - when Redis fails, whatever the [`FailurePolicy`] says: nothing (`Open`),
-    ///   [`RedisDecisionError::Backend`] (`Closed`), the local bucket's answer (`Local`).
-    pub async fn try_acquire(&self, n: u32) -> Result<(), RedisDecisionError> {
+    ///   [`Denied::Backend`] (`Closed`), the local bucket's answer (`Local`).
+    pub async fn try_acquire(&self, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
@@ -256,11 +256,11 @@ impl RedisBucket {
     /// Dropped during its round trip, the tokens may have been taken.
     ///
     /// # Errors
-    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst
+    /// - [`Denied::ExceedsBurst`] at once when `n` is larger than the burst
     ///   (token and leaky bucket) or the quota's count (windows);
     /// - when Redis fails, whatever the [`FailurePolicy`] says: admit (`Open`),
-    ///   [`RedisDecisionError::Backend`] (`Closed`), wait on the local bucket (`Local`).
-    pub async fn acquire(&self, n: u32) -> Result<(), RedisDecisionError> {
+    ///   [`Denied::Backend`] (`Closed`), wait on the local bucket (`Local`).
+    pub async fn acquire(&self, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
@@ -305,7 +305,7 @@ impl RedisBucket {
     /// in-process bucket. A waiter whose instant lies beyond the reservation horizon sleeps
     /// until it is within it (as far as the last reply knows) and asks again. Dropped while
     /// sleeping on a booked instant, it gives the tokens back.
-    async fn acquire_reserving(&self, n: u32, cost: u64) -> Result<(), RedisDecisionError> {
+    async fn acquire_reserving(&self, n: u32, cost: u64) -> Result<(), Denied> {
         let inner = &*self.inner;
         let horizon = inner.backend.reserve_horizon();
         loop {
@@ -340,7 +340,7 @@ impl RedisBucket {
 
     /// Give back `n` tokens of an admission that was not used. Exact while the bucket has
     /// not refilled past it (as [`RedisKeyed::release`](super::RedisKeyed::release)).
-    pub(crate) async fn release(&self, n: u32) -> Result<(), RedisDecisionError> {
+    pub(crate) async fn release(&self, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
@@ -351,7 +351,7 @@ impl RedisBucket {
             .release(&inner.key, n)
             .await
             .map(drop)
-            .map_err(RedisDecisionError::Backend)
+            .map_err(Denied::from)
     }
 
     /// Hold every admission, in every process, for `cooldown`: a server's `Retry-After`.
@@ -366,9 +366,9 @@ impl RedisBucket {
     /// own decisions at once, whatever Redis does.
     ///
     /// # Errors
-    /// [`RedisDecisionError::Backend`] when Redis fails and the policy is
+    /// [`Denied::Backend`] when Redis fails and the policy is
     /// [`FailurePolicy::Closed`].
-    pub async fn pause(&self, cooldown: Duration) -> Result<(), RedisDecisionError> {
+    pub async fn pause(&self, cooldown: Duration) -> Result<(), Denied> {
         let inner = &*self.inner;
         let backend = &inner.backend;
         let cooldown = cooldown.min(backend.max_pause());

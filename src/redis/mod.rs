@@ -59,7 +59,7 @@
 //!   every path that admits, waits or rejects; the in-process decisions are reachable only
 //!   through a match on the bucket's backend, so no path can take them for a Redis limit by
 //!   accident. The synchronous `try_acquire`, which cannot ask Redis, refuses
-//!   ([`Throttled::is_undecided`](crate::Throttled::is_undecided)).
+//!   ([`Denied::Undecided`](crate::Denied::Undecided)).
 //! - **Fair waiting, without hammering Redis.** With the token and leaky bucket a waiter
 //!   books its admission instant in Redis — the bucket is charged at once, so later
 //!   requests of any process line up behind it — and sleeps until it: one round trip per
@@ -70,7 +70,7 @@
 //! - **Failures.** Each call is bounded by a timeout (default 50 ms). When Redis fails —
 //!   unreachable, slow, a reply that makes no sense, a key of another type — the
 //!   [`FailurePolicy`] decides: reject (`Closed`, the default: a waiting caller gets
-//!   [`AcquireError::Unavailable`](crate::AcquireError::Unavailable) within the timeout),
+//!   [`Denied::Backend`](crate::Denied::Backend) within the timeout),
 //!   decide with an in-memory [`Bucket`](crate::Bucket) at a fraction of the quota, or admit.
 //!   After 3 failures in a row, decisions skip Redis for a short while (one probe at a time),
 //!   then use it again as soon as it answers: the connection reconnects by itself. What an
@@ -138,6 +138,8 @@ mod script;
 pub use self::backend::RedisStats;
 pub use self::bucket::RedisBucket;
 pub use self::builder::{RedisBucketBuilder, RedisKeyedBuilder};
-pub use self::error::{RedisDecisionError, RedisError, RedisErrorKind};
+#[allow(deprecated)]
+pub use self::error::RedisDecisionError;
+pub use self::error::{RedisError, RedisErrorKind};
 pub use self::failure::FailurePolicy;
 pub use self::keyed::RedisKeyed;

@@ -5,57 +5,32 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{RedisBucket, RedisDecisionError, RedisKeyed};
+use super::{RedisBucket, RedisKeyed};
 use crate::bucket::{Remote, RemoteAcquire, RemoteDecision};
 use crate::keyed::{KeyId, RemoteKeyed, RemoteKeys, StableKey};
-use crate::{AcquireError, Bucket, KeyedBucket, Throttled};
+use crate::{Bucket, Denied, KeyedBucket};
 use tokio::time::Instant;
-
-/// The wait announced when the failure policy refuses a decision.
-const RETRY_REFUSED: Duration = Duration::from_secs(1);
-
-/// A remote decision as the layers see it: a refusal, or admission.
-fn decision(result: Result<(), RedisDecisionError>) -> Result<(), Throttled> {
-    match result {
-        Ok(()) => Ok(()),
-        Err(RedisDecisionError::Throttled(t)) => Err(t),
-        Err(RedisDecisionError::ExceedsBurst(_)) => Err(Throttled::never()),
-        // The failure policy refuses (Redis down, policy `Closed`): come back later.
-        Err(RedisDecisionError::Backend(_)) => Err(Throttled::after(RETRY_REFUSED)),
-    }
-}
-
-/// An admission as the waiting paths see it: the failure policy's refusal is a typed error,
-/// at once (each call to Redis is bounded by the timeout), never a retry loop.
-fn admission(result: Result<(), RedisDecisionError>) -> Result<(), AcquireError> {
-    match result {
-        Ok(()) => Ok(()),
-        Err(RedisDecisionError::ExceedsBurst(e)) => Err(e.into()),
-        // `acquire` never answers `Throttled`; `Backend` is the policy refusing.
-        Err(_) => Err(AcquireError::Unavailable),
-    }
-}
 
 /// Try now; if the refusal's wait is within `max_wait`, wait for the admission until then.
 async fn within<T, W>(
     try_now: T,
     max_wait: Duration,
     wait: impl FnOnce() -> W,
-) -> Result<(), Throttled>
+) -> Result<(), Denied>
 where
-    T: std::future::Future<Output = Result<(), RedisDecisionError>>,
-    W: std::future::Future<Output = Result<(), RedisDecisionError>>,
+    T: std::future::Future<Output = Result<(), Denied>>,
+    W: std::future::Future<Output = Result<(), Denied>>,
 {
     match try_now.await {
-        Err(RedisDecisionError::Throttled(t)) if !max_wait.is_zero() && t.wait() <= max_wait => {
+        Err(Denied::Throttled(t)) if !max_wait.is_zero() && t.wait() <= max_wait => {
             let deadline = Instant::now() + max_wait;
             match tokio::time::timeout_at(deadline, wait()).await {
-                Ok(result) => decision(result),
+                Ok(result) => result,
                 // A pause intervened: the turn did not come within `max_wait`.
-                Err(_) => Err(Throttled::after(t.wait())),
+                Err(_) => Err(t.into()),
             }
         }
-        other => decision(other),
+        other => other,
     }
 }
 
@@ -63,7 +38,7 @@ where
 /// outside a runtime there is nowhere to run it, and it is skipped.
 fn detach<F>(write: F)
 where
-    F: std::future::Future<Output = Result<(), RedisDecisionError>> + Send + 'static,
+    F: std::future::Future<Output = Result<(), Denied>> + Send + 'static,
 {
     if let Ok(rt) = tokio::runtime::Handle::try_current() {
         rt.spawn(async move {
@@ -75,7 +50,9 @@ where
 impl Remote for RedisBucket {
     fn acquire(&self, n: u32) -> RemoteAcquire {
         let this = self.clone();
-        Box::pin(async move { admission(this.acquire(n).await) })
+        // The failure policy's refusal is an error at once (each call to Redis is bounded by
+        // the timeout), never a retry loop.
+        Box::pin(async move { this.acquire(n).await })
     }
 
     fn try_acquire(&self, n: u32, max_wait: Duration) -> RemoteDecision {
@@ -108,11 +85,11 @@ impl From<RedisBucket> for Bucket {
     /// layer (with `max_wait`, alone or as the global ceiling of a keyed layer),
     /// [`Bucket::acquire`] and [`Bucket::try_acquire_shared`]. The synchronous
     /// [`Bucket::try_acquire`] cannot ask Redis: it refuses,
-    /// [`undecided`](Throttled::is_undecided); [`Bucket::snapshot`] is this process's view
+    /// [`Denied::Undecided`]; [`Bucket::snapshot`] is this process's view
     /// only ([`Snapshot::local_view`](crate::Snapshot::local_view)).
     ///
     /// When Redis fails and the failure policy refuses, a waiting caller gets
-    /// [`AcquireError::Unavailable`] within the timeout (the waiting layer fails that call
+    /// [`Denied::Backend`] within the timeout (the waiting layer fails that call
     /// with it), and the rejecting layer answers 429 with `Retry-After: 1`.
     fn from(redis: RedisBucket) -> Self {
         let quota = redis.quota();
@@ -145,7 +122,7 @@ impl<K: StableKey + Hash + Eq + Clone> From<RedisKeyed> for KeyedBucket<K> {
     /// them. With a global ceiling, a request the ceiling refuses gives its key's token back.
     ///
     /// The synchronous [`KeyedBucket::try_acquire`] cannot ask Redis: it refuses,
-    /// [`undecided`](Throttled::is_undecided); [`KeyedBucket::snapshot`] is this process's
+    /// [`Denied::Undecided`]; [`KeyedBucket::snapshot`] is this process's
     /// view only ([`Snapshot::local_view`](crate::Snapshot::local_view)).
     fn from(redis: RedisKeyed) -> Self {
         KeyedBucket::builder(redis.quota())
