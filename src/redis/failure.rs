@@ -46,7 +46,9 @@ use crate::{Algorithm, Bucket, Denied, Quota};
 ///   policy; after 3 failures in a row, decisions skip Redis for `probe_interval` (answered
 ///   by the policy at once), then one call probes it. One transient error therefore fails
 ///   one call, not a probe interval.
-/// - **During.** `Closed` admits nothing. `Local { fraction }` decides on an in-memory
+/// - **During.** Admissions booked in Redis before the outage (waiters of the token and leaky
+///   bucket book up to `max(1 s, burst × interval)` ahead) still go at their instants. Beyond
+///   those, `Closed` admits nothing. `Local { fraction }` decides on an in-memory
 ///   bucket of the process at `fraction` of the quota, **emptied when the run of failures
 ///   begins** (it does not hand out a fresh burst); so N processes with `fraction = 1/N`
 ///   admit at most `rate·d + N` tokens in `d` of local decisions. `Open` admits everything.
