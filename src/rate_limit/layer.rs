@@ -16,7 +16,7 @@ use crate::Bucket;
 /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn main() -> Result<(), tower_throttle::BoxError> {
 /// let bucket = Bucket::new(Quota::per_second(10));
 /// let svc = ServiceBuilder::new()
 ///     .layer(RateLimitLayer::new(bucket.clone()))

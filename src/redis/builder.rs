@@ -96,7 +96,7 @@ macro_rules! shared_settings {
 /// use tower_throttle::redis::{FailurePolicy, RedisBucket};
 /// use tower_throttle::Quota;
 ///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn run() -> Result<(), tower_throttle::BoxError> {
 /// let bucket = RedisBucket::builder(Quota::per_second(100).burst(10))
 ///     .url("redis://127.0.0.1:6379")
 ///     .key_prefix("billing")
@@ -160,7 +160,7 @@ impl RedisBucketBuilder {
 /// use tower_throttle::redis::{FailurePolicy, RedisKeyed};
 /// use tower_throttle::Quota;
 ///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn run() -> Result<(), tower_throttle::BoxError> {
 /// let per_user = RedisKeyed::builder(Quota::per_second(10).burst(20))
 ///     .url("redis://127.0.0.1:6379")
 ///     .key_prefix("api-per-user")

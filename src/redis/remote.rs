@@ -90,7 +90,7 @@ impl From<RedisBucket> for Bucket {
     ///
     /// When Redis fails and the failure policy refuses, a waiting caller gets
     /// [`Denied::Backend`] within the timeout (the waiting layer fails that call
-    /// with it), and the rejecting layer answers 429 with `Retry-After: 1`.
+    /// with it), and the rejecting layer refuses the request.
     fn from(redis: RedisBucket) -> Self {
         let quota = redis.quota();
         Bucket::builder(quota)

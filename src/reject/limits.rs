@@ -82,7 +82,7 @@ impl<K, E> Limits<K, E> {
     }
 
     /// How the bucket is named and reported.
-    pub(crate) fn bucket_role(&self) -> (RejectedBy, &'static str) {
+    fn bucket_role(&self) -> (RejectedBy, &'static str) {
         if self.keyed.is_some() {
             (RejectedBy::Global, GLOBAL)
         } else {
