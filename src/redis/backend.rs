@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::error::{RedisError, RedisErrorKind};
 use super::failure::FailurePolicy;
-use super::script::{parse_reply, Reply, Scripts};
+use super::script::{parse_grant, Reply, Scripts};
 use crate::{Algorithm, Quota};
 
 /// Every value the scripts handle stays below 2^53 µs (exact in a Lua double): the Redis
@@ -41,6 +41,8 @@ pub(crate) struct Options {
     pub(crate) max_pause: Duration,
     pub(crate) lazy: bool,
     pub(crate) algorithm: Algorithm,
+    /// Leases (bucket only): the most tokens one lease takes, and how long it lasts.
+    pub(crate) lease: Option<(u32, Duration)>,
 }
 
 impl Default for Options {
@@ -55,6 +57,7 @@ impl Default for Options {
             max_pause: Duration::from_secs(3600),
             lazy: false,
             algorithm: Algorithm::TokenBucket,
+            lease: None,
         }
     }
 }
@@ -71,6 +74,7 @@ impl std::fmt::Debug for Options {
             .field("max_pause", &self.max_pause)
             .field("lazy", &self.lazy)
             .field("algorithm", &self.algorithm)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }
@@ -89,6 +93,11 @@ pub struct RedisStats {
     pub fallbacks: u64,
     /// `try_acquire` calls refused from what an earlier reply said, without a round trip.
     pub local_refusals: u64,
+    /// Leases taken from Redis (with [`lease`](super::RedisBucketBuilder::lease)); each is one
+    /// of the round trips.
+    pub leases: u64,
+    /// Tokens admitted from leases, without a round trip of their own.
+    pub leased_admissions: u64,
 }
 
 #[derive(Debug, Default)]
@@ -97,6 +106,8 @@ pub(crate) struct Counters {
     failures: AtomicU64,
     pub(crate) fallbacks: AtomicU64,
     pub(crate) local_refusals: AtomicU64,
+    pub(crate) leases: AtomicU64,
+    pub(crate) leased_admissions: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -107,6 +118,8 @@ pub(crate) fn bump(c: &AtomicU64) {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timed {
     pub(crate) reply: Reply,
+    /// Tokens granted: 0 or 1, or for a lease up to its size.
+    pub(crate) granted: u32,
     pub(crate) sent: Instant,
     pub(crate) received: Instant,
 }
@@ -223,7 +236,7 @@ impl Backend {
         })?;
         let backend = Backend {
             conn,
-            scripts: Scripts::new(algorithm),
+            scripts: Scripts::new(algorithm, options.lease.is_some()),
             quota,
             algorithm,
             interval_us,
@@ -248,6 +261,9 @@ impl Backend {
                 let mut conn = backend.conn.clone();
                 backend.scripts.acquire.load_async(&mut conn).await?;
                 backend.scripts.pause.load_async(&mut conn).await?;
+                if let Some(lease) = &backend.scripts.lease {
+                    lease.load_async(&mut conn).await?;
+                }
                 Ok::<_, ::redis::RedisError>(())
             };
             match tokio::time::timeout(backend.options.connect_timeout, load).await {
@@ -275,6 +291,8 @@ impl Backend {
             failures: c.failures.load(Ordering::Relaxed),
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
             local_refusals: c.local_refusals.load(Ordering::Relaxed),
+            leases: c.leases.load(Ordering::Relaxed),
+            leased_admissions: c.leased_admissions.load(Ordering::Relaxed),
         }
     }
 
@@ -304,14 +322,34 @@ impl Backend {
 
     /// Take `n` (1..=max_cost) tokens of the bucket at `key`, if they fit now.
     pub(crate) async fn acquire(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.acquire, key, u64::from(n), 0).await
+        self.run(&self.scripts.acquire, key, u64::from(n), 0, None)
+            .await
+    }
+
+    /// Token bucket with leases: give back `back` unused tokens of an expired lease, then
+    /// take up to `want` tokens that fit now, if at least `need` do (`1 ≤ need ≤ want ≤
+    /// burst`, `back ≤ burst`). The reply's `granted` is 0 or `need..=want`.
+    pub(crate) async fn lease(
+        &self,
+        key: &str,
+        want: u32,
+        need: u32,
+        back: u32,
+    ) -> Result<Timed, RedisError> {
+        let Some(script) = &self.scripts.lease else {
+            return Err(RedisError::config("leases need the token bucket"));
+        };
+        bump(&self.counters.leases);
+        self.run(script, key, u64::from(want), 0, Some((need, back)))
+            .await
     }
 
     /// Token and leaky bucket: take `n` tokens of the bucket at `key` for the earliest
     /// instant they fit, if that is within the reservation horizon. An admitted reply's
     /// `wait` is the time from the script's run to that instant.
     pub(crate) async fn reserve(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.acquire, key, u64::from(n), 1).await
+        self.run(&self.scripts.acquire, key, u64::from(n), 1, None)
+            .await
     }
 
     /// How far ahead [`reserve`](Self::reserve) books an instant.
@@ -321,7 +359,8 @@ impl Backend {
 
     /// Give back `n` tokens of an unused admission of the bucket at `key`.
     pub(crate) async fn release(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.release, key, u64::from(n), 0).await
+        self.run(&self.scripts.release, key, u64::from(n), 0, None)
+            .await
     }
 
     /// Pause the bucket at `key` for `d` (capped at `max_pause`).
@@ -330,7 +369,7 @@ impl Backend {
         let us = u64::try_from(d.as_nanos().div_ceil(1000))
             .unwrap_or(u64::MAX)
             .min(self.max_pause_us);
-        self.run(&self.scripts.pause, key, us, 0).await
+        self.run(&self.scripts.pause, key, us, 0, None).await
     }
 
     async fn run(
@@ -339,6 +378,7 @@ impl Backend {
         key: &str,
         arg: u64,
         book: u64,
+        lease: Option<(u32, u32)>,
     ) -> Result<Timed, RedisError> {
         self.breaker_admit()?;
         bump(&self.counters.round_trips);
@@ -354,20 +394,26 @@ impl Backend {
             .arg(self.window_us)
             .arg(self.limit)
             .arg(book);
+        let mut max_grant = 1;
+        if let Some((need, back)) = lease {
+            call.arg(need).arg(back);
+            max_grant = u32::try_from(arg).unwrap_or(u32::MAX);
+        }
         let sent = Instant::now();
         let result =
             tokio::time::timeout(self.options.timeout, call.invoke_async::<Value>(&mut conn)).await;
         let received = Instant::now();
         let result = match result {
-            Ok(Ok(value)) => parse_reply(&value, self.reply_limit_us),
+            Ok(Ok(value)) => parse_grant(&value, self.reply_limit_us, max_grant),
             Ok(Err(e)) => Err(RedisError::from_client(e)),
             Err(_) => Err(RedisError::new(RedisErrorKind::Timeout, "redis timed out")),
         };
         match result {
-            Ok(reply) => {
+            Ok((reply, granted)) => {
                 self.breaker_success();
                 Ok(Timed {
                     reply,
+                    granted,
                     sent,
                     received,
                 })

@@ -12,6 +12,7 @@ use super::builder::RedisBucketBuilder;
 use super::error::RedisError;
 use super::failure::{acquire_fallback, pause_fallback, try_acquire_fallback, FailurePolicy};
 use super::lane::Hint;
+use super::lease::Lease;
 use super::script::Reply;
 use crate::{Algorithm, Bucket, Denied, ExceedsBurst, Quota, Throttled};
 
@@ -63,8 +64,10 @@ pub struct RedisBucket {
 }
 
 struct Inner {
-    backend: Backend,
+    backend: Arc<Backend>,
     key: String,
+    /// With [`RedisBucketBuilder::lease`]: the tokens this process holds.
+    lease: Option<Lease>,
     hint: Hint,
     lane: tokio::sync::Mutex<()>,
     local: Option<Bucket>,
@@ -97,11 +100,13 @@ impl RedisBucket {
             .policy
             .local_quota(quota)?
             .map(|q| Bucket::with_algorithm(q, algorithm));
-        let backend = Backend::connect(options, quota).await?;
+        let lease = options.lease.map(|(max, period)| Lease::new(max, period));
+        let backend = Arc::new(Backend::connect(options, quota).await?);
         Ok(RedisBucket {
             inner: Arc::new(Inner {
                 backend,
                 key,
+                lease,
                 hint: Hint::new(),
                 lane: tokio::sync::Mutex::new(()),
                 local,
@@ -135,6 +140,13 @@ impl RedisBucket {
     /// Counters since this handle was built (shared by its clones).
     pub fn stats(&self) -> RedisStats {
         self.inner.backend.stats()
+    }
+
+    /// Tokens this process holds in its lease now (0 without
+    /// [`lease`](RedisBucketBuilder::lease)): admitted locally until the lease ends, then
+    /// given back.
+    pub fn leased_tokens(&self) -> u32 {
+        self.inner.lease.as_ref().map_or(0, Lease::tokens)
     }
 
     /// Whether `self` and `other` are clones of one handle.
@@ -220,6 +232,16 @@ impl RedisBucket {
         }
         let cost = self.check(n)?;
         let inner = &*self.inner;
+        if let Some(lease) = &inner.lease {
+            return match self.from_lease(lease, n, cost).await {
+                Ok(None) => Ok(()),
+                Ok(Some(wait)) => Err(Throttled::after(wait).into()),
+                Err(e) => {
+                    bump(&inner.backend.counters.fallbacks);
+                    try_acquire_fallback(inner.backend.policy(), self.fallback(), n, e)
+                }
+            };
+        }
         if let Some(wait) = self.refused_locally(n, cost) {
             bump(&inner.backend.counters.local_refusals);
             return Err(Throttled::after(wait).into());
@@ -265,6 +287,18 @@ impl RedisBucket {
             return Ok(());
         }
         let cost = self.check(n)?;
+        if let Some(lease) = &self.inner.lease {
+            match self.from_lease(lease, n, cost).await {
+                Ok(None) => return Ok(()),
+                // Refused: book an instant, as without leases (first come, first served).
+                Ok(Some(_)) => {}
+                Err(e) => {
+                    let backend = &self.inner.backend;
+                    bump(&backend.counters.fallbacks);
+                    return acquire_fallback(backend.policy(), self.fallback(), n, e).await;
+                }
+            }
+        }
         if self.inner.backend.is_gcra() {
             return self.acquire_reserving(n, cost).await;
         }
@@ -296,6 +330,63 @@ impl RedisBucket {
                 }
             }
         }
+    }
+
+    /// With a lease: admit `n` tokens (`cost` ns) from it, or take a new lease (one task at
+    /// a time). `Ok(None)`: admitted; `Ok(Some(wait))`: refused, the tokens fit in about
+    /// `wait`.
+    async fn from_lease(
+        &self,
+        lease: &Lease,
+        n: u32,
+        cost: u64,
+    ) -> Result<Option<Duration>, RedisError> {
+        let inner = &*self.inner;
+        let counters = &inner.backend.counters;
+        if lease.take(n, Instant::now()) {
+            bump(&counters.leased_admissions);
+            return Ok(None);
+        }
+        if let Some(wait) = self.refused_locally(n, cost) {
+            bump(&counters.local_refusals);
+            return Ok(Some(wait));
+        }
+        let _refill = lease.refill.lock().await;
+        // Another task may have brought a lease while this one queued.
+        if lease.take(n, Instant::now()) {
+            bump(&counters.leased_admissions);
+            return Ok(None);
+        }
+        let (want, back) = lease.next(n, Instant::now());
+        let t = inner.backend.lease(&inner.key, want, n, back).await?;
+        inner.hint.observe(&t);
+        if t.granted == 0 {
+            return Ok(Some(t.reply.wait));
+        }
+        let (generation, end) = lease.granted(t.granted, n, t.sent);
+        if t.granted > n {
+            self.give_back_at(end, generation);
+        }
+        Ok(None)
+    }
+
+    /// When the lease `generation` ends at `end`, give back its unused tokens (unless a
+    /// newer lease did it, or the handle is gone).
+    fn give_back_at(&self, end: Instant, generation: u64) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = Arc::downgrade(&self.inner);
+        rt.spawn(async move {
+            tokio::time::sleep_until(end).await;
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let back = inner.lease.as_ref().map_or(0, |l| l.expire(generation));
+            if back > 0 {
+                let _ = inner.backend.release(&inner.key, back).await;
+            }
+        });
     }
 
     /// Token and leaky bucket: book the admission instant in Redis, then sleep until it.
@@ -383,6 +474,10 @@ impl RedisBucket {
         if let Some(local) = &inner.local {
             local.pause(cooldown);
         }
+        // The lease's tokens are charged in Redis, which the pause holds: nothing to give back.
+        if let Some(lease) = &inner.lease {
+            lease.clear();
+        }
         match backend.pause(&inner.key, cooldown).await {
             Ok(t) => {
                 if backend.is_gcra() {
@@ -429,6 +524,22 @@ impl Drop for Booked<'_> {
     }
 }
 
+impl Drop for Inner {
+    /// The last handle is gone: give back the lease's unused tokens.
+    fn drop(&mut self) {
+        let back = self.lease.as_ref().map_or(0, Lease::clear);
+        if back == 0 {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (backend, key) = (self.backend.clone(), std::mem::take(&mut self.key));
+            rt.spawn(async move {
+                let _ = backend.release(&key, back).await;
+            });
+        }
+    }
+}
+
 impl fmt::Debug for RedisBucket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBucket")
@@ -436,6 +547,7 @@ impl fmt::Debug for RedisBucket {
             .field("quota", &self.inner.backend.quota)
             .field("algorithm", &self.inner.backend.algorithm)
             .field("failure_policy", self.inner.backend.policy())
+            .field("lease", &self.inner.backend.options.lease)
             .finish_non_exhaustive()
     }
 }

@@ -114,14 +114,19 @@ macro_rules! shared_settings {
 pub struct RedisBucketBuilder {
     quota: Quota,
     name: Option<String>,
+    lease_period: Option<Duration>,
     options: Options,
 }
+
+/// How long a lease lasts unless set.
+const DEFAULT_LEASE_PERIOD: Duration = Duration::from_millis(100);
 
 impl RedisBucketBuilder {
     pub(crate) fn new(quota: Quota) -> Self {
         RedisBucketBuilder {
             quota,
             name: None,
+            lease_period: None,
             options: Options::default(),
         }
     }
@@ -136,6 +141,53 @@ impl RedisBucketBuilder {
 
     shared_settings!();
 
+    /// Leases: take up to `max` tokens in one round trip and admit locally from them, for
+    /// [`lease_period`](Self::lease_period) at most (default 100 ms); unused tokens go back
+    /// to Redis when the lease ends or the last handle is dropped. Off by default (one
+    /// round trip per decision).
+    ///
+    /// A hot limit then costs a round trip per lease, not per request, at a bounded price:
+    /// over any interval of length `t`, the processes admit at most
+    /// `burst + rate·t + (tokens they hold in leases)`, that is at most
+    /// `burst + rate·t + processes × max`; a pause made by another process holds this one
+    /// within one lease period; a process that dies loses at most its lease (until the
+    /// bucket refills); first come, first served across processes holds per lease, not per
+    /// request. Lease sizes follow each process's demand (doubling while used up within
+    /// their period, up to `max`). See the [module docs](super#leases).
+    ///
+    /// The token bucket only, and `1 ≤ max ≤ burst`: [`build`](Self::build) refuses
+    /// anything else.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tower_throttle::redis::RedisBucket;
+    /// use tower_throttle::Quota;
+    ///
+    /// # async fn run() -> Result<(), tower_throttle::BoxError> {
+    /// let hot = RedisBucket::builder(Quota::per_second(50_000).burst(500))
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .key("search-api")
+    ///     .lease(16)
+    ///     .lease_period(Duration::from_millis(100))
+    ///     .build()
+    ///     .await?;
+    /// hot.acquire(1).await?; // one round trip brings up to 16 tokens
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lease(mut self, max: u32) -> Self {
+        self.options.lease = Some((max, DEFAULT_LEASE_PERIOD));
+        self
+    }
+
+    /// How long a lease lasts (from its request): the longest a pause of another process
+    /// takes to reach this one, and the longest unused tokens stay away from the others.
+    /// Default 100 ms. Takes effect with [`lease`](Self::lease).
+    pub fn lease_period(mut self, period: Duration) -> Self {
+        self.lease_period = Some(period);
+        self
+    }
+
     /// Check the settings and connect to Redis.
     ///
     /// Needs a tokio runtime (the connection runs on it).
@@ -144,7 +196,22 @@ impl RedisBucketBuilder {
     /// [`RedisErrorKind::Config`](super::RedisErrorKind::Config) for settings that cannot
     /// work; unless [`connect_lazily`](Self::connect_lazily) is set, an error of another kind
     /// when Redis does not answer within the connect timeout.
-    pub async fn build(self) -> Result<RedisBucket, RedisError> {
+    pub async fn build(mut self) -> Result<RedisBucket, RedisError> {
+        if let Some((max, period)) = self.options.lease {
+            let period = self.lease_period.unwrap_or(period);
+            if self.options.algorithm != Algorithm::TokenBucket {
+                return Err(RedisError::config("leases need the token bucket algorithm"));
+            }
+            if max == 0 || max > self.quota.burst_size() {
+                return Err(RedisError::config(
+                    "a lease must hold 1 to burst tokens (lease ≤ the quota's burst)",
+                ));
+            }
+            if period.is_zero() {
+                return Err(RedisError::config("the lease period must be longer than zero"));
+            }
+            self.options.lease = Some((max, period));
+        }
         let name = self
             .name
             .as_deref()

@@ -249,6 +249,7 @@ mod tests {
                 wait: Duration::ZERO,
                 full_in: Duration::from_millis(50),
             },
+            granted: 1,
             sent,
             received: Instant::now(),
         });
@@ -299,6 +300,7 @@ mod tests {
                     wait: Duration::from_millis(40),
                     full_in: Duration::from_millis(900),
                 },
+                granted: 0,
                 sent,
                 received: sent,
             },

@@ -132,6 +132,7 @@ mod failure;
 mod key;
 mod keyed;
 mod lane;
+mod lease;
 mod remote;
 mod script;
 

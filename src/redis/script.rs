@@ -93,21 +93,30 @@ pub(crate) fn sources(algorithm: Algorithm) -> [&'static str; 3] {
     }
 }
 
+/// The token bucket's lease script: give back an expired lease's unused tokens, then take
+/// up to `ARGV[3]` tokens that fit now (at least `ARGV[9]`). Returns `{granted, wait µs,
+/// full_in µs}`.
+pub(crate) const LEASE_SOURCE: &str = source!("", "gcra", "lease");
+
 /// The scripts of one algorithm, hashed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) acquire: ::redis::Script,
     pub(crate) pause: ::redis::Script,
     pub(crate) release: ::redis::Script,
+    /// The token bucket's only, when leases are on.
+    pub(crate) lease: Option<::redis::Script>,
 }
 
 impl Scripts {
-    pub(crate) fn new(algorithm: Algorithm) -> Self {
+    pub(crate) fn new(algorithm: Algorithm, lease: bool) -> Self {
         let [acquire, pause, release] = sources(algorithm);
+        let lease = lease && algorithm == Algorithm::TokenBucket;
         Scripts {
             acquire: ::redis::Script::new(acquire),
             pause: ::redis::Script::new(pause),
             release: ::redis::Script::new(release),
+            lease: lease.then(|| ::redis::Script::new(LEASE_SOURCE)),
         }
     }
 }
@@ -124,7 +133,18 @@ pub(crate) struct Reply {
 
 /// Check a reply: three non-negative integers, the first 0 or 1, times no larger than
 /// `limit_us` (the longest state the script can hold). Anything else is garbage.
+#[cfg(test)]
 pub(crate) fn parse_reply(value: &Value, limit_us: u64) -> Result<Reply, RedisError> {
+    parse_grant(value, limit_us, 1).map(|(reply, _)| reply)
+}
+
+/// Check a reply whose first integer is a number of tokens granted, `0..=max` (`max` = 1:
+/// admitted or not); with the count. Anything else is garbage.
+pub(crate) fn parse_grant(
+    value: &Value,
+    limit_us: u64,
+    max: u32,
+) -> Result<(Reply, u32), RedisError> {
     let garbage = || RedisError::new(RedisErrorKind::Garbage, "redis sent an unexpected reply");
     let Value::Array(items) = value else {
         return Err(garbage());
@@ -141,14 +161,20 @@ pub(crate) fn parse_reply(value: &Value, limit_us: u64) -> Result<Reply, RedisEr
     }
     let [admitted, wait, full_in] = ints;
     // A refusal always has a wait (a zero would make a waiter ask again at once).
-    if admitted > 1 || (admitted == 0 && wait == 0) || wait > limit_us || full_in > limit_us {
+    if admitted > u64::from(max)
+        || (admitted == 0 && wait == 0)
+        || wait > limit_us
+        || full_in > limit_us
+    {
         return Err(garbage());
     }
-    Ok(Reply {
-        admitted: admitted == 1,
+    let reply = Reply {
+        admitted: admitted > 0,
         wait: Duration::from_micros(wait),
         full_in: Duration::from_micros(full_in),
-    })
+    };
+    // At most `max`, a u32.
+    Ok((reply, admitted as u32))
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@
 -- ARGV[7] = L, tokens per window (>= 1)      ARGV[8] = 1 to book a later instant (token
 --   and leaky bucket's acquire: a request that fits within H = max(1 s, tau) is admitted
 --   for that instant), else 0
+-- ARGV[9] = the fewest tokens a lease may grant, ARGV[10] = unused tokens of an expired lease
+--   to give back (the token bucket's lease only; else absent)
 -- Integers only, all below 2^53 (exact in Lua's doubles); the caller checks it.
 local T = tonumber(ARGV[1])
 local B = tonumber(ARGV[2])
@@ -16,8 +18,10 @@ local tau = tonumber(ARGV[5])
 local W = tonumber(ARGV[6])
 local L = tonumber(ARGV[7])
 local book = tonumber(ARGV[8] or '0')
-if not (T and B and x and P and tau and W and L and book) or T < 1 or B < 1 or x < 0 or P < 0
-  or tau < T or W < 1 or L < 1 then
+local need = tonumber(ARGV[9] or '0')
+local back = tonumber(ARGV[10] or '0')
+if not (T and B and x and P and tau and W and L and book and need and back) or T < 1 or B < 1
+  or x < 0 or P < 0 or tau < T or W < 1 or L < 1 or need < 0 or back < 0 then
   return redis.error_reply('ERR tower-throttle: bad arguments')
 end
 local clock = redis.call('TIME')
