@@ -208,7 +208,9 @@ impl RedisBucketBuilder {
                 ));
             }
             if period.is_zero() {
-                return Err(RedisError::config("the lease period must be longer than zero"));
+                return Err(RedisError::config(
+                    "the lease period must be longer than zero",
+                ));
             }
             self.options.lease = Some((max, period));
         }
