@@ -343,16 +343,22 @@ impl RedisBucket {
     ) -> Result<Option<Duration>, RedisError> {
         let inner = &*self.inner;
         let counters = &inner.backend.counters;
-        if lease.take(n, Instant::now()) {
-            bump(&counters.leased_admissions);
-            return Ok(None);
-        }
-        if let Some(wait) = self.refused_locally(n, cost) {
-            bump(&counters.local_refusals);
-            return Ok(Some(wait));
-        }
-        let _refill = lease.refill.lock().await;
-        // Another task may have brought a lease while this one queued.
+        let _refill = loop {
+            if lease.take(n, Instant::now()) {
+                bump(&counters.leased_admissions);
+                return Ok(None);
+            }
+            if let Some(wait) = self.refused_locally(n, cost) {
+                bump(&counters.local_refusals);
+                return Ok(Some(wait));
+            }
+            match lease.start_refill() {
+                Some(refill) => break refill,
+                // Another task is asking Redis: wait for what it brings.
+                None => lease.refill_done().await,
+            }
+        };
+        // A refill may have ended between this task's last look and its start.
         if lease.take(n, Instant::now()) {
             bump(&counters.leased_admissions);
             return Ok(None);

@@ -27,6 +27,7 @@
 //!   Redis: first come, first served across processes holds per batch, not per request.
 //!   When Redis refuses a lease, a waiter books its admission instant as without leases.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -38,8 +39,20 @@ pub(crate) struct Lease {
     max: u32,
     period: Duration,
     held: Mutex<Held>,
-    /// One refill at a time: the others wait for it, then take from what it brought.
-    pub(crate) refill: tokio::sync::Mutex<()>,
+    /// One refill at a time: the others wait for it, then all take from what it brought.
+    refilling: AtomicBool,
+    refilled: tokio::sync::Notify,
+}
+
+/// The one refill in flight; when it ends (or is dropped), the waiters wake.
+#[derive(Debug)]
+pub(crate) struct Refill<'a>(&'a Lease);
+
+impl Drop for Refill<'_> {
+    fn drop(&mut self) {
+        self.0.refilling.store(false, Ordering::Release);
+        self.0.refilled.notify_waiters();
+    }
 }
 
 #[derive(Debug)]
@@ -69,7 +82,27 @@ impl Lease {
                 size: 1,
                 generation: 0,
             }),
-            refill: tokio::sync::Mutex::new(()),
+            refilling: AtomicBool::new(false),
+            refilled: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Become the one task that asks Redis for a lease, unless another one is asking.
+    pub(crate) fn start_refill(&self) -> Option<Refill<'_>> {
+        self.refilling
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+            .then_some(Refill(self))
+    }
+
+    /// Wait until the refill in flight (if any) ends.
+    pub(crate) async fn refill_done(&self) {
+        let notified = self.refilled.notified();
+        tokio::pin!(notified);
+        // Registered before the check: a refill ending in between still wakes this one.
+        notified.as_mut().enable();
+        if self.refilling.load(Ordering::Acquire) {
+            notified.await;
         }
     }
 
