@@ -3,10 +3,10 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::Value;
 use tokio::time::Instant;
 
+use super::conn::Conn;
 use super::error::{RedisError, RedisErrorKind};
 use super::failure::FailurePolicy;
 use super::script::{parse_grant, Reply, Scripts};
@@ -15,11 +15,6 @@ use crate::{Algorithm, Quota};
 /// Every value the scripts handle stays below 2^53 µs (exact in a Lua double): the Redis
 /// clock (about 2^50.7 µs in 2025, 2^52 in 2112) plus this much.
 const MAX_SPAN_US: u64 = 1 << 52;
-
-/// How the connection manager reconnects: quickly, and often.
-const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(20);
-const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
-const RECONNECT_RETRIES: usize = 4;
 
 /// How far ahead, at least, a waiter of the token or leaky bucket books its admission
 /// instant in Redis (µs); at least the tolerance (the scripts' `H`).
@@ -33,6 +28,8 @@ pub(crate) const BREAKER_THRESHOLD: u32 = 3;
 #[derive(Clone)]
 pub(crate) struct Options {
     pub(crate) url: Option<String>,
+    /// A Redis Cluster's nodes, instead of `url`.
+    pub(crate) cluster: Option<Vec<String>>,
     pub(crate) prefix: String,
     pub(crate) policy: FailurePolicy,
     pub(crate) timeout: Duration,
@@ -49,6 +46,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             url: None,
+            cluster: None,
             prefix: super::key::DEFAULT_PREFIX.to_owned(),
             policy: FailurePolicy::default(),
             timeout: Duration::from_millis(50),
@@ -66,6 +64,7 @@ impl std::fmt::Debug for Options {
     // The URL may carry a password: never printed.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
+            .field("cluster", &self.cluster.as_ref().map(Vec::len))
             .field("prefix", &self.prefix)
             .field("policy", &self.policy)
             .field("timeout", &self.timeout)
@@ -125,7 +124,7 @@ pub(crate) struct Timed {
 }
 
 pub(crate) struct Backend {
-    conn: ConnectionManager,
+    conn: Conn,
     scripts: Scripts,
     pub(crate) quota: Quota,
     pub(crate) algorithm: Algorithm,
@@ -162,10 +161,6 @@ pub(crate) struct Backend {
 impl Backend {
     /// Check the settings and connect (unless lazy), loading the scripts.
     pub(crate) async fn connect(options: Options, quota: Quota) -> Result<Self, RedisError> {
-        let url = options
-            .url
-            .as_deref()
-            .ok_or(RedisError::config("redis url not set"))?;
         super::key::check_prefix(&options.prefix)?;
         options.policy.local_quota(quota)?;
         if options.timeout.is_zero() || options.connect_timeout.is_zero() {
@@ -223,17 +218,7 @@ impl Backend {
                 "quota burst × interval, or max_pause, too long for the redis backend",
             ))?;
 
-        let client = ::redis::Client::open(url)
-            .map_err(|e| RedisError::with_source(RedisErrorKind::Config, "invalid redis url", e))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.timeout))
-            .set_min_delay(RECONNECT_MIN_DELAY)
-            .set_max_delay(RECONNECT_MAX_DELAY)
-            .set_number_of_retries(RECONNECT_RETRIES);
-        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(|e| {
-            RedisError::with_source(RedisErrorKind::Config, "invalid redis configuration", e)
-        })?;
+        let conn = connect(&options).await?;
         let backend = Backend {
             conn,
             scripts: Scripts::new(algorithm, options.lease.is_some()),
@@ -502,6 +487,34 @@ impl Backend {
         if self.down_until.swap(next, Ordering::AcqRel) == 0 {
             trace_event!(warn, error = %e, policy = ?self.options.policy, "redis failing; failure policy applies");
         }
+    }
+}
+
+/// The connection `options` name: a URL, or (feature `redis-cluster`) a cluster's nodes.
+async fn connect(options: &Options) -> Result<Conn, RedisError> {
+    let (timeout, connect_timeout) = (options.timeout, options.connect_timeout);
+    match (&options.url, &options.cluster) {
+        (Some(url), None) => Conn::single(url, timeout, connect_timeout),
+        (None, Some(nodes)) => {
+            if nodes.is_empty() {
+                return Err(RedisError::config("redis cluster: no node given"));
+            }
+            if options.lazy {
+                return Err(RedisError::config(
+                    "a redis cluster connects at build: connect_lazily is not supported with it",
+                ));
+            }
+            #[cfg(feature = "redis-cluster")]
+            return Conn::cluster(nodes, timeout, connect_timeout).await;
+            #[cfg(not(feature = "redis-cluster"))]
+            return Err(RedisError::config(
+                "a redis cluster needs the `redis-cluster` feature",
+            ));
+        }
+        (Some(_), Some(_)) => Err(RedisError::config(
+            "set either a redis url or a cluster's nodes, not both",
+        )),
+        (None, None) => Err(RedisError::config("redis url not set")),
     }
 }
 

@@ -19,6 +19,25 @@ macro_rules! shared_settings {
             self
         }
 
+        /// A Redis Cluster (or Valkey cluster) instead of one server: the URLs of some of
+        /// its nodes (`redis://host:port`; one reachable node is enough, the client learns
+        /// the others). Feature `redis-cluster`; set either this or [`url`](Self::url).
+        ///
+        /// Every script's keys share one hash slot (the `{…}` in every key name), so each
+        /// decision runs on the primary that owns the limit's slot; `MOVED`, `ASK` and
+        /// failovers are followed by the client, and the failure policy applies per call as
+        /// with one server. The cluster connects at [`build`](Self::build)
+        /// (`connect_lazily` is refused). See [Redis Cluster](super#redis-cluster).
+        #[cfg(feature = "redis-cluster")]
+        pub fn cluster<I, S>(mut self, nodes: I) -> Self
+        where
+            I: IntoIterator<Item = S>,
+            S: Into<String>,
+        {
+            self.options.cluster = Some(nodes.into_iter().map(Into::into).collect());
+            self
+        }
+
         /// The first part of every Redis key this limit uses: `<prefix>:{…}`. 1 to 64
         /// printable ASCII characters, no spaces or braces. Default `tower-throttle`.
         ///

@@ -181,6 +181,7 @@
 mod backend;
 mod bucket;
 mod builder;
+mod conn;
 mod error;
 mod failure;
 mod key;

@@ -9,6 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 
+#[cfg(feature = "redis-cluster")]
+pub mod cluster;
 pub mod workers;
 
 /// The Redis the tests use: `TOWER_THROTTLE_REDIS_URL`, default `redis://127.0.0.1:6379`.
