@@ -4,8 +4,13 @@
 //! hot limit (one round trip per decision, and with leases of 16), and `redis-benchmark`'s
 //! figures for the same script (`EVALSHA`) and for `PING`.
 //!
+//! With `--features redis-cluster`, also keyed decisions (64 tasks, keys spread evenly)
+//! on a private 3-primary Redis Cluster started by the benchmark, next to the same on one
+//! primary, with each shard's share.
+//!
 //! ```text
 //! cargo bench --features redis --bench redis
+//! cargo bench --features redis-cluster --bench redis
 //! TOWER_THROTTLE_REDIS_URL=redis://host:6379 cargo bench --features redis --bench redis
 //! ```
 
@@ -17,6 +22,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redis::aio::ConnectionManager;
 use tower_throttle::redis::{FailurePolicy, RedisBucket};
 use tower_throttle::{Algorithm, Quota};
+
+#[cfg(feature = "redis-cluster")]
+#[path = "../tests/redis_support/cluster.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod cluster;
 
 const SAMPLES: usize = 20_000;
 /// Samples per algorithm in the comparison of algorithms.
@@ -363,6 +373,9 @@ fn main() {
         with_leases
     });
 
+    #[cfg(feature = "redis-cluster")]
+    rt.block_on(cluster_throughput(&prefix));
+
     // The same script through redis-benchmark (64 connections, no client library).
     let Some((host, port)) = host_port(&url) else {
         println!("\nredis-benchmark: skipped (URL not of the form redis://host:port)");
@@ -429,5 +442,77 @@ fn main() {
             }
         }
         _ => println!("  redis-benchmark not available"),
+    }
+}
+
+/// Keyed decisions per second, 64 tasks over 10 000 keys, on one primary and on a
+/// 3-primary cluster; each shard's share from its count of `EVALSHA` calls.
+#[cfg(feature = "redis-cluster")]
+async fn cluster_throughput(prefix: &str) {
+    use tower_throttle::redis::RedisKeyed;
+
+    async fn keyed_rate(keyed: RedisKeyed) -> f64 {
+        let next = Arc::new(AtomicU64::new(0));
+        throughput(move || {
+            let (keyed, next) = (keyed.clone(), next.clone());
+            async move {
+                let k = next.fetch_add(1, Ordering::Relaxed) % 10_000;
+                keyed.try_acquire(k, 1).await.unwrap();
+            }
+        })
+        .await
+    }
+    async fn commands(url: &str) -> u64 {
+        let client = redis::Client::open(url).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    let single = RedisKeyed::builder(quota())
+        .url(url())
+        .key_prefix(format!("{prefix}-keyed"))
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let one = keyed_rate(single).await;
+
+    let nodes = cluster::Cluster::start();
+    let keyed = RedisKeyed::builder(quota())
+        .cluster(nodes.urls())
+        .key_prefix(format!("{prefix}-cluster"))
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let mut before = Vec::new();
+    for u in nodes.urls() {
+        before.push(commands(&u).await);
+    }
+    let t0 = Instant::now();
+    let three = keyed_rate(keyed.clone()).await;
+    let secs = t0.elapsed().as_secs_f64();
+    let s = keyed.stats();
+    assert_eq!((s.failures, s.fallbacks), (0, 0), "{s:?}");
+    println!("\nkeyed decisions, one process, {TASKS} tasks, 10 000 keys:");
+    println!("  one primary               {one:>10.0} decisions/s");
+    println!(
+        "  3-primary cluster         {three:>10.0} decisions/s   {:.2}× one primary",
+        three / one
+    );
+    for (i, u) in nodes.urls().iter().enumerate() {
+        let done = commands(u).await - before[i];
+        println!(
+            "    shard {i}: {:>10.0} decisions/s (EVALSHA calls, whole run incl. warm-up)",
+            done as f64 / secs
+        );
     }
 }
