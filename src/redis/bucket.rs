@@ -233,7 +233,7 @@ impl RedisBucket {
         let cost = self.check(n)?;
         let inner = &*self.inner;
         if let Some(lease) = &inner.lease {
-            return match self.from_lease(lease, n, cost).await {
+            return match self.take_leased(lease, n, cost).await {
                 Ok(None) => Ok(()),
                 Ok(Some(wait)) => Err(Throttled::after(wait).into()),
                 Err(e) => {
@@ -288,7 +288,7 @@ impl RedisBucket {
         }
         let cost = self.check(n)?;
         if let Some(lease) = &self.inner.lease {
-            match self.from_lease(lease, n, cost).await {
+            match self.take_leased(lease, n, cost).await {
                 Ok(None) => return Ok(()),
                 // Refused: book an instant, as without leases (first come, first served).
                 Ok(Some(_)) => {}
@@ -335,7 +335,7 @@ impl RedisBucket {
     /// With a lease: admit `n` tokens (`cost` ns) from it, or take a new lease (one task at
     /// a time). `Ok(None)`: admitted; `Ok(Some(wait))`: refused, the tokens fit in about
     /// `wait`.
-    async fn from_lease(
+    async fn take_leased(
         &self,
         lease: &Lease,
         n: u32,
