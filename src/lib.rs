@@ -115,6 +115,8 @@
 mod trace;
 
 pub mod bucket;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod headers;
 pub mod keyed;
 pub mod observe;

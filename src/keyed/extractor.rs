@@ -99,6 +99,12 @@ impl HeaderKey {
         Self::new(HeaderName::from_static("x-api-key"))
     }
 
+    /// Keys by `Authorization` (a bearer token, say). gRPC metadata are HTTP/2 headers, so
+    /// this and [`x_api_key`](Self::x_api_key) key gRPC calls by their metadata too.
+    pub fn authorization() -> Self {
+        Self::new(http::header::AUTHORIZATION)
+    }
+
     /// The header read.
     pub fn name(&self) -> &HeaderName {
         &self.name

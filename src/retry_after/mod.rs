@@ -64,7 +64,9 @@ pub use self::future::ResponseFuture;
 pub use self::layer::RetryAfterLayer;
 pub use self::parse::*;
 pub use self::policy::Failure;
-#[cfg(feature = "reqwest")]
+#[cfg(feature = "grpc")]
+pub(crate) use self::policy::Verdict;
+#[cfg(any(feature = "reqwest", feature = "grpc"))]
 pub(crate) use self::policy::{Action, Attempt, Policy};
 pub use self::replay::{HttpResponse, Replay};
 pub use self::service::RetryAfter;

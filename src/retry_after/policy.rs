@@ -87,6 +87,8 @@ pub(crate) struct Policy {
     pub(crate) retry_non_idempotent: bool,
     pub(crate) read_quota_headers: bool,
     pub(crate) classify: Classify,
+    #[cfg(feature = "grpc")]
+    pub(crate) grpc: crate::grpc::GrpcPolicy,
 }
 
 impl fmt::Debug for Policy {
@@ -134,7 +136,7 @@ pub(crate) struct Verdict {
 }
 
 impl Policy {
-    fn may_retry(&self, a: &Attempt<'_>) -> bool {
+    pub(crate) fn may_retry(&self, a: &Attempt<'_>) -> bool {
         a.replayable && a.retries < self.max_retries
     }
 
@@ -151,7 +153,7 @@ impl Policy {
         }
     }
 
-    fn backoff(&self, a: &Attempt<'_>, floor: Option<Duration>) -> Action {
+    pub(crate) fn backoff(&self, a: &Attempt<'_>, floor: Option<Duration>) -> Action {
         if !self.budget.as_ref().map_or(true, RetryBudget::withdraw) {
             trace_event!(warn, "retry budget exhausted; returning the failure");
             return Action::Return;
@@ -170,6 +172,10 @@ impl Policy {
         headers: &HeaderMap,
         a: &Attempt<'_>,
     ) -> Verdict {
+        #[cfg(feature = "grpc")]
+        if let Some(verdict) = crate::grpc::on_response(self, status, headers, a) {
+            return verdict;
+        }
         let now = SystemTime::now();
         let hint = if self.read_quota_headers {
             read_quota_hint(headers, now)
@@ -212,7 +218,7 @@ impl Policy {
         }
     }
 
-    fn on_push_back(
+    pub(crate) fn on_push_back(
         &self,
         status: StatusCode,
         retry_after: Result<Option<Duration>, super::RetryAfterError>,

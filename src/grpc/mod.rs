@@ -1,0 +1,57 @@
+//! gRPC: tonic servers answer over-limit calls with `RESOURCE_EXHAUSTED` and a push-back,
+//! and tonic clients honour it, with gRFC A6's retry rules and retry throttling.
+//!
+//! gRPC does not speak `429` and `Retry-After`. An over-limit call is `RESOURCE_EXHAUSTED`
+//! (`grpc-status: 8`) in an HTTP 200 *trailers-only* response, and the server's cooldown is
+//! the `grpc-retry-pushback-ms` metadata of [gRFC A6]. tonic clients and servers are tower
+//! stacks, so the crate's layers sit in the right place; this module teaches them the words.
+//!
+//! **Server.** A [`RejectLayer`](crate::RejectLayer) answers a gRPC request (`content-type:
+//! application/grpc…`) with a trailers-only `RESOURCE_EXHAUSTED` carrying
+//! `grpc-retry-pushback-ms` (the real wait, rounded up to the millisecond). Detection is by
+//! content type, so it is automatic and leaves plain HTTP alone: the default rejection does
+//! it for bodies that convert from text (axum), and [`RejectLayer::grpc`](crate::RejectLayer::grpc)
+//! does it for tonic's body. Keys come from metadata as from headers (gRPC metadata *are*
+//! HTTP/2 headers): [`HeaderKey::x_api_key`](crate::keyed::HeaderKey::x_api_key),
+//! [`HeaderKey::authorization`](crate::keyed::HeaderKey::authorization).
+//!
+//! **Client.** [`RetryAfterLayer::grpc`](crate::RetryAfterLayer::grpc) wraps a tonic
+//! `Channel`: a trailers-only `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a push-back pauses
+//! the shared bucket for it — every worker holds — and the call is retried after it; a
+//! negative or malformed push-back is not retried; without one, the exponential backoff
+//! applies; the [`RetryThrottle`] stops retries while the server keeps failing.
+//!
+//! ```text
+//! tonic::client::Grpc ─► GrpcRetry ─► RateLimit ─► Channel ══► Server ─► Reject ─► service
+//!                           │ push-back: pause()  │ wait for a token       │ RESOURCE_EXHAUSTED
+//!                           └────────► Bucket ◄───┘                        │ + push-back
+//! ```
+//!
+//! Design notes:
+//! - **No tonic in the decisions.** The module reads and writes HTTP fields (content type,
+//!   `grpc-status`, push-back), so the server side works for any gRPC server on `http` 1
+//!   (tonic, or gRPC routes in axum); tonic's types appear only where tonic's body must be
+//!   built (the client's request copies, [`ResourceExhausted`]'s empty body) and as
+//!   [`tonic::Code`] in the settings.
+//! - **Retry only what was not committed.** As A6 says, only a trailers-only response is
+//!   retried; a streamed request is sent once (see [`GrpcRequest`]).
+//! - **Push-back is a refusal.** A push-back of a retryable code pauses the shared bucket,
+//!   exactly like a `429`'s `Retry-After` (floor, jitter added, capped by
+//!   [`max_retry_after`](crate::RetryAfterLayer::max_retry_after)).
+//!
+//! [gRFC A6]: https://github.com/grpc/proposal/blob/master/A6-client-retries.md
+
+mod classify;
+mod client;
+mod reject;
+mod request;
+mod throttle;
+mod wire;
+
+pub(crate) use self::classify::{on_response, GrpcPolicy};
+pub(crate) use self::reject::{is_grpc_request, refusal};
+
+pub use self::client::{GrpcRetry, GrpcRetryLayer, ToHttp};
+pub use self::reject::ResourceExhausted;
+pub use self::request::GrpcRequest;
+pub use self::throttle::{RetryThrottle, RetryThrottleError};
