@@ -21,6 +21,49 @@
 //! negative or malformed push-back is not retried; without one, the exponential backoff
 //! applies; the [`RetryThrottle`] stops retries while the server keeps failing.
 //!
+//! ```
+//! use std::time::Duration;
+//! use tonic::body::Body;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), tower_throttle::BoxError> {
+//! // A server that pushes back the first call for 2 s, in a trailers-only response.
+//! let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+//! let server = service_fn({
+//!     let calls = calls.clone();
+//!     move |_req: http::Request<Body>| {
+//!         let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+//!         async move {
+//!             let mut res = http::Response::new(Body::empty());
+//!             res.headers_mut().insert("content-type", "application/grpc".parse().unwrap());
+//!             if first {
+//!                 res.headers_mut().insert("grpc-status", "8".parse().unwrap());
+//!                 res.headers_mut().insert("grpc-retry-pushback-ms", "2000".parse().unwrap());
+//!             }
+//!             Ok::<_, std::io::Error>(res)
+//!         }
+//!     }
+//! });
+//! let bucket = Bucket::new(Quota::per_second(10));
+//! let client = ServiceBuilder::new()
+//!     .layer(RetryAfterLayer::new(bucket.clone()).retry_after_jitter(Duration::ZERO).grpc())
+//!     .layer(RateLimitLayer::new(bucket.clone()))
+//!     .service(server); // a tonic `Channel` in real life
+//!
+//! let start = tokio::time::Instant::now();
+//! let call = http::Request::builder()
+//!     .header("content-type", "application/grpc")
+//!     .body(Body::empty())?;
+//! let res = client.oneshot(call).await?;
+//! assert!(res.headers().get("grpc-status").is_none()); // the retry went through
+//! assert_eq!(start.elapsed(), Duration::from_secs(2)); // exactly the server's push-back
+//! assert_eq!(bucket.snapshot().paused_until, None); // the pause is over
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ```text
 //! tonic::client::Grpc ─► GrpcRetry ─► RateLimit ─► Channel ══► Server ─► Reject ─► service
 //!                           │ push-back: pause()  │ wait for a token       │ RESOURCE_EXHAUSTED

@@ -62,19 +62,38 @@ where
 }
 
 impl<K, E, O> RejectLayer<K, E, O> {
-    /// Answer with gRPC statuses: see [`ResourceExhausted`]. For tonic servers, whose
-    /// response body is tonic's `Body`:
+    /// Answer with gRPC statuses: see [`ResourceExhausted`]. For tonic servers
+    /// (`Server::builder().layer(limit)`), whose response body is tonic's `Body`:
     ///
     /// ```
+    /// use tower::{service_fn, ServiceBuilder, ServiceExt};
     /// use tower_throttle::keyed::{HeaderKey, KeyedBucket};
     /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
     ///
-    /// let limit = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_second(10)), HeaderKey::x_api_key())
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), std::convert::Infallible> {
+    /// let limit = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_second(10).burst(1)), HeaderKey::x_api_key())
     ///     .global(Bucket::new(Quota::per_second(1000)))
     ///     .reject()
     ///     .grpc();
-    /// // tonic::transport::Server::builder().layer(limit).add_service(…)
-    /// # let _ = limit;
+    /// let svc = ServiceBuilder::new().layer(limit).service(service_fn(|_: http::Request<tonic::body::Body>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::empty()))
+    /// }));
+    ///
+    /// let call = || {
+    ///     http::Request::builder()
+    ///         .header("content-type", "application/grpc")
+    ///         .header("x-api-key", "alice")
+    ///         .body(tonic::body::Body::empty())
+    ///         .unwrap()
+    /// };
+    /// svc.clone().oneshot(call()).await?;
+    /// let refused = svc.oneshot(call()).await?;
+    /// assert_eq!(refused.status(), 200); // gRPC status codes travel in HTTP 200s
+    /// assert_eq!(refused.headers()["grpc-status"], "8"); // RESOURCE_EXHAUSTED
+    /// assert_eq!(refused.headers()["grpc-retry-pushback-ms"], "100");
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn grpc(self) -> RejectLayer<K, E, ResourceExhausted> {
         self.with(ResourceExhausted)
