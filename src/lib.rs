@@ -71,6 +71,10 @@
 //!       └──────────────► Bucket (shared) ◄──────┘
 //! ```
 //!
+//! With the `grpc` feature, the `grpc` module teaches both sides gRPC: rejections become
+//! trailers-only `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms`, and tonic clients honour
+//! that push-back with gRFC A6's retry rules and retry throttling.
+//!
 //! # Choosing an algorithm
 //! The token bucket is the default; [`Bucket::with_algorithm`] picks a leaky bucket (strict
 //! spacing), a fixed window, a sliding window or an exact sliding log behind the same handle,
