@@ -15,7 +15,7 @@ use tonic::client::Grpc;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Code, Status};
 use tower::util::MapRequest;
-use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::grpc::{GrpcRetry, RetryThrottle};
 use tower_throttle::keyed::{HeaderKey, KeyedBucket};
 use tower_throttle::observe::Observer;
@@ -475,4 +475,120 @@ async fn retry_throttling_stops_retries_while_the_server_fails_and_resumes_after
         "100 % failures: 5 attempts, then 1; after 21 successes (tokens 6.1) 2 attempts; tokens now {}",
         throttle.tokens()
     );
+}
+
+/// An in-process gRPC server answering call `n` (from 0) with the trailers-only status
+/// `answer(n)` returns (`None`: a normal response, with headers), counting calls.
+fn scripted(
+    answer: impl Fn(usize) -> Option<(Code, Option<&'static str>)> + Clone + Send + 'static,
+) -> (
+    impl tower::Service<
+            http::Request<Body>,
+            Response = http::Response<Body>,
+            Error = std::convert::Infallible,
+            Future = impl Send,
+        > + Clone,
+    Arc<Mutex<Vec<tokio::time::Instant>>>,
+) {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let svc = service_fn({
+        let calls = calls.clone();
+        move |_: http::Request<Body>| {
+            let n = {
+                let mut calls = calls.lock().unwrap();
+                calls.push(tokio::time::Instant::now());
+                calls.len() - 1
+            };
+            let answer = answer(n);
+            async move {
+                let mut res = http::Response::new(Body::empty());
+                let h = res.headers_mut();
+                h.insert("content-type", "application/grpc".parse().unwrap());
+                if let Some((code, pushback)) = answer {
+                    h.insert("grpc-status", (code as i32).into());
+                    if let Some(ms) = pushback {
+                        h.insert("grpc-retry-pushback-ms", ms.parse().unwrap());
+                    }
+                }
+                Ok(res)
+            }
+        }
+    });
+    (svc, calls)
+}
+
+fn grpc_call() -> http::Request<Body> {
+    http::Request::builder()
+        .header("content-type", "application/grpc")
+        .body(Body::empty())
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn unavailable_with_a_push_back_is_retried_exactly_after_it() {
+    let (server, calls) = scripted(|n| (n == 0).then_some((Code::Unavailable, Some("200"))));
+    let bucket = Bucket::new(Quota::per_second(100));
+    let client = ServiceBuilder::new()
+        .layer(
+            RetryAfterLayer::new(bucket.clone())
+                .retry_after_jitter(Duration::ZERO)
+                .grpc(),
+        )
+        .layer(RateLimitLayer::new(bucket.clone()))
+        .service(server);
+    let res = client.oneshot(grpc_call()).await.unwrap();
+    assert!(res.headers().get("grpc-status").is_none());
+    let calls = calls.lock().unwrap();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1] - calls[0], Duration::from_millis(200));
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_retryable_codes_are_retried() {
+    let internal = |_| Some((Code::Internal, None));
+    let bucket = Bucket::new(Quota::per_second(100));
+    let throttle = RetryThrottle::new(10, 0.1).unwrap();
+    let retry = RetryAfterLayer::new(bucket.clone())
+        .backoff(
+            Duration::from_millis(10),
+            Duration::from_millis(10),
+            Jitter::None,
+        )
+        .grpc_retry_throttle(throttle.clone());
+
+    let (server, calls) = scripted(internal);
+    let res = retry
+        .clone()
+        .grpc()
+        .layer(server)
+        .oneshot(grpc_call())
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["grpc-status"], "13");
+    assert_eq!(
+        calls.lock().unwrap().len(),
+        1,
+        "INTERNAL is not in the default set"
+    );
+    assert_eq!(
+        throttle.tokens(),
+        10.0,
+        "nor is it a failure for the throttle (A6)"
+    );
+
+    let (server, calls) = scripted(internal);
+    let retry = retry.grpc_retryable([Code::Internal]).max_retries(2);
+    let res = retry
+        .grpc()
+        .layer(server)
+        .oneshot(grpc_call())
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["grpc-status"], "13");
+    assert_eq!(
+        calls.lock().unwrap().len(),
+        3,
+        "retried once in the set: 1 + 2 retries"
+    );
+    assert_eq!(throttle.tokens(), 7.0);
 }
