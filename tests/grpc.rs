@@ -477,44 +477,41 @@ async fn retry_throttling_stops_retries_while_the_server_fails_and_resumes_after
     );
 }
 
+type Calls = Arc<Mutex<Vec<tokio::time::Instant>>>;
+
 /// An in-process gRPC server answering call `n` (from 0) with the trailers-only status
-/// `answer(n)` returns (`None`: a normal response, with headers), counting calls.
+/// `answer(n)` returns (`None`: a normal response, with headers), recording each call in
+/// `calls`.
 fn scripted(
+    calls: &Calls,
     answer: impl Fn(usize) -> Option<(Code, Option<&'static str>)> + Clone + Send + 'static,
-) -> (
-    impl tower::Service<
-            http::Request<Body>,
-            Response = http::Response<Body>,
-            Error = std::convert::Infallible,
-            Future = impl Send,
-        > + Clone,
-    Arc<Mutex<Vec<tokio::time::Instant>>>,
-) {
-    let calls = Arc::new(Mutex::new(Vec::new()));
-    let svc = service_fn({
-        let calls = calls.clone();
-        move |_: http::Request<Body>| {
-            let n = {
-                let mut calls = calls.lock().unwrap();
-                calls.push(tokio::time::Instant::now());
-                calls.len() - 1
-            };
-            let answer = answer(n);
-            async move {
-                let mut res = http::Response::new(Body::empty());
-                let h = res.headers_mut();
-                h.insert("content-type", "application/grpc".parse().unwrap());
-                if let Some((code, pushback)) = answer {
-                    h.insert("grpc-status", (code as i32).into());
-                    if let Some(ms) = pushback {
-                        h.insert("grpc-retry-pushback-ms", ms.parse().unwrap());
-                    }
+) -> impl Service<
+    http::Request<Body>,
+    Response = http::Response<Body>,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone {
+    let calls = calls.clone();
+    service_fn(move |_: http::Request<Body>| {
+        let n = {
+            let mut calls = calls.lock().unwrap();
+            calls.push(tokio::time::Instant::now());
+            calls.len() - 1
+        };
+        let answer = answer(n);
+        async move {
+            let mut res = http::Response::new(Body::empty());
+            let h = res.headers_mut();
+            h.insert("content-type", "application/grpc".parse().unwrap());
+            if let Some((code, pushback)) = answer {
+                h.insert("grpc-status", (code as i32).into());
+                if let Some(ms) = pushback {
+                    h.insert("grpc-retry-pushback-ms", ms.parse().unwrap());
                 }
-                Ok(res)
             }
+            Ok(res)
         }
-    });
-    (svc, calls)
+    })
 }
 
 fn grpc_call() -> http::Request<Body> {
@@ -526,7 +523,10 @@ fn grpc_call() -> http::Request<Body> {
 
 #[tokio::test(start_paused = true)]
 async fn unavailable_with_a_push_back_is_retried_exactly_after_it() {
-    let (server, calls) = scripted(|n| (n == 0).then_some((Code::Unavailable, Some("200"))));
+    let calls = Calls::default();
+    let server = scripted(&calls, |n| {
+        (n == 0).then_some((Code::Unavailable, Some("200")))
+    });
     let bucket = Bucket::new(Quota::per_second(100));
     let client = ServiceBuilder::new()
         .layer(
@@ -556,7 +556,8 @@ async fn only_the_retryable_codes_are_retried() {
         )
         .grpc_retry_throttle(throttle.clone());
 
-    let (server, calls) = scripted(internal);
+    let calls = Calls::default();
+    let server = scripted(&calls, internal);
     let res = retry
         .clone()
         .grpc()
@@ -576,7 +577,8 @@ async fn only_the_retryable_codes_are_retried() {
         "nor is it a failure for the throttle (A6)"
     );
 
-    let (server, calls) = scripted(internal);
+    let calls = Calls::default();
+    let server = scripted(&calls, internal);
     let retry = retry.grpc_retryable([Code::Internal]).max_retries(2);
     let res = retry
         .grpc()
