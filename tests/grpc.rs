@@ -418,6 +418,12 @@ async fn a_streaming_call_is_never_resent_after_its_first_message() {
         .filter(|a| a.method == SAY)
         .collect();
     assert_eq!(unary.len(), 4, "a unary call is resent: 1 + 3 retries");
+    let previous: Vec<_> = unary.iter().map(|a| a.previous_attempts).collect();
+    assert_eq!(
+        previous,
+        [None, Some(1), Some(2), Some(3)],
+        "A6 grpc-previous-rpc-attempts"
+    );
 }
 
 #[tokio::test]

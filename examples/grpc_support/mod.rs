@@ -72,6 +72,8 @@ pub struct Arrival {
     pub sent_us: Option<u64>,
     /// The first message of the call.
     pub message: String,
+    /// `grpc-previous-rpc-attempts`: set on retries.
+    pub previous_attempts: Option<u32>,
 }
 
 /// Decides the answer to a call from its arrival (numbered from 0): `Ok` echoes.
@@ -116,6 +118,9 @@ impl Echo {
             method,
             sent_us: meta
                 .get("x-sent-us")
+                .and_then(|v| v.to_str().ok()?.parse().ok()),
+            previous_attempts: meta
+                .get("grpc-previous-rpc-attempts")
                 .and_then(|v| v.to_str().ok()?.parse().ok()),
             message,
         };

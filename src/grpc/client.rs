@@ -61,7 +61,8 @@ impl RetryAfterLayer {
 ///   so every worker holds — or after the exponential backoff when it did not;
 /// - a negative or malformed push-back means "do not retry": the status goes to the caller;
 /// - a response with headers is committed (its status comes in the trailers): never retried;
-/// - retries stop while the [retry throttle](RetryAfterLayer::grpc_retry_throttle) is low.
+/// - retries stop while the [retry throttle](RetryAfterLayer::grpc_retry_throttle) is low;
+/// - a retry carries `grpc-previous-rpc-attempts` (A6), so the server can tell it apart.
 ///
 /// Put it outside the rate limit of the same bucket, on a tonic `Channel`; cloning this layer
 /// does not create a new bucket:

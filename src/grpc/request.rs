@@ -12,11 +12,12 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, Method, Request};
+use http::{HeaderMap, HeaderValue, Method, Request};
 use http_body::{Body as _, Frame, SizeHint};
 use tonic::body::Body;
 
@@ -27,6 +28,8 @@ use crate::retry_after::Replay;
 pub struct GrpcRequest {
     head: Request<()>,
     payload: Payload,
+    /// Attempts sent so far, shared by the request and its copies.
+    sent: Arc<AtomicU32>,
 }
 
 enum Payload {
@@ -72,6 +75,7 @@ impl GrpcRequest {
                 return GrpcRequest {
                     head,
                     payload: Payload::Whole { data, trailers },
+                    sent: Arc::default(),
                 };
             }
         }
@@ -88,6 +92,7 @@ impl GrpcRequest {
                 rest,
                 trailers,
             }),
+            sent: Arc::default(),
         }
     }
 
@@ -96,8 +101,15 @@ impl GrpcRequest {
         matches!(self.payload, Payload::Whole { .. })
     }
 
-    /// The request to send.
+    /// The request to send. A retry carries A6's `grpc-previous-rpc-attempts`: the attempts
+    /// sent before it.
     pub(crate) fn into_http(self) -> Request<Body> {
+        let mut head = self.head;
+        let previous = self.sent.fetch_add(1, Ordering::AcqRel);
+        if previous > 0 {
+            head.headers_mut()
+                .insert(PREVIOUS_ATTEMPTS, HeaderValue::from(previous));
+        }
         let body = match self.payload {
             Payload::Whole { data, trailers } => Resumed {
                 chunks: (!data.is_empty()).then_some(data).into_iter().collect(),
@@ -107,7 +119,7 @@ impl GrpcRequest {
             },
             Payload::Streaming(resumed) => resumed,
         };
-        let (parts, ()) = self.head.into_parts();
+        let (parts, ()) = head.into_parts();
         Request::from_parts(parts, Body::new(body))
     }
 }
@@ -121,6 +133,7 @@ impl Replay for GrpcRequest {
                     data: data.clone(),
                     trailers: trailers.clone(),
                 },
+                sent: Arc::clone(&self.sent),
             }),
             Payload::Streaming(_) => None,
         }
@@ -139,6 +152,9 @@ impl fmt::Debug for GrpcRequest {
             .finish_non_exhaustive()
     }
 }
+
+/// gRFC A6: how many attempts of this call were sent before this one.
+const PREVIOUS_ATTEMPTS: &str = "grpc-previous-rpc-attempts";
 
 /// How far reading ahead went.
 enum ReadAhead {
