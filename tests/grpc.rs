@@ -600,3 +600,30 @@ async fn only_the_retryable_codes_are_retried() {
     );
     assert_eq!(throttle.tokens(), 7.0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_grpc_call_without_a_key_is_invalid_argument_not_400() {
+    use tower_throttle::keyed::MissingKey;
+    let mut svc = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::keyed(
+                KeyedBucket::new(Quota::per_second(1)),
+                HeaderKey::x_api_key(),
+            )
+            .on_missing_key(MissingKey::Reject)
+            .reject()
+            .grpc(),
+        )
+        .service(service_fn(|_: http::Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty()))
+        }));
+    let res = send(&mut svc, grpc_call()).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["grpc-status"], "3", "INVALID_ARGUMENT");
+    assert!(
+        res.headers().get("grpc-retry-pushback-ms").is_none(),
+        "waiting does not help"
+    );
+    let plain = send(&mut svc, http::Request::new(Body::empty())).await;
+    assert_eq!(plain.status(), 400);
+}
