@@ -16,6 +16,10 @@ const MILLI: u64 = 1000;
 /// `max_tokens / 2`, failures are returned to the caller without retrying; retries resume
 /// once successes have lifted it above. Push-backs still pause the shared bucket.
 ///
+/// The layer judges a call by its response head: a trailers-only status is counted as it
+/// is; a call that got response headers counts as a success, its status coming in trailers
+/// after the response has been handed to the caller (a stream failing midway is not counted).
+///
 /// ```
 /// use tower_throttle::grpc::RetryThrottle;
 ///
