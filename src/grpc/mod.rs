@@ -71,16 +71,23 @@
 //! ```
 //!
 //! Design notes:
-//! - **No tonic in the decisions.** The module reads and writes HTTP fields (content type,
-//!   `grpc-status`, push-back), so the server side works for any gRPC server on `http` 1
-//!   (tonic, or gRPC routes in axum); tonic's types appear only where tonic's body must be
-//!   built (the client's request copies, [`ResourceExhausted`]'s empty body) and as
-//!   [`tonic::Code`] in the settings.
+//! - **HTTP fields, not tonic internals.** The module reads and writes HTTP fields (content
+//!   type, `grpc-status`, push-back), so the server side works for any gRPC server on `http`
+//!   1 (tonic, or gRPC routes in an axum app). From tonic it takes only the status codes
+//!   ([`tonic::Code`]) and its body type, which the client's request copies are made of; the
+//!   dependency is tonic without default features (no transport, no codegen).
 //! - **Retry only what was not committed.** As A6 says, only a trailers-only response is
-//!   retried; a streamed request is sent once (see [`GrpcRequest`]).
+//!   retried; a streamed request is sent once (see [`GrpcRequest`]) — stricter than A6, which
+//!   may replay a client stream it still holds whole: a stream's messages may already have
+//!   been acted on. Retries carry A6's `grpc-previous-rpc-attempts`.
+//! - **Which calls may be resent.** gRPC has no idempotency marker (every call is a POST): as
+//!   in A6, the [retryable set](crate::RetryAfterLayer::grpc_retryable) is the promise that
+//!   the server did not act on a call, so a code in it is retried for any call.
 //! - **Push-back is a refusal.** A push-back of a retryable code pauses the shared bucket,
 //!   exactly like a `429`'s `Retry-After` (floor, jitter added, capped by
-//!   [`max_retry_after`](crate::RetryAfterLayer::max_retry_after)).
+//!   [`max_retry_after`](crate::RetryAfterLayer::max_retry_after)). A retryable code without a
+//!   push-back gets the exponential backoff (A6's rule) and pauses no one: it says the server
+//!   failed, not that the client is too fast.
 //!
 //! [gRFC A6]: https://github.com/grpc/proposal/blob/master/A6-client-retries.md
 
