@@ -53,7 +53,7 @@ proptest! {
     #[test]
     fn leaky_bucket_spaces_every_admission(arr in arrivals(), per_ms in 1u64..20) {
         let quota = Quota::with_period(Duration::from_millis(per_ms)).burst(4);
-        let bucket = Bucket::with_algorithm(quota, Algorithm::LeakyBucket { max_queue: 1000 });
+        let bucket = Bucket::with_algorithm(quota, Algorithm::leaky_bucket(1000));
         let (mut adm, e) = run_paused(drive(bucket, arr));
         adm.sort();
         for w in adm.windows(2) {
@@ -107,7 +107,7 @@ proptest! {
 fn all() -> Vec<(&'static str, Algorithm)> {
     vec![
         ("token", Algorithm::TokenBucket),
-        ("leaky", Algorithm::LeakyBucket { max_queue: 1000 }),
+        ("leaky", Algorithm::leaky_bucket(1000)),
         ("fixed", Algorithm::FixedWindow),
         ("sliding", Algorithm::SlidingWindow),
         ("log", Algorithm::SlidingLog),
@@ -307,10 +307,7 @@ async fn every_algorithm_is_cancel_safe() {
 
 #[tokio::test(start_paused = true)]
 async fn leaky_bucket_refuses_beyond_its_queue() {
-    let bucket = Bucket::with_algorithm(
-        Quota::per_second(10),
-        Algorithm::LeakyBucket { max_queue: 3 },
-    );
+    let bucket = Bucket::with_algorithm(Quota::per_second(10), Algorithm::leaky_bucket(3));
     bucket.try_acquire(1).unwrap();
     let waiting: Vec<_> = (0..3)
         .map(|_| {
@@ -333,10 +330,8 @@ async fn leaky_bucket_refuses_beyond_its_queue() {
 
 #[tokio::test(start_paused = true)]
 async fn leaky_bucket_has_no_burst_even_when_idle() {
-    let bucket = Bucket::with_algorithm(
-        Quota::per_second(10).burst(10),
-        Algorithm::LeakyBucket { max_queue: 10 },
-    );
+    let bucket =
+        Bucket::with_algorithm(Quota::per_second(10).burst(10), Algorithm::leaky_bucket(10));
     advance(Duration::from_secs(60)).await;
     bucket.try_acquire(1).unwrap();
     assert_eq!(

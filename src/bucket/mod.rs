@@ -93,7 +93,7 @@ impl Bucket {
     /// // Strictly spaced: no burst even when idle, at most 100 waiting.
     /// let leaky = Bucket::with_algorithm(
     ///     Quota::per_second(10),
-    ///     Algorithm::LeakyBucket { max_queue: 100 },
+    ///     Algorithm::leaky_bucket(100),
     /// );
     /// leaky.try_acquire(1).unwrap();
     /// assert_eq!(leaky.try_acquire(1).unwrap_err().wait(), Some(Duration::from_millis(100)));

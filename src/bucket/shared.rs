@@ -269,7 +269,7 @@ impl Shared {
             return Ok(Reservation::Now(p));
         }
         let mut st = self.lock();
-        if let Algorithm::LeakyBucket { max_queue } = self.algorithm {
+        if let Some(max_queue) = self.algorithm.max_queue() {
             if bounded && st.queue.len() >= max_queue {
                 return Err(QueueFull { max_queue });
             }
