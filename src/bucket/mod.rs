@@ -44,6 +44,7 @@ pub(crate) use self::gcra::schedule;
 pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision};
 use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
+pub(crate) use self::window::{carried as sliding_carried, fits as sliding_fits};
 pub(crate) use self::window::{epoch_phase, Log, Window};
 #[allow(deprecated)]
 pub use crate::denied::AcquireError;
