@@ -114,6 +114,8 @@
 
 #[macro_use]
 mod trace;
+#[macro_use]
+mod inner;
 
 pub mod bucket;
 mod denied;

@@ -52,20 +52,7 @@ impl<S, C> RateLimit<S, C> {
         self.gate.bucket()
     }
 
-    /// A reference to the inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// A mutable reference to the inner service.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service. An unused reservation is given back.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!("An unused reservation is given back.");
 }
 
 impl<S, Req> Service<Req> for RateLimit<S, UnitCost>

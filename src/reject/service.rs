@@ -50,20 +50,7 @@ impl<S, K, E, O> Reject<S, K, E, O> {
         Reject { inner, config }
     }
 
-    /// A reference to the inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// A mutable reference to the inner service.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!();
 
     /// The longest a request waits before it is refused (zero: it never waits).
     pub fn max_wait(&self) -> Duration {
