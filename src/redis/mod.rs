@@ -113,6 +113,8 @@
 mod backend;
 mod bucket;
 mod builder;
+#[cfg(test)]
+mod differential;
 mod error;
 mod failure;
 mod key;
