@@ -8,7 +8,7 @@ use super::future::CostFuture;
 use super::gate::Gate;
 use super::UnitCost;
 use crate::bucket::Reservation;
-use crate::{BoxError, Bucket};
+use crate::Bucket;
 
 /// Waits in `poll_ready` until the shared [`Bucket`] admits the next request.
 ///
@@ -77,26 +77,23 @@ where
 impl<S, Req, F> Service<Req> for RateLimit<S, F>
 where
     S: Service<Req> + Clone,
-    S::Error: Into<BoxError>,
     F: Fn(&Req) -> u32,
 {
     type Response = S::Response;
-    type Error = BoxError;
+    type Error = S::Error;
     type Future = CostFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        std::task::ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
+        std::task::ready!(self.inner.poll_ready(cx))?;
         self.gate.poll_acquire(cx).map(Ok)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
         let permit = self.gate.take();
         let bucket = self.gate.bucket();
+        // A cost above the capacity is charged the whole capacity (see `RateLimitLayer::cost`).
         let n = (self.cost)(&req);
-        if let Err(e) = bucket.check(n) {
-            bucket.give_back(permit);
-            return CostFuture::failed(e.into());
-        }
+        let n = bucket.check(n).map_or_else(|e| e.burst(), |()| n);
         if n == 0 {
             bucket.give_back(permit);
         }
@@ -107,7 +104,7 @@ where
             Ok(Reservation::Later(waiter)) => {
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                CostFuture::waiting(waiter, ready, req)
+                CostFuture::waiting(waiter, bucket.clone(), ready, req)
             }
             _ => CostFuture::called(self.inner.call(req)),
         }
