@@ -193,7 +193,9 @@ async fn a_cost_left_above_a_shrunk_burst_waits_for_what_fits_then_goes() {
     let bucket = Bucket::new(Quota::per_second(10).burst(5));
     let mut svc = RateLimitLayer::new(bucket.clone())
         .cost(|size: &u32| *size)
-        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(Instant::now()) }));
+        .layer(service_fn(|_: u32| async {
+            Ok::<_, Infallible>(Instant::now())
+        }));
     bucket.try_acquire(5).unwrap(); // empty: the first token is due in 100 ms
     let start = Instant::now();
     let mut call = Box::pin(async { svc.ready().await.unwrap().call(4).await.unwrap() });
@@ -204,6 +206,10 @@ async fn a_cost_left_above_a_shrunk_burst_waits_for_what_fits_then_goes() {
     let sent = call.await;
     // Charged what the new burst allows (one more token after the first), not stuck, no error.
     assert!(sent - start >= Duration::from_millis(150));
-    assert!(sent - start <= Duration::from_millis(400), "{:?}", sent - start);
+    assert!(
+        sent - start <= Duration::from_millis(400),
+        "{:?}",
+        sent - start
+    );
     assert!(bucket.try_acquire(1).is_err(), "the rest was charged");
 }

@@ -118,7 +118,7 @@ impl Rejected {
     /// The `Retry-After` value: the [`wait`](Self::wait) in whole seconds, rounded **up**, at
     /// least 1, saturating; `None` when waiting does not help.
     pub fn retry_after_secs(&self) -> Option<u64> {
-        self.wait().map(|w| crate::denied::ceil_secs(w).max(1))
+        self.wait().map(crate::denied::retry_after_secs)
     }
 
     /// The quota of the limit that turned the request away.
