@@ -1,4 +1,4 @@
-//! [`CostFuture`].
+//! [`ResponseFuture`] of a [`RateLimit`](super::RateLimit) with a per-request cost.
 
 use std::fmt;
 use std::future::Future;
@@ -15,7 +15,7 @@ use crate::Bucket;
 pin_project! {
     /// Response future of a [`RateLimit`](super::RateLimit) with a per-request cost: waits for
     /// the rest of the request's cost, then calls the inner service.
-    pub struct CostFuture<S, Req>
+    pub struct ResponseFuture<S, Req>
     where
         S: Service<Req>,
     {
@@ -41,15 +41,15 @@ pin_project! {
     }
 }
 
-impl<S: Service<Req>, Req> CostFuture<S, Req> {
+impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     pub(crate) fn called(future: S::Future) -> Self {
-        CostFuture {
+        ResponseFuture {
             kind: Kind::Called { future },
         }
     }
 
     pub(crate) fn waiting(waiter: Waiter, bucket: Bucket, svc: S, req: Req) -> Self {
-        CostFuture {
+        ResponseFuture {
             kind: Kind::Waiting {
                 waiter,
                 bucket,
@@ -61,7 +61,7 @@ impl<S: Service<Req>, Req> CostFuture<S, Req> {
     }
 }
 
-impl<S, Req> Future for CostFuture<S, Req>
+impl<S, Req> Future for ResponseFuture<S, Req>
 where
     S: Service<Req>,
 {
@@ -102,8 +102,13 @@ where
     }
 }
 
-impl<S: Service<Req>, Req> fmt::Debug for CostFuture<S, Req> {
+impl<S: Service<Req>, Req> fmt::Debug for ResponseFuture<S, Req> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CostFuture").finish_non_exhaustive()
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
+
+/// The response future of a [`RateLimit`](super::RateLimit) with a cost, renamed
+/// [`ResponseFuture`] as in every other middleware module.
+#[deprecated(note = "renamed `rate_limit::ResponseFuture`")]
+pub type CostFuture<S, Req> = ResponseFuture<S, Req>;

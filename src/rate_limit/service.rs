@@ -4,7 +4,7 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::future::CostFuture;
+use super::future::ResponseFuture;
 use super::gate::Gate;
 use super::UnitCost;
 use crate::bucket::Reservation;
@@ -81,7 +81,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = CostFuture<S, Req>;
+    type Future = ResponseFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         std::task::ready!(self.inner.poll_ready(cx))?;
@@ -98,15 +98,15 @@ where
             bucket.give_back(permit);
         }
         if n <= 1 {
-            return CostFuture::called(self.inner.call(req));
+            return ResponseFuture::called(self.inner.call(req));
         }
         match bucket.reserve(n - 1, false) {
             Ok(Reservation::Later(waiter)) => {
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                CostFuture::waiting(waiter, bucket.clone(), ready, req)
+                ResponseFuture::waiting(waiter, bucket.clone(), ready, req)
             }
-            _ => CostFuture::called(self.inner.call(req)),
+            _ => ResponseFuture::called(self.inner.call(req)),
         }
     }
 }
