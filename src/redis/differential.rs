@@ -1,6 +1,10 @@
 //! Differential test: for every algorithm, the in-process [`Bucket`] and the Redis scripts
 //! make the same decisions — admit or refuse, and the wait — for thousands of random
 //! sequences of arrivals, costs and pauses, so the two implementations cannot drift apart.
+//! The per-key engine of [`KeyedBucket`] (a third implementation) is held to the same
+//! decisions where it can be lined up: the token and leaky bucket and the sliding log (the
+//! fixed and sliding windows of a keyed store take their own phase from the wall clock when
+//! it is built), until the first pause (a keyed store has none).
 //!
 //! # How the two clocks are lined up
 //! The in-process bucket runs on tokio's paused clock (nanoseconds), the scripts on Redis
@@ -26,7 +30,7 @@ use std::time::Duration;
 use ::redis::{Script, Value};
 
 use super::script::sources;
-use crate::{Algorithm, Bucket, Denied, Quota};
+use crate::{Algorithm, Bucket, Denied, KeyedBucket, Quota};
 
 /// Sequences per algorithm, operations per sequence.
 const SEQUENCES: usize = 600;
@@ -73,6 +77,8 @@ impl Rng {
 /// One limit on both sides.
 struct Pair<'a> {
     bucket: Bucket,
+    /// Compared until the first pause, for the algorithms without windows to line up.
+    keyed: Option<KeyedBucket<u8>>,
     algorithm: Algorithm,
     quota: Quota,
     conn: &'a mut ::redis::Connection,
@@ -131,6 +137,8 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
     }
     let width_us = quota.period_ns() / 1000;
     let bucket = Bucket::with_algorithm(quota, algorithm);
+    let aligned = matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow);
+    let keyed = (!aligned).then(|| KeyedBucket::builder(quota).algorithm(algorithm).build());
 
     // Line both sides up on a window boundary, at least two windows after anything the
     // probe left behind.
@@ -145,6 +153,7 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
     let epoch_us = 1_700_000_000_000_000u64;
     let mut pair = Pair {
         bucket,
+        keyed,
         algorithm,
         quota,
         conn,
@@ -171,6 +180,7 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
         if rng.range(0, 19) == 0 {
             let d = rng.range(1, 2 * span);
             pair.bucket.pause(Duration::from_micros(d));
+            pair.keyed = None;
             let (ok, _) = pair.run(true, d);
             if std::env::var("DIFF_TRACE").is_ok() {
                 eprintln!("{at}: pause {d}");
@@ -180,6 +190,13 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
         }
         let n = rng.range(1, u64::from(max_cost)) as u32;
         let local = pair.bucket.try_acquire(n);
+        if let Some(keyed) = &pair.keyed {
+            assert_eq!(
+                keyed.try_acquire(&7, n),
+                local,
+                "{at}: keyed and bucket for {n}"
+            );
+        }
         let (admitted, wait_us) = pair.run(false, u64::from(n));
         if std::env::var("DIFF_TRACE").is_ok() {
             let state: Option<String> =
