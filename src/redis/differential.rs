@@ -30,6 +30,10 @@ use std::time::Duration;
 use ::redis::{Script, Value};
 
 use super::script::sources;
+
+/// The Redis integration tests' helpers: the same server and key prefixes.
+#[path = "../../tests/redis_support/mod.rs"]
+mod redis_support;
 use crate::{Algorithm, Bucket, Denied, KeyedBucket, Quota};
 
 /// Sequences per algorithm, operations per sequence.
@@ -230,22 +234,14 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
 }
 
 fn connection() -> ::redis::Connection {
-    let url = std::env::var("TOWER_THROTTLE_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let url = redis_support::redis_url();
     ::redis::Client::open(url.as_str())
         .and_then(|c| c.get_connection())
         .unwrap_or_else(|e| panic!("redis at {url} (set TOWER_THROTTLE_REDIS_URL): {e}"))
 }
 
 async fn algorithm_agrees(algorithm: Algorithm, salt: u64) {
-    let run = format!(
-        "tower-throttle-test:differential:{}:{:?}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos()
-    );
+    let run = redis_support::unique_prefix("differential");
     let mut conn = connection();
     let only: Option<usize> = std::env::var("DIFF_ONLY").ok().and_then(|v| v.parse().ok());
     for i in 0..SEQUENCES {
