@@ -93,7 +93,8 @@
 //! 7. **tower contract**: `poll_ready` returning ready means the next `call` is admitted;
 //!    `call` without it panics ("poll_ready must be called first").
 //! 8. **Bad input never panics**: configuration errors are clear errors at construction
-//!    ([`QuotaError`]); a request for more than the burst is a typed error ([`ExceedsBurst`]).
+//!    ([`QuotaError`]); a refusal is a value ([`Denied`]): "not now" ([`Throttled`], with the
+//!    wait) or "never" ([`ExceedsBurst`], a cost above the burst), no sentinel values.
 //!
 //! # Design notes
 //! - **GCRA in one atomic.** The bucket is the generic cell rate algorithm: one `u64`, the
@@ -117,8 +118,11 @@
 
 #[macro_use]
 mod trace;
+#[macro_use]
+mod inner;
 
 pub mod bucket;
+mod denied;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod headers;
@@ -133,8 +137,11 @@ pub mod reject;
 pub mod reqwest;
 pub mod retry_after;
 
+#[allow(deprecated)]
+pub use crate::bucket::AcquireError;
 pub use crate::bucket::{
-    Acquire, AcquireError, Algorithm, Bucket, BucketBuilder, ExceedsBurst, Snapshot, Throttled,
+    Acquire, Algorithm, BackendError, Bucket, BucketBuilder, Denied, ExceedsBurst, QueueFull,
+    Snapshot, Throttled,
 };
 pub use crate::keyed::KeyedBucket;
 pub use crate::quota::{Quota, QuotaError};

@@ -31,7 +31,7 @@ use super::clock::Clock;
 use super::gcra::{Gcra, Level};
 use super::queue::{Entry, Queue};
 use super::window::{Fixed, Log, Sliding, Window};
-use super::{AcquireError, Algorithm, ExceedsBurst, Remote};
+use super::{Algorithm, ExceedsBurst, QueueFull, Remote};
 use crate::observe::Observer;
 use crate::Quota;
 
@@ -264,14 +264,14 @@ impl Shared {
         self: &Arc<Self>,
         tokens: u32,
         bounded: bool,
-    ) -> Result<Reservation, AcquireError> {
+    ) -> Result<Reservation, QueueFull> {
         if let Some(p) = self.admit_now(tokens) {
             return Ok(Reservation::Now(p));
         }
         let mut st = self.lock();
-        if let Algorithm::LeakyBucket { max_queue } = self.algorithm {
+        if let Some(max_queue) = self.algorithm.max_queue() {
             if bounded && st.queue.len() >= max_queue {
-                return Err(AcquireError::QueueFull { max_queue });
+                return Err(QueueFull { max_queue });
             }
         }
         let now = self.clock.now_ns();

@@ -19,7 +19,7 @@ pub(crate) fn refusal<B>(rejected: &Rejected, body: B) -> Response<B> {
         _ => trailers_only(
             Code::ResourceExhausted,
             "rate limit exceeded",
-            Some(rejected.wait()),
+            rejected.wait(),
             body,
         ),
     }

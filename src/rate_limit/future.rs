@@ -1,4 +1,4 @@
-//! [`CostFuture`].
+//! [`ResponseFuture`] of a [`RateLimit`](super::RateLimit) with a per-request cost.
 
 use std::fmt;
 use std::future::Future;
@@ -9,13 +9,13 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
-use crate::bucket::Waiter;
-use crate::BoxError;
+use crate::bucket::{Reservation, Waiter};
+use crate::Bucket;
 
 pin_project! {
     /// Response future of a [`RateLimit`](super::RateLimit) with a per-request cost: waits for
     /// the rest of the request's cost, then calls the inner service.
-    pub struct CostFuture<S, Req>
+    pub struct ResponseFuture<S, Req>
     where
         S: Service<Req>,
     {
@@ -33,31 +33,26 @@ pin_project! {
         Called { #[pin] future: S::Future },
         Waiting {
             waiter: Waiter,
+            bucket: Bucket,
             sleep: Pin<Box<Sleep>>,
             svc: Option<S>,
             req: Option<Req>,
         },
-        Failed { error: Option<BoxError> },
     }
 }
 
-impl<S: Service<Req>, Req> CostFuture<S, Req> {
+impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     pub(crate) fn called(future: S::Future) -> Self {
-        CostFuture {
+        ResponseFuture {
             kind: Kind::Called { future },
         }
     }
 
-    pub(crate) fn failed(error: BoxError) -> Self {
-        CostFuture {
-            kind: Kind::Failed { error: Some(error) },
-        }
-    }
-
-    pub(crate) fn waiting(waiter: Waiter, svc: S, req: Req) -> Self {
-        CostFuture {
+    pub(crate) fn waiting(waiter: Waiter, bucket: Bucket, svc: S, req: Req) -> Self {
+        ResponseFuture {
             kind: Kind::Waiting {
                 waiter,
+                bucket,
                 sleep: Box::pin(tokio::time::sleep_until(tokio::time::Instant::now())),
                 svc: Some(svc),
                 req: Some(req),
@@ -66,28 +61,33 @@ impl<S: Service<Req>, Req> CostFuture<S, Req> {
     }
 }
 
-impl<S, Req> Future for CostFuture<S, Req>
+impl<S, Req> Future for ResponseFuture<S, Req>
 where
     S: Service<Req>,
-    S::Error: Into<BoxError>,
 {
-    type Output = Result<S::Response, BoxError>;
+    type Output = Result<S::Response, S::Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
             let next = match self.as_mut().project().kind.project() {
-                KindProj::Called { future } => return future.poll(cx).map_err(Into::into),
-                KindProj::Failed { error } => {
-                    return Poll::Ready(Err(error.take().expect("polled after completion")))
-                }
+                KindProj::Called { future } => return future.poll(cx),
                 KindProj::Waiting {
                     waiter,
+                    bucket,
                     sleep,
                     svc,
                     req,
                 } => {
-                    if let Err(e) = std::task::ready!(waiter.poll(sleep.as_mut(), cx)) {
-                        return Poll::Ready(Err(e.into()));
+                    if let Err(shrunk) = std::task::ready!(waiter.poll(sleep.as_mut(), cx)) {
+                        // `set_quota` shrank the capacity below the rest of the cost while it
+                        // waited: wait for what fits now, the first token being spent already.
+                        let rest = shrunk.requested().min(shrunk.burst().saturating_sub(1));
+                        if rest > 0 {
+                            if let Ok(Reservation::Later(w)) = bucket.reserve(rest, false) {
+                                *waiter = w;
+                                continue;
+                            }
+                        }
                     }
                     let mut svc = svc.take().expect("polled after completion");
                     let req = req.take().expect("polled after completion");
@@ -102,8 +102,13 @@ where
     }
 }
 
-impl<S: Service<Req>, Req> fmt::Debug for CostFuture<S, Req> {
+impl<S: Service<Req>, Req> fmt::Debug for ResponseFuture<S, Req> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CostFuture").finish_non_exhaustive()
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
+
+/// The response future of a [`RateLimit`](super::RateLimit) with a cost, renamed
+/// [`ResponseFuture`] as in every other middleware module.
+#[deprecated(note = "renamed `rate_limit::ResponseFuture`")]
+pub type CostFuture<S, Req> = ResponseFuture<S, Req>;

@@ -51,10 +51,41 @@ impl<C> RateLimitLayer<C> {
     ///
     /// One token is reserved in `poll_ready` (so callers still wait their turn there); the
     /// rest of the cost is waited for in the response future before the request is sent, so
-    /// the bucket's bound holds for every request. A cost of zero returns the reserved token;
-    /// a cost above the burst fails with [`ExceedsBurst`](crate::ExceedsBurst) without
-    /// calling the inner service. The inner service must be `Clone` (the readied service
-    /// moves into the future while it waits).
+    /// the bucket's bound holds for every request. A cost of zero returns the reserved token.
+    ///
+    /// The service keeps the inner service's error type, so it fits where errors must stay
+    /// `Infallible` (axum) without a `HandleErrorLayer`. That is why a cost above what one
+    /// request may take (the burst, or a window's count) is not an error: such a request is
+    /// charged the whole capacity — it waits for a full bucket and empties it — and is sent.
+    /// Check costs beforehand with [`Bucket::try_acquire`] (which answers
+    /// [`Denied::ExceedsBurst`](crate::Denied::ExceedsBurst)) where they must be refused.
+    ///
+    /// The inner service must be `Clone`: the readied service moves into the response future
+    /// while the rest of the cost is waited for, as in tower's own middleware.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tower::{service_fn, Service, ServiceExt};
+    /// use tower_layer::Layer;
+    /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Infallible> {
+    /// let bucket = Bucket::new(Quota::per_second(10).burst(10));
+    /// let layer = RateLimitLayer::new(bucket.clone()).cost(|batch: &Vec<u32>| batch.len() as u32);
+    /// // The error type stays the inner service's own: `Infallible` here.
+    /// let mut svc = layer.layer(service_fn(|batch: Vec<u32>| async move {
+    ///     Ok::<_, Infallible>(batch.len())
+    /// }));
+    ///
+    /// let start = tokio::time::Instant::now();
+    /// assert_eq!(svc.ready().await?.call(vec![1; 10]).await?, 10); // the whole burst
+    /// assert_eq!(svc.ready().await?.call(vec![1; 5]).await?, 5); // 5 more tokens: 500 ms
+    /// assert_eq!(start.elapsed(), Duration::from_millis(500));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn cost<F>(self, cost: F) -> RateLimitLayer<F> {
         RateLimitLayer {
             bucket: self.bucket,

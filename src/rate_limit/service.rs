@@ -4,11 +4,11 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::future::CostFuture;
+use super::future::ResponseFuture;
 use super::gate::Gate;
 use super::UnitCost;
 use crate::bucket::Reservation;
-use crate::{BoxError, Bucket};
+use crate::Bucket;
 
 /// Waits in `poll_ready` until the shared [`Bucket`] admits the next request.
 ///
@@ -52,20 +52,7 @@ impl<S, C> RateLimit<S, C> {
         self.gate.bucket()
     }
 
-    /// A reference to the inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// A mutable reference to the inner service.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service. An unused reservation is given back.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!("An unused reservation is given back.");
 }
 
 impl<S, Req> Service<Req> for RateLimit<S, UnitCost>
@@ -90,39 +77,36 @@ where
 impl<S, Req, F> Service<Req> for RateLimit<S, F>
 where
     S: Service<Req> + Clone,
-    S::Error: Into<BoxError>,
     F: Fn(&Req) -> u32,
 {
     type Response = S::Response;
-    type Error = BoxError;
-    type Future = CostFuture<S, Req>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        std::task::ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
+        std::task::ready!(self.inner.poll_ready(cx))?;
         self.gate.poll_acquire(cx).map(Ok)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
         let permit = self.gate.take();
         let bucket = self.gate.bucket();
+        // A cost above the capacity is charged the whole capacity (see `RateLimitLayer::cost`).
         let n = (self.cost)(&req);
-        if let Err(e) = bucket.check(n) {
-            bucket.give_back(permit);
-            return CostFuture::failed(e.into());
-        }
+        let n = bucket.check(n).map_or_else(|e| e.burst(), |()| n);
         if n == 0 {
             bucket.give_back(permit);
         }
         if n <= 1 {
-            return CostFuture::called(self.inner.call(req));
+            return ResponseFuture::called(self.inner.call(req));
         }
         match bucket.reserve(n - 1, false) {
             Ok(Reservation::Later(waiter)) => {
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                CostFuture::waiting(waiter, ready, req)
+                ResponseFuture::waiting(waiter, bucket.clone(), ready, req)
             }
-            _ => CostFuture::called(self.inner.call(req)),
+            _ => ResponseFuture::called(self.inner.call(req)),
         }
     }
 }

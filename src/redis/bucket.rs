@@ -8,11 +8,11 @@ use tokio::time::Instant;
 
 use super::backend::{bump, Backend, Options, RedisStats};
 use super::builder::RedisBucketBuilder;
-use super::error::{RedisDecisionError, RedisError};
+use super::error::RedisError;
 use super::failure::{acquire_fallback, pause_fallback, try_acquire_fallback, FailurePolicy};
 use super::lane::Hint;
 use super::script::Reply;
-use crate::{Algorithm, Bucket, ExceedsBurst, Quota, Throttled};
+use crate::{Algorithm, Bucket, Denied, ExceedsBurst, Quota, Throttled};
 
 /// A rate limit kept in Redis: one limit shared by every process, task and clone that uses
 /// the same Redis, key prefix and key.
@@ -41,8 +41,11 @@ use crate::{Algorithm, Bucket, ExceedsBurst, Quota, Throttled};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 /// // In every process: the same URL and key mean the same bucket.
-/// let bucket =
-///     RedisBucket::connect("redis://127.0.0.1:6379", "github-api", Quota::per_second(10)).await?;
+/// let bucket = RedisBucket::builder(Quota::per_second(10))
+///     .url("redis://127.0.0.1:6379")
+///     .key("github-api")
+///     .build()
+///     .await?;
 ///
 /// bucket.acquire(1).await?; // waits for a token shared by all processes
 /// match bucket.try_acquire(1).await {
@@ -67,7 +70,8 @@ struct Inner {
 }
 
 impl RedisBucket {
-    /// A builder, for the key prefix, failure policy, timeouts and more.
+    /// The way to make a `RedisBucket`: a builder for the URL, key, failure policy, timeouts
+    /// and more; [`build`](RedisBucketBuilder::build) connects.
     pub fn builder(quota: Quota) -> RedisBucketBuilder {
         RedisBucketBuilder::new(quota)
     }
@@ -77,6 +81,7 @@ impl RedisBucket {
     ///
     /// # Errors
     /// As [`RedisBucketBuilder::build`].
+    #[deprecated(note = "use `RedisBucket::builder(quota).url(url).key(key).build()`")]
     pub async fn connect(url: &str, key: &str, quota: Quota) -> Result<Self, RedisError> {
         Self::builder(quota).url(url).key(key).build().await
     }
@@ -190,12 +195,12 @@ impl RedisBucket {
     /// queues (and does not see this process's waiters in [`acquire`](Self::acquire)).
     ///
     /// # Errors
-    /// - [`RedisDecisionError::Throttled`] with the wait until `n` tokens fit;
-    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst
+    /// - [`Denied::Throttled`] with the wait until `n` tokens fit;
+    /// - [`Denied::ExceedsBurst`] at once when `n` is larger than the burst
     ///   (token and leaky bucket) or the quota's count (windows);
     /// - when Redis fails, whatever the [`FailurePolicy`] says: nothing (`Open`),
-    ///   [`RedisDecisionError::Backend`] (`Closed`), the local bucket's answer (`Local`).
-    pub async fn try_acquire(&self, n: u32) -> Result<(), RedisDecisionError> {
+    ///   [`Denied::Backend`] (`Closed`), the local bucket's answer (`Local`).
+    pub async fn try_acquire(&self, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
@@ -229,11 +234,11 @@ impl RedisBucket {
     /// taken.
     ///
     /// # Errors
-    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst
+    /// - [`Denied::ExceedsBurst`] at once when `n` is larger than the burst
     ///   (token and leaky bucket) or the quota's count (windows);
     /// - when Redis fails, whatever the [`FailurePolicy`] says: admit (`Open`),
-    ///   [`RedisDecisionError::Backend`] (`Closed`), wait on the local bucket (`Local`).
-    pub async fn acquire(&self, n: u32) -> Result<(), RedisDecisionError> {
+    ///   [`Denied::Backend`] (`Closed`), wait on the local bucket (`Local`).
+    pub async fn acquire(&self, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
@@ -274,9 +279,9 @@ impl RedisBucket {
     /// own decisions at once, whatever Redis does.
     ///
     /// # Errors
-    /// [`RedisDecisionError::Backend`] when Redis fails and the policy is
+    /// [`Denied::Backend`] when Redis fails and the policy is
     /// [`FailurePolicy::Closed`].
-    pub async fn pause(&self, cooldown: Duration) -> Result<(), RedisDecisionError> {
+    pub async fn pause(&self, cooldown: Duration) -> Result<(), Denied> {
         let inner = &*self.inner;
         let backend = &inner.backend;
         let cooldown = cooldown.min(backend.max_pause());

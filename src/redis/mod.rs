@@ -104,8 +104,8 @@
 //!   admitted): the token and leaky bucket move their instant back, the windows lower the
 //!   current window's count, the log removes the newest entry of that cost; never below
 //!   empty.
-//! - `LeakyBucket { max_queue }` bounds the waiters of an in-process bucket only: the Redis
-//!   backend does not use it (its waiters line up per process as for every algorithm).
+//! - `Algorithm::leaky_bucket(max_queue)` bounds the waiters of an in-process bucket only: the
+//!   Redis backend does not use it (its waiters line up per process as for every algorithm).
 //! - Waiting: with the token and leaky bucket each reply says when the next request fits,
 //!   so an admission costs one round trip; with the windows a process learns only from
 //!   refusals, so a waiter may need a second round trip.
@@ -113,6 +113,8 @@
 mod backend;
 mod bucket;
 mod builder;
+#[cfg(test)]
+mod differential;
 mod error;
 mod failure;
 mod key;
@@ -124,6 +126,8 @@ mod script;
 pub use self::backend::RedisStats;
 pub use self::bucket::RedisBucket;
 pub use self::builder::{RedisBucketBuilder, RedisKeyedBuilder};
-pub use self::error::{RedisDecisionError, RedisError, RedisErrorKind};
+#[allow(deprecated)]
+pub use self::error::RedisDecisionError;
+pub use self::error::{RedisError, RedisErrorKind};
 pub use self::failure::FailurePolicy;
 pub use self::keyed::RedisKeyed;

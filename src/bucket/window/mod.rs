@@ -11,7 +11,7 @@ mod sliding;
 
 pub(crate) use self::fixed::Fixed;
 pub(crate) use self::log::Log;
-pub(crate) use self::sliding::Sliding;
+pub(crate) use self::sliding::{carried, fits, Sliding};
 
 /// A window model. Times are nanoseconds on the bucket's clock.
 pub(crate) trait Window: Send + std::fmt::Debug {

@@ -14,12 +14,15 @@ if raw then
   end
 end
 -- Clamp what no legitimate state can be (a clock stepped back after a failover, a stray
--- write): a pause ends within P, a bucket is full again within tau of max(now, pause).
+-- write): a pause ends within P, a bucket is full again within max(tau, B·T) of
+-- max(now, pause) (an admission of n <= B tokens at or before now leaves tat at most
+-- max(tau, n·T) after it: for the leaky bucket, tau = T is less than a weighted cost).
 -- A clamp is written back, even when the request is refused, so it cannot recur.
 if pause > now + P then pause = now + P; dirty = true end
 local base = now
 if pause > now then base = pause end
-if tat > base + tau then tat = base + tau; dirty = true end
+local span = math.max(tau, B * T)
+if tat > base + span then tat = base + span; dirty = true end
 -- While paused, the first token is due when the pause ends.
 if pause > now and tat < pause + tau - T then tat = pause + tau - T; dirty = true end
 -- A tat in the past is a full bucket.
