@@ -114,6 +114,7 @@
 #[macro_use]
 mod trace;
 
+pub mod adaptive;
 pub mod bucket;
 pub mod headers;
 pub mod keyed;
