@@ -34,6 +34,9 @@ struct State {
     applied: f64,
     /// The latest rates applied, with their instants: the rate a refused request was sent at.
     history: VecDeque<(Instant, f64)>,
+    /// The rate a server stated last: taken once, when it first says it (a push-back at
+    /// that rate then lowers the rate as any push-back does).
+    stated: Option<f64>,
 }
 
 /// Rates remembered, for requests still in flight.
@@ -80,6 +83,7 @@ impl Control {
                 law,
                 applied: ceiling,
                 history: VecDeque::new(),
+                stated: None,
             }),
             rate: AtomicU64::new(rate.to_bits()),
         }
@@ -131,11 +135,15 @@ impl Control {
     /// A request succeeded; `stated`: the rate the server's quota fields give, if any.
     pub(crate) fn succeeded(&self, shared: &Shared, stated: Option<f64>) {
         let mut st = self.lock();
+        let stated = stated.filter(|s| st.stated != Some(*s));
         let Some(law) = st.law.as_mut() else { return };
         let rate = match stated {
             Some(stated) => law.stated(stated),
             None => law.succeeded(Instant::now()),
         };
+        if stated.is_some() {
+            st.stated = stated;
+        }
         // A stated quota is applied exactly; a growing rate in steps.
         let exact = stated.is_some() && rate != st.applied;
         self.apply(&mut st, shared, rate, exact);
@@ -149,6 +157,7 @@ impl Control {
         st.configured = quota;
         st.applied = ceiling;
         st.history.clear();
+        st.stated = None;
         if let Some(law) = st.law.as_mut() {
             *law = Law::capped(ceiling, law.floor());
         }

@@ -164,13 +164,16 @@ impl Bucket {
     /// [`RetryAfterLayer`](crate::RetryAfterLayer) calls this; call it from a client of your
     /// own.
     pub fn push_back(&self, cooldown: Duration) {
-        self.pushed_back(cooldown, Instant::now());
+        self.pushed_back(cooldown, Instant::now(), None);
     }
 
     /// [`push_back`](Self::push_back) of a request sent at `sent`: the rate refused is the
-    /// rate in force then.
-    pub(crate) fn pushed_back(&self, cooldown: Duration, sent: Instant) {
+    /// rate in force then. `stated`: the rate the server's quota fields give, if any.
+    pub(crate) fn pushed_back(&self, cooldown: Duration, sent: Instant, stated: Option<f64>) {
         self.control.pushed_back(&self.shared, cooldown, sent);
+        if let Some(rate) = stated {
+            self.record_stated(rate);
+        }
         self.pause(cooldown);
     }
 

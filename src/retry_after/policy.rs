@@ -179,6 +179,7 @@ impl Policy {
             None
         };
         let exhausted = hint.filter(|h| h.remaining == 0);
+        let stated = read_stated_rate(headers).filter(|_| self.read_quota_headers);
         if let Some(reset) = exhausted.and_then(|h| h.reset) {
             // Slow down before the 429: hold everyone until the quota resets.
             if !reset.is_zero() && reset <= self.max_retry_after {
@@ -189,10 +190,11 @@ impl Policy {
         let rate_limited_403 = status == StatusCode::FORBIDDEN && exhausted.is_some();
         let retry_after = super::from_headers(headers, now);
         if self.push_back.contains(&status) || rate_limited_403 {
-            return self.on_push_back(status, retry_after, exhausted.and_then(|h| h.reset), a);
+            let reset = exhausted.and_then(|h| h.reset);
+            return self.on_push_back(status, retry_after, reset, stated, a);
         }
         if status.is_success() {
-            match read_stated_rate(headers).filter(|_| self.read_quota_headers) {
+            match stated {
                 Some(rate) => self.bucket.record_stated(rate),
                 None => self.bucket.record_success(),
             }
@@ -225,6 +227,7 @@ impl Policy {
         status: StatusCode,
         retry_after: Result<Option<Duration>, super::RetryAfterError>,
         reset: Option<Duration>,
+        stated: Option<f64>,
         a: &Attempt<'_>,
     ) -> Verdict {
         let cooldown = match retry_after {
@@ -247,7 +250,7 @@ impl Policy {
             };
         }
         trace_event!(warn, %status, ?cooldown, "server pushed back; pausing the bucket");
-        self.bucket.pushed_back(cooldown, a.sent);
+        self.bucket.pushed_back(cooldown, a.sent, stated);
         // 429 (and a rate-limit 403) mean the server refused the request: safe for any method.
         let refused = status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::FORBIDDEN;
         let allowed = refused || is_idempotent(a.method) || self.retry_non_idempotent;
