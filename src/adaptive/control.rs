@@ -189,7 +189,7 @@ impl Control {
 /// a longer period. `None` when it cannot be built (a rate too low to represent).
 pub(crate) fn effective(configured: Quota, rate: f64) -> Option<Quota> {
     let ceiling = configured.per_second_f64();
-    if !(rate > 0.0) || rate >= ceiling {
+    if rate.is_nan() || rate <= 0.0 || rate >= ceiling {
         return Some(configured);
     }
     let period = configured.period().as_nanos() as f64 * ceiling / rate;
