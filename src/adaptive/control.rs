@@ -3,11 +3,12 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 use super::law::Law;
+use super::Cut;
 use crate::bucket::Shared;
 use crate::Quota;
 
@@ -21,7 +22,14 @@ pub(crate) struct Control {
     state: Mutex<State>,
     /// The rate in force, in tokens per second (`f64` bits), for lock-free reads.
     rate: AtomicU64,
+    /// When this control last asked a remote limit what other processes learned (ns since
+    /// `origin`; 0: never).
+    synced: AtomicU64,
+    origin: Instant,
 }
+
+/// How often, at most, a bucket asks a remote limit what other processes learned.
+const SYNC_EVERY: Duration = Duration::from_millis(250);
 
 #[derive(Debug)]
 struct State {
@@ -86,6 +94,8 @@ impl Control {
                 stated: None,
             }),
             rate: AtomicU64::new(rate.to_bits()),
+            synced: AtomicU64::new(0),
+            origin: Instant::now(),
         }
     }
 
@@ -118,18 +128,59 @@ impl Control {
     }
 
     /// A server pushed back for `cooldown` on a request sent at `sent`: lower the rate,
-    /// before the bucket is paused.
-    pub(crate) fn pushed_back(&self, shared: &Shared, cooldown: Duration, sent: Instant) {
+    /// before the bucket is paused. Returns the cut, for other processes, if it made one.
+    pub(crate) fn pushed_back(
+        &self,
+        shared: &Shared,
+        cooldown: Duration,
+        sent: Instant,
+    ) -> Option<Cut> {
         let mut st = self.lock();
-        let refused = st.rate_at(sent);
-        if let Some(rate) = st
+        let refused = st.rate_at(sent).min(self.rate());
+        let rate = st
             .law
             .as_mut()
-            .and_then(|l| l.pushed_back(Instant::now(), cooldown, refused))
-        {
-            trace_event!(info, rate, "server pushed back; lowering the rate");
+            .and_then(|l| l.pushed_back(Instant::now(), cooldown, refused))?;
+        trace_event!(info, rate, "server pushed back; lowering the rate");
+        self.apply(&mut st, shared, rate, true);
+        let resume = SystemTime::now().checked_add(cooldown)?;
+        Some(Cut { refused, resume })
+    }
+
+    /// Another process acted on a push-back: follow the same curve, unless this one already
+    /// acted on that cooldown or a later one.
+    pub(crate) fn adopt(&self, shared: &Shared, cut: Cut) {
+        let now = Instant::now();
+        let since = match cut.resume.duration_since(SystemTime::now()) {
+            Ok(ahead) => now.checked_add(ahead),
+            Err(past) => now.checked_sub(past.duration()),
+        };
+        let Some(since) = since else { return };
+        let mut st = self.lock();
+        if let Some(rate) = st.law.as_mut().and_then(|l| l.adopt(cut.refused, since)) {
+            trace_event!(
+                info,
+                rate,
+                "another process was pushed back; lowering the rate"
+            );
             self.apply(&mut st, shared, rate, true);
         }
+    }
+
+    /// Whether it is time to ask a remote limit what other processes learned (and if so,
+    /// the clock starts again).
+    pub(crate) fn sync_due(&self) -> bool {
+        if self.lock().law.is_none() {
+            return false;
+        }
+        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let last = self.synced.load(Ordering::Acquire);
+        let every = SYNC_EVERY.as_nanos() as u64;
+        (last == 0 || now.saturating_sub(last) >= every)
+            && self
+                .synced
+                .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
     }
 
     /// A request succeeded; `stated`: the rate the server's quota fields give, if any.

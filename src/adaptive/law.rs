@@ -104,6 +104,20 @@ impl Law {
         Some(from)
     }
 
+    /// Another process acted on a push-back at the rate `refused`, its cooldown ending at
+    /// `since`: follow the same curve. Returns the new rate, or `None` when this one already
+    /// acted on that cooldown or a later one.
+    pub(crate) fn adopt(&mut self, refused: f64, since: Instant) -> Option<f64> {
+        if self.settled.is_some_and(|s| since <= s) {
+            return None;
+        }
+        self.settled = Some(since);
+        self.limit = Some(refused);
+        let from = self.set(refused * DECREASE);
+        self.phase = Phase::Recover { since, from };
+        Some(from)
+    }
+
     /// A success at `now`. Returns the new rate.
     pub(crate) fn succeeded(&mut self, now: Instant) -> f64 {
         match self.phase {

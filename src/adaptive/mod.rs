@@ -69,7 +69,12 @@
 //! "Unknown or shared quotas" section has the measurements side by side.
 //!
 //! **Shared.** The control lives beside the bucket: every clone, layer and worker reports to
-//! and reads the same rate.
+//! and reads the same rate. A bucket made from a
+//! [`RedisBucket`](crate::redis::RedisBucket) (feature `redis`) also shares what it learns
+//! with every process: each push-back it acts on is written to Redis beside the bucket
+//! (`<key>:rate`: the rate refused and the end of the cooldown), every process reads it
+//! back at most every 250 ms while requests succeed and follows the same curve, and the
+//! shared limit in Redis decides at the rate in force (token and leaky bucket).
 //!
 //! [`RetryAfterLayer`]: crate::RetryAfterLayer
 //! [`Bucket::new`]: crate::Bucket::new
@@ -80,7 +85,17 @@ mod law;
 
 pub(crate) use self::control::{Control, Mode, DEFAULT_FLOOR};
 
+use std::time::SystemTime;
+
 use crate::Quota;
+
+/// A push-back acted on, as processes sharing a limit tell each other: the rate refused
+/// (tokens per second) and when the cooldown ends (wall clock).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Cut {
+    pub(crate) refused: f64,
+    pub(crate) resume: SystemTime,
+}
 
 /// The settings of a bucket that discovers its rate: [`Bucket::adaptive`](crate::Bucket::adaptive).
 ///

@@ -41,7 +41,7 @@ pub use self::algorithm::Algorithm;
 pub use self::builder::BucketBuilder;
 pub(crate) use self::clock::Clock;
 pub(crate) use self::gcra::schedule;
-pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision};
+pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision, RemoteLearned};
 pub(crate) use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
 pub(crate) use self::window::{epoch_phase, Log, Window};
@@ -170,7 +170,10 @@ impl Bucket {
     /// [`push_back`](Self::push_back) of a request sent at `sent`: the rate refused is the
     /// rate in force then. `stated`: the rate the server's quota fields give, if any.
     pub(crate) fn pushed_back(&self, cooldown: Duration, sent: Instant, stated: Option<f64>) {
-        self.control.pushed_back(&self.shared, cooldown, sent);
+        let cut = self.control.pushed_back(&self.shared, cooldown, sent);
+        if let (Some(cut), Some(remote)) = (cut, self.remote()) {
+            remote.publish(cut);
+        }
         if let Some(rate) = stated {
             self.record_stated(rate);
         }
@@ -181,11 +184,32 @@ impl Bucket {
     /// [`RetryAfterLayer`](crate::RetryAfterLayer) calls this on every success.
     pub fn record_success(&self) {
         self.control.succeeded(&self.shared, None);
+        self.sync_learned();
     }
 
     /// A request went through and the server stated its quota: `per_second` tokens a second.
     pub(crate) fn record_stated(&self, per_second: f64) {
         self.control.succeeded(&self.shared, Some(per_second));
+        self.sync_learned();
+    }
+
+    /// Follow what other processes sharing a remote limit learned: at most every 250 ms,
+    /// in the background (outside a runtime, never).
+    fn sync_learned(&self) {
+        let Some(remote) = self.remote() else { return };
+        if !self.control.sync_due() {
+            return;
+        }
+        let (Some(learned), Ok(rt)) = (remote.learned(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let this = self.clone();
+        rt.spawn(async move {
+            if let Some(cut) = learned.await {
+                this.control.adopt(&this.shared, cut);
+            }
+        });
     }
 
     /// The algorithm this bucket decides with.

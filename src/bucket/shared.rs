@@ -419,6 +419,9 @@ impl Shared {
     /// [`set_quota`](Self::set_quota) does.
     pub(crate) fn set_rate(&self, quota: Quota) {
         self.set_quota(quota);
+        if let Some(remote) = &self.remote {
+            remote.set_rate(quota);
+        }
     }
 
     pub(crate) fn level(&self) -> (Level, u64, usize, Quota) {

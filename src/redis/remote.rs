@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{RedisBucket, RedisDecisionError, RedisKeyed};
-use crate::bucket::{Remote, RemoteAcquire, RemoteDecision};
+use crate::adaptive::Cut;
+use crate::bucket::{Remote, RemoteAcquire, RemoteDecision, RemoteLearned};
 use crate::keyed::{KeyId, RemoteKeyed};
-use crate::{Bucket, KeyedBucket, Throttled};
+use crate::{Bucket, KeyedBucket, Quota, Throttled};
 
 /// The wait announced when the failure policy refuses a decision.
 const RETRY_REFUSED: Duration = Duration::from_secs(1);
@@ -64,6 +65,20 @@ impl Remote for RedisBucket {
     fn pause(&self, cooldown: Duration) {
         let this = self.clone();
         detach(async move { this.pause(cooldown).await });
+    }
+
+    fn set_rate(&self, quota: Quota) {
+        RedisBucket::set_rate(self, quota);
+    }
+
+    fn publish(&self, cut: Cut) {
+        let this = self.clone();
+        detach(async move { Ok(this.publish(cut).await?) });
+    }
+
+    fn learned(&self) -> Option<RemoteLearned> {
+        let this = self.clone();
+        Some(Box::pin(async move { this.learned().await.ok().flatten() }))
     }
 }
 
