@@ -8,6 +8,7 @@ mod redis_support;
 use std::time::{Duration, Instant};
 
 use redis_support::{raw, redis_url, unique_prefix};
+use tower_throttle::adaptive::Adaptive;
 use tower_throttle::redis::RedisBucket;
 use tower_throttle::{Bucket, Quota};
 
@@ -74,4 +75,28 @@ async fn a_push_back_in_one_process_lowers_the_rate_of_the_others() {
     // The same curve from the same instant: the same rate (the cooldown has not ended).
     assert_eq!(b.rate(), 50.0);
     assert_eq!(b.quota(), quota);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_bucket_on_redis_searches_below_the_shared_ceiling() {
+    let prefix = unique_prefix("pushback-adaptive");
+    let quota = Quota::per_second(100).burst(1);
+    let redis = RedisBucket::builder(quota)
+        .url(redis_url())
+        .key_prefix(&prefix)
+        .key("api")
+        .build()
+        .await
+        .unwrap();
+    let bucket = redis
+        .clone()
+        .adaptive(Adaptive::new().start(Quota::per_second(10)));
+    assert_eq!((bucket.rate(), bucket.quota()), (10.0, quota));
+    // The shared limit decides at the rate in force: 10/s, one token every 100 ms.
+    redis.try_acquire(1).await.unwrap();
+    let wait = match redis.try_acquire(1).await {
+        Err(tower_throttle::redis::RedisDecisionError::Throttled(t)) => t.wait(),
+        other => panic!("{other:?}"),
+    };
+    assert!(wait > Duration::from_millis(50), "{wait:?}");
 }

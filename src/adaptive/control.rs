@@ -119,11 +119,13 @@ impl Control {
         self.lock().law.as_ref().and_then(Law::limit)
     }
 
-    /// Apply the start rate (a search starts below the configured quota).
+    /// Apply the start rate, when it is not the configured one (a search).
     pub(crate) fn start(&self, shared: &Shared) {
         let mut st = self.lock();
         if let Some(rate) = st.law.as_ref().map(Law::rate) {
-            self.apply(&mut st, shared, rate, true);
+            if rate != st.applied {
+                self.apply(&mut st, shared, rate, true);
+            }
         }
     }
 
@@ -201,7 +203,7 @@ impl Control {
     }
 
     /// A new configured quota (from [`Bucket::set_quota`](crate::Bucket::set_quota)): the
-    /// rate restarts at it; a search restarts from its start rate.
+    /// rate restarts at it, as the ceiling, forgetting what was learned (a search ends).
     pub(crate) fn reset(&self, quota: Quota) {
         let mut st = self.lock();
         let ceiling = quota.per_second_f64();

@@ -66,6 +66,9 @@ use crate::Quota;
 /// - **Drift-free**: admission instants follow the schedule, not when a timer fired.
 /// - **Cancel-safe**: dropping a waiting [`Acquire`] gives its place back to those behind it.
 /// - **Pause**: [`pause`](Bucket::pause) holds every admission for a server's cooldown.
+/// - **Follows push-back**: [`push_back`](Bucket::push_back) (called by
+///   [`RetryAfterLayer`](crate::RetryAfterLayer)) also lowers the rate, and successes raise
+///   it back, never above the configured quota ([`adaptive`](crate::adaptive)).
 ///
 /// Time is read from tokio's clock, so `#[tokio::test(start_paused = true)]` drives both the
 /// decisions and the waits.
