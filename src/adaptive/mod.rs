@@ -11,9 +11,11 @@
 //!   ceiling. A client configured above a server's real rate settles just below it instead of
 //!   pausing, restarting at the configured rate and being refused again.
 //! - **Unknown quota** ([`Bucket::adaptive`]): no rate needed, or only a hint to start from.
-//!   The rate searches upwards until the first push-back, then behaves as above; when the
-//!   server states its quota in `RateLimit-Policy` (or `X-RateLimit-Limit` with a
-//!   reset), the rate jumps to it at once.
+//!   The rate searches upwards until the first push-back, then behaves as above.
+//! - Either way, when the server states its quota in `RateLimit-Policy` (`q` per `w`
+//!   seconds, on a success or on the push-back itself), the rate jumps to it at once (capped
+//!   by the ceiling). A quota that runs out (`RateLimit` or `X-RateLimit-Remaining: 0` with a
+//!   reset) pauses the bucket until the reset, as before.
 //! - [`BucketBuilder::fixed_rate`](crate::BucketBuilder::fixed_rate) keeps the configured
 //!   rate whatever the server says (pauses only).
 //!
