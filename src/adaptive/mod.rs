@@ -40,7 +40,8 @@
 //!
 //! # The control law
 //!
-//! Rates are in tokens per second; `U` is the rate at the last push-back.
+//! Rates are in tokens per second; `U` is the rate that was in force when the request
+//! pushed back last was sent.
 //!
 //! | event | effect |
 //! |---|---|
@@ -48,7 +49,7 @@
 //! | more push-backs before the cooldown ends | none: they answer requests sent at the old rate |
 //! | success, `t` s after the cooldown ended | `rate ← 0.95·U − (0.95·U − U/2)·e^(−t/0.5) + 0.05·U·(t/30)³` |
 //! | success while searching (no `U` yet) | `rate ← rate + min(rate, 1/0.35)`: doubling while low, then `e`-fold every 0.35 s |
-//! | a stated quota (`RateLimit-Policy`, …) | `rate ← stated`, no probing above it |
+//! | a newly stated quota (`RateLimit-Policy`) | `U ← rate ← stated`, no probing above it until a push-back |
 //!
 //! Always `floor ≤ rate ≤ ceiling`; the configured quota's burst is kept (an adaptive bucket
 //! has a burst of 1: a server's burst is unknown).
@@ -58,8 +59,8 @@
 //! 30 s later. Against a server whose real rate is `R`, the rate refused lies just above
 //! `R`, so the rate settles in the band `[0.95·R, R]`, with at most one push-back (one
 //! cooldown) per 30 s of probing; a server that raises its rate is followed by the probe
-//! (cubic growth: twice the refused rate after about a minute), one that lowers it by the
-//! next push-back.
+//! (cubic growth: twice the refused rate after about 80 s), one that lowers it by the next
+//! push-back.
 //!
 //! **Why this law.** Each push-back costs a whole cooldown (`Retry-After`, typically 1 s)
 //! during which nothing is sent, so the law spends few of them: one deep cut per cooldown
@@ -67,8 +68,11 @@
 //! a fast return to just below the wall, and a slow, cubic probe. AIMD (additive increase)
 //! climbs back linearly and refuses again at the same rate every cycle; CUBIC (the AWS SDKs'
 //! adaptive mode, `β = 0.7`) returns to the refused rate itself after
-//! `∛(0.3·U/0.4)` s (3.3 s at 50/s) and is refused again there, every cycle. The README's
-//! "Unknown or shared quotas" section has the measurements side by side.
+//! `∛(0.3·U/0.4)` s (3.3 s at 50/s) and is refused again there, every cycle. Against a
+//! stand-in server with a hidden no-burst limit (paused clock, 16 workers), this law settles
+//! at 92–94 % of a hidden 5, 50 or 200 per second with three or four push-backs in 45 s,
+//! the first of them while searching. The README's "Unknown or shared quotas" section has
+//! the measurements against nginx side by side with botocore's adaptive limiter.
 //!
 //! **Shared.** The control lives beside the bucket: every clone, layer and worker reports to
 //! and reads the same rate. A bucket made from a
