@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::clock::Clock;
 use super::shared::Shared;
 use super::{Algorithm, Bucket, Remote};
+use crate::adaptive::{Adaptive, Control, Mode};
 use crate::observe::Observer;
 use crate::Quota;
 
@@ -26,6 +27,7 @@ pub struct BucketBuilder {
     clock: Clock,
     remote: Option<Arc<dyn Remote>>,
     observer: Option<Arc<dyn Observer>>,
+    mode: Mode,
 }
 
 impl BucketBuilder {
@@ -36,7 +38,26 @@ impl BucketBuilder {
             clock: Clock::tokio(),
             remote: None,
             observer: None,
+            mode: Mode::Converge,
         }
+    }
+
+    /// Keep the configured rate whatever servers say: a push-back pauses the bucket and
+    /// nothing else. By default repeated push-back lowers the rate (never above the
+    /// configured one; see [`adaptive`](crate::adaptive)).
+    pub fn fixed_rate(mut self) -> Self {
+        self.mode = Mode::Fixed;
+        self
+    }
+
+    /// Discover the rate: start at `settings`' start rate, below this builder's quota (the
+    /// ceiling, burst included), and search upwards (see [`Bucket::adaptive`]).
+    pub fn adaptive(mut self, settings: Adaptive) -> Self {
+        self.mode = Mode::Search {
+            start: settings.start,
+            floor: settings.floor,
+        };
+        self
     }
 
     /// Report admissions, delays, refusals and pauses to `observer` (see
@@ -72,15 +93,16 @@ impl BucketBuilder {
 
     /// The bucket, full.
     pub fn build(self) -> Bucket {
-        Bucket {
-            shared: Arc::new(Shared::new(
+        Bucket::from_parts(
+            Shared::new(
                 self.quota,
                 self.algorithm,
                 self.clock,
                 self.remote,
                 self.observer,
-            )),
-        }
+            ),
+            Control::new(self.quota, self.mode),
+        )
     }
 }
 
@@ -92,6 +114,7 @@ impl std::fmt::Debug for BucketBuilder {
             .field("clock", &self.clock)
             .field("remote", &self.remote.is_some())
             .field("observer", &self.observer.is_some())
+            .field("mode", &self.mode)
             .finish()
     }
 }

@@ -404,10 +404,24 @@ impl Shared {
                 None => {
                     let (interval, tolerance) = engine_params(&quota, algorithm);
                     shared.gcra.set_params(interval, tolerance, now);
+                    // A pause in force still holds, at the new interval.
+                    let until = shared.paused_until.load(Ordering::Acquire);
+                    if until > now {
+                        shared.gcra.restart_at(until);
+                    }
                 }
                 Some(w) => w.set_limit(u64::from(quota.count()), quota.period_ns(), now),
             }
         });
+    }
+
+    /// The hook of a rate control ([`crate::adaptive`]): enforce `quota` from now on, as
+    /// [`set_quota`](Self::set_quota) does.
+    pub(crate) fn set_rate(&self, quota: Quota) {
+        self.set_quota(quota);
+        if let Some(remote) = &self.remote {
+            remote.set_rate(quota);
+        }
     }
 
     pub(crate) fn level(&self) -> (Level, u64, usize, Quota) {

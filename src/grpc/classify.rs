@@ -72,8 +72,13 @@ pub(crate) fn on_response(
             // A code in the retryable set is resent for any RPC, as A6 has it (gRPC has no
             // idempotency marker; the set is the service owner's promise): the push-back is
             // handled as a refusal, which pauses the shared bucket like a 429.
-            let mut verdict =
-                policy.on_push_back(StatusCode::TOO_MANY_REQUESTS, Ok(Some(cooldown)), None, a);
+            let mut verdict = policy.on_push_back(
+                StatusCode::TOO_MANY_REQUESTS,
+                Ok(Some(cooldown)),
+                None,
+                None,
+                a,
+            );
             if throttled {
                 verdict.action = Action::Return;
             }

@@ -135,6 +135,10 @@ impl RedisBucket {
         self.inner.backend.stats()
     }
 
+    pub(super) fn backend(&self) -> &Backend {
+        &self.inner.backend
+    }
+
     /// Whether `self` and `other` are clones of one handle.
     pub fn same_bucket(&self, other: &RedisBucket) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)

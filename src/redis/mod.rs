@@ -120,6 +120,7 @@ mod failure;
 mod key;
 mod keyed;
 mod lane;
+mod rate;
 mod remote;
 mod script;
 

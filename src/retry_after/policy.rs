@@ -10,7 +10,7 @@ use http::{HeaderMap, Method, StatusCode};
 use super::backoff::{uniform, Backoff};
 use super::budget::RetryBudget;
 use super::replay::is_idempotent;
-use crate::headers::read_quota_hint;
+use crate::headers::{read_quota_hint, read_stated_rate};
 use crate::Bucket;
 
 /// Whether a failed request may have reached the server.
@@ -123,6 +123,8 @@ pub(crate) struct Attempt<'a> {
     pub(crate) retries: u32,
     /// Time since the first attempt.
     pub(crate) elapsed: Duration,
+    /// When this attempt was sent.
+    pub(crate) sent: tokio::time::Instant,
     pub(crate) previous_delay: Duration,
     /// Whether a copy of the request exists to send again.
     pub(crate) replayable: bool,
@@ -183,6 +185,7 @@ impl Policy {
             None
         };
         let exhausted = hint.filter(|h| h.remaining == 0);
+        let stated = read_stated_rate(headers).filter(|_| self.read_quota_headers);
         if let Some(reset) = exhausted.and_then(|h| h.reset) {
             // Slow down before the 429: hold everyone until the quota resets.
             if !reset.is_zero() && reset <= self.max_retry_after {
@@ -193,7 +196,14 @@ impl Policy {
         let rate_limited_403 = status == StatusCode::FORBIDDEN && exhausted.is_some();
         let retry_after = super::from_headers(headers, now);
         if self.push_back.contains(&status) || rate_limited_403 {
-            return self.on_push_back(status, retry_after, exhausted.and_then(|h| h.reset), a);
+            let reset = exhausted.and_then(|h| h.reset);
+            return self.on_push_back(status, retry_after, reset, stated, a);
+        }
+        if status.is_success() {
+            match stated {
+                Some(rate) => self.bucket.record_stated(rate),
+                None => self.bucket.record_success(),
+            }
         }
         if status.is_server_error() {
             let floor = retry_after
@@ -223,6 +233,7 @@ impl Policy {
         status: StatusCode,
         retry_after: Result<Option<Duration>, super::RetryAfterError>,
         reset: Option<Duration>,
+        stated: Option<f64>,
         a: &Attempt<'_>,
     ) -> Verdict {
         let cooldown = match retry_after {
@@ -245,7 +256,7 @@ impl Policy {
             };
         }
         trace_event!(warn, %status, ?cooldown, "server pushed back; pausing the bucket");
-        self.bucket.pause(cooldown);
+        self.bucket.pushed_back(cooldown, a.sent, stated);
         // 429 (and a rate-limit 403) mean the server refused the request: safe for any method.
         let refused = status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::FORBIDDEN;
         let allowed = refused || is_idempotent(a.method) || self.retry_non_idempotent;
