@@ -55,13 +55,15 @@ impl Window for Fixed {
         }
     }
 
-    fn restart_at(&mut self, end: u64) {
-        // What is left of the window at `end`, in proportion to the time left in it.
-        let a = &mut self.0;
-        let left = a.start(a.index(end) + 1) - end;
-        let cap = (u128::from(a.limit) * u128::from(left) / u128::from(a.width)) as u64;
-        let floor = a.limit - cap.clamp(1, a.limit);
-        a.fill(end, floor);
+    fn restart_at(&mut self, _end: u64) {
+        // Nothing to forget: the ramp bounds what goes after the pause.
+    }
+
+    fn ramp_until(&self, end: u64) -> u64 {
+        // The first window boundary a whole period after the pause: the rest of a window is
+        // never let through at once.
+        let a = &self.0;
+        a.start(a.index(end.saturating_add(a.width - 1)).saturating_add(1))
     }
 
     fn set_limit(&mut self, limit: u64, width: u64, now: u64) {

@@ -7,10 +7,12 @@
 mod aligned;
 mod fixed;
 mod log;
+mod ramp;
 mod sliding;
 
 pub(crate) use self::fixed::Fixed;
 pub(crate) use self::log::Log;
+pub(crate) use self::ramp::Ramp;
 pub(crate) use self::sliding::Sliding;
 
 /// A window model. Times are nanoseconds on the bucket's clock.
@@ -27,9 +29,18 @@ pub(crate) trait Window: Send + std::fmt::Debug {
     fn available(&self, now: u64) -> u64;
     /// Time from `now` until nothing committed at or before `now` counts any more.
     fn clear_in(&self, now: u64) -> u64;
-    /// Restart after a pause ending at `end` as from an empty bucket: little enough capacity
-    /// at `end` that the end of a cooldown brings no burst.
+    /// Restart after a pause ending at `end`: forget what would let admissions from before
+    /// the pause come back as a burst after it. The bucket lays a [`Ramp`] over the model
+    /// from `end` to [`ramp_until`](Window::ramp_until). O(1) time and memory.
     fn restart_at(&mut self, end: u64);
+    /// When the ramp after a pause ending at `end` hands over to the model's own bound.
+    fn ramp_until(&self, end: u64) -> u64;
+    /// How long before the present a waiter woken late may be counted as admitted (the
+    /// lateness of a timer), so late wake-ups do not add up to a lower rate. At most one
+    /// token's worth.
+    fn slack(&self) -> u64 {
+        0
+    }
     /// Change the limit and the period; never raise what is available at `now`.
     fn set_limit(&mut self, limit: u64, width: u64, now: u64);
 }

@@ -83,12 +83,12 @@ impl Window for Sliding {
         }
     }
 
-    fn restart_at(&mut self, end: u64) {
-        // Fill the window of `end` so that one token fits then (counting the share the
-        // previous window still carries) and the rest come back as the estimate slides.
-        let w = self.0.index(end);
-        let floor = (self.0.limit - 1).saturating_sub(self.carried(w, end));
-        self.0.fill(end, floor);
+    fn restart_at(&mut self, _end: u64) {
+        // Nothing to forget: the ramp bounds what goes after the pause.
+    }
+
+    fn ramp_until(&self, end: u64) -> u64 {
+        end.saturating_add(self.0.width)
     }
 
     fn set_limit(&mut self, limit: u64, width: u64, now: u64) {
