@@ -24,8 +24,8 @@
 //!   once, by its own timer. Window waiters behind the first are woken by the hand-over
 //!   (at most one wake more each);
 //! - **drift-free**: a waiter woken late by a coarse timer is counted as admitted at the
-//!   instant it was due, if that is at most one token's worth ago and not before it became
-//!   first in line (`slack`: one emission
+//!   instant its timer was armed for, if that is at most one token's worth ago and not
+//!   before it became first in line (`slack`: one emission
 //!   interval for the token and leaky bucket and the sliding log, none for the aligned
 //!   windows, whose boundaries do not move). The schedule therefore never slips by the
 //!   lateness of tokio's 1 ms timer, and the bound gains at most the one token of that
@@ -54,7 +54,7 @@ use tokio::time::Sleep;
 use super::clock::Clock;
 use super::gcra::{Gcra, Level};
 use super::queue::{Entry, Queue};
-use super::window::{Fixed, Log, Ramp, Sliding, Window};
+use super::window::{Align, Fixed, Log, Ramp, Sliding, Window};
 use super::{AcquireError, Algorithm, ExceedsBurst, Remote};
 use crate::observe::Observer;
 use crate::Quota;
@@ -130,11 +130,16 @@ fn capacity_of(quota: &Quota, algorithm: Algorithm) -> u32 {
     }
 }
 
-fn window_of(quota: &Quota, algorithm: Algorithm, now: u64) -> Option<Box<dyn Window>> {
+fn window_of(
+    quota: &Quota,
+    algorithm: Algorithm,
+    now: u64,
+    align: Align,
+) -> Option<Box<dyn Window>> {
     let (limit, width) = (u64::from(quota.count()), quota.period_ns());
     match algorithm {
-        Algorithm::FixedWindow => Some(Box::new(Fixed::new(limit, width, now))),
-        Algorithm::SlidingWindow => Some(Box::new(Sliding::new(limit, width, now))),
+        Algorithm::FixedWindow => Some(Box::new(Fixed::new(limit, width, now, align))),
+        Algorithm::SlidingWindow => Some(Box::new(Sliding::new(limit, width, now, align))),
         Algorithm::SlidingLog => Some(Box::new(Log::new(limit, width))),
         _ => None,
     }
@@ -145,6 +150,7 @@ impl Shared {
         quota: Quota,
         algorithm: Algorithm,
         clock: Clock,
+        align: Align,
         remote: Option<Arc<dyn Remote>>,
         observer: Option<Arc<dyn Observer>>,
     ) -> Self {
@@ -159,7 +165,7 @@ impl Shared {
                 quota,
                 queue: Queue::default(),
                 tail: 0,
-                window: window_of(&quota, algorithm, clock.now_ns()),
+                window: window_of(&quota, algorithm, clock.now_ns(), align),
                 ramp: None,
             }),
             clock,
@@ -422,7 +428,10 @@ impl Shared {
                 }
             }
         }
+        // A window that forgot what went before may let the first in line go earlier.
+        let next = self.hand_over(&mut st, now);
         drop(st);
+        next.map(Waker::wake);
         if let Some(o) = &self.observer {
             o.paused(Duration::from_nanos(d));
             o.tokens(0);
@@ -521,14 +530,20 @@ impl Waiter {
                 let now = shared.clock.now_ns();
                 let first = st.queue.head() == Some(key);
                 let e = st.queue.get_mut(key);
-                let (tokens, failed, since) = (e.tokens, e.failed, e.first_since);
+                let (tokens, failed) = (e.tokens, e.failed);
+                let since = if e.armed <= now {
+                    e.first_since.max(e.armed)
+                } else {
+                    e.first_since
+                };
                 let turn = if failed {
                     Some(Err(ExceedsBurst {
                         requested: tokens,
                         burst: shared.capacity.load(Ordering::Acquire),
                     }))
                 } else if first {
-                    // A late timer is credited, back to when it became first at most.
+                    // A late timer is credited, back to the instant it was armed for and to
+                    // when it became first at most.
                     let from = now.saturating_sub(shared.slack(&st)).max(since);
                     match shared.commit(&mut st, tokens, from, now) {
                         Ok(permit) => Some(Ok(permit)),

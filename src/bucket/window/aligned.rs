@@ -3,30 +3,28 @@
 
 use std::collections::VecDeque;
 
-use super::epoch_phase;
+use super::Align;
 
 /// Tokens committed per aligned window, from the window `base` on.
 #[derive(Debug)]
 pub(crate) struct Aligned {
     pub(crate) limit: u64,
     pub(crate) width: u64,
+    align: Align,
     phase: u64,
     base: u64,
     counts: VecDeque<u64>,
 }
 
 impl Aligned {
-    /// Windows aligned to multiples of `width` since the UNIX epoch; counts kept from
-    /// `keep` windows before the one of `now`.
-    pub(crate) fn new(limit: u64, width: u64, now: u64, keep: u64) -> Self {
-        Self::with_phase(limit, width, epoch_phase(width, now), now, keep)
-    }
-
-    pub(crate) fn with_phase(limit: u64, width: u64, phase: u64, now: u64, keep: u64) -> Self {
+    /// Windows aligned as `align` says; counts kept from `keep` windows before the one of
+    /// `now`.
+    pub(crate) fn new(limit: u64, width: u64, now: u64, keep: u64, align: Align) -> Self {
         let mut a = Aligned {
             limit,
             width,
-            phase,
+            align,
+            phase: align.phase(width, now),
             base: 0,
             counts: VecDeque::new(),
         };
@@ -34,14 +32,14 @@ impl Aligned {
         a
     }
 
-    /// The same windows (or new ones aligned to the epoch if the width changed), emptied.
+    /// The same windows (or new ones, aligned the same way, if the width changed), emptied.
     pub(crate) fn reset(&self, limit: u64, width: u64, now: u64, keep: u64) -> Self {
-        let phase = if width == self.width {
-            self.phase
-        } else {
-            epoch_phase(width, now)
-        };
-        Self::with_phase(limit, width, phase, now, keep)
+        let mut a = Self::new(limit, width, now, keep, self.align);
+        if width == self.width {
+            a.phase = self.phase;
+            a.base = a.index(now).saturating_sub(keep);
+        }
+        a
     }
 
     pub(crate) fn index(&self, t: u64) -> u64 {

@@ -1,6 +1,7 @@
 //! Fixed windows, aligned to the clock.
 
 use super::aligned::Aligned;
+use super::Align;
 use super::Window;
 
 /// At most `limit` tokens per aligned window.
@@ -8,13 +9,8 @@ use super::Window;
 pub(crate) struct Fixed(Aligned);
 
 impl Fixed {
-    pub(crate) fn new(limit: u64, width: u64, now: u64) -> Self {
-        Fixed(Aligned::new(limit, width, now, 0))
-    }
-
-    #[cfg(test)]
-    fn with_phase(limit: u64, width: u64, phase: u64, now: u64) -> Self {
-        Fixed(Aligned::with_phase(limit, width, phase, now, 0))
+    pub(crate) fn new(limit: u64, width: u64, now: u64, align: Align) -> Self {
+        Fixed(Aligned::new(limit, width, now, 0, align))
     }
 }
 
@@ -79,7 +75,7 @@ mod tests {
 
     #[test]
     fn fills_windows_in_order() {
-        let mut f = Fixed::with_phase(3, 100, 0, 0);
+        let mut f = Fixed::new(3, 100, 0, Align::At(0));
         for _ in 0..3 {
             let t = f.earliest(1, 10);
             assert_eq!(t, 10);

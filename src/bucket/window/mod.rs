@@ -45,6 +45,29 @@ pub(crate) trait Window: Send + std::fmt::Debug {
     fn set_limit(&mut self, limit: u64, width: u64, now: u64);
 }
 
+/// Where a bucket's window boundaries fall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Align {
+    /// At multiples of the period since the UNIX epoch (a minute window resets on the minute).
+    Epoch,
+    /// At this instant of the bucket's clock (nanoseconds, before its origin if negative) and
+    /// every period from it.
+    At(i128),
+}
+
+impl Align {
+    /// The offset `phase` of the boundaries: they fall where `(t + phase) % width == 0`.
+    pub(crate) fn phase(self, width: u64, clock_now: u64) -> u64 {
+        match self {
+            Align::Epoch => epoch_phase(width, clock_now),
+            Align::At(origin) => {
+                let width = i128::from(width);
+                u64::try_from((-origin).rem_euclid(width)).unwrap_or(0)
+            }
+        }
+    }
+}
+
 /// Windows aligned to multiples of `width` since the UNIX epoch: the offset, in the bucket's
 /// clock, of the window boundaries.
 pub(crate) fn epoch_phase(width: u64, clock_now: u64) -> u64 {

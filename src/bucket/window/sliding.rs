@@ -1,6 +1,7 @@
 //! Sliding window, estimated from two aligned fixed windows.
 
 use super::aligned::Aligned;
+use super::Align;
 use super::Window;
 
 /// The estimate at `t` in window `w` is `count(w − 1) · (1 − f) + count(w)`, with `f` the
@@ -9,13 +10,8 @@ use super::Window;
 pub(crate) struct Sliding(Aligned);
 
 impl Sliding {
-    pub(crate) fn new(limit: u64, width: u64, now: u64) -> Self {
-        Sliding(Aligned::new(limit, width, now, 1))
-    }
-
-    #[cfg(test)]
-    fn with_phase(limit: u64, width: u64, phase: u64, now: u64) -> Self {
-        Sliding(Aligned::with_phase(limit, width, phase, now, 1))
+    pub(crate) fn new(limit: u64, width: u64, now: u64, align: Align) -> Self {
+        Sliding(Aligned::new(limit, width, now, 1, align))
     }
 
     /// `count(w−1) · (window time left at t) / width`, rounded up.
@@ -104,7 +100,7 @@ mod tests {
 
     #[test]
     fn the_previous_window_fades_linearly() {
-        let mut s = Sliding::with_phase(10, 1000, 0, 0);
+        let mut s = Sliding::new(10, 1000, 0, Align::At(0));
         s.commit(10, 0);
         assert_eq!(s.earliest(1, 0), 1000 + 100);
         assert_eq!(s.earliest(5, 0), 1500);
