@@ -24,12 +24,14 @@
 //!   once, by its own timer. Window waiters behind the first are woken by the hand-over
 //!   (at most one wake more each);
 //! - **drift-free**: a waiter woken late by a coarse timer is counted as admitted at the
-//!   instant its timer was armed for, if that is at most one token's worth ago and not
-//!   before it became first in line (`slack`: one emission
-//!   interval for the token and leaky bucket and the sliding log, none for the aligned
-//!   windows, whose boundaries do not move). The schedule therefore never slips by the
-//!   lateness of tokio's 1 ms timer, and the bound gains at most the one token of that
-//!   credit: `burst + rate·t + 1`;
+//!   instant its timer was armed for, if that is at most `slack` ago and not before it
+//!   became first in line. `slack` is one emission interval, or 2 ms (tokio's 1 ms timer
+//!   granularity and as much for the task to run) if that is longer, for the token and
+//!   leaky bucket and the sliding log; none for the aligned windows, whose boundaries do not
+//!   move. The schedule therefore never slips by the lateness of the timer, and the bound
+//!   gains at most what that credit covers: `burst + rate·(t + slack)`, i.e. one token, or
+//!   `rate × 2 ms` above 500 per second (at 1000/s, two). Without a late timer (and in
+//!   tests on tokio's paused clock) no credit is taken;
 //! - **cancel-safe**: nothing was reserved, so a waiter that leaves takes nothing with it;
 //!   it unlinks itself in O(1) and, if it was first, wakes the next. Those behind a
 //!   cancelled waiter have predictions that are now late; each learns its real turn at its
@@ -58,6 +60,10 @@ use super::window::{Align, Fixed, Log, Ramp, Sliding, Window};
 use super::{AcquireError, Algorithm, ExceedsBurst, Remote};
 use crate::observe::Observer;
 use crate::Quota;
+
+/// How late tokio's timer may fire and still not slow the schedule down: its 1 ms
+/// granularity, plus as much again for the task to be polled.
+const TIMER_SLACK: u64 = 2_000_000;
 
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -266,8 +272,9 @@ impl Shared {
     /// How far back a late waiter may be counted as admitted.
     fn slack(&self, st: &State) -> u64 {
         match &st.window {
-            None => st.quota.interval_ns(),
-            Some(w) => w.slack(),
+            None => st.quota.interval_ns().max(TIMER_SLACK),
+            Some(w) if w.slack() > 0 => w.slack().max(TIMER_SLACK),
+            Some(_) => 0,
         }
     }
 

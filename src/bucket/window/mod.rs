@@ -36,8 +36,9 @@ pub(crate) trait Window: Send + std::fmt::Debug {
     /// When the ramp after a pause ending at `end` hands over to the model's own bound.
     fn ramp_until(&self, end: u64) -> u64;
     /// How long before the present a waiter woken late may be counted as admitted (the
-    /// lateness of a timer), so late wake-ups do not add up to a lower rate. At most one
-    /// token's worth.
+    /// lateness of a timer), so late wake-ups do not add up to a lower rate: one token's
+    /// worth, or none for windows whose boundaries do not move (the bucket raises a nonzero
+    /// slack to the timer's granularity).
     fn slack(&self) -> u64 {
         0
     }
