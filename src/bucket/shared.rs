@@ -24,8 +24,10 @@
 //!   once, by its own timer. Window waiters behind the first are woken by the hand-over
 //!   (at most one wake more each);
 //! - **drift-free**: a waiter woken late by a coarse timer is counted as admitted at the
-//!   instant its timer was armed for, if that is at most `slack` ago and not before it
-//!   became first in line. `slack` is one emission interval, or 2 ms (tokio's 1 ms timer
+//!   instant its timer was armed for (for the token and leaky bucket, its place in the
+//!   schedule), if that is at most `slack` ago and not before the one ahead of it was
+//!   counted (a hand-over passes the credit on, so a late first in line does not make
+//!   everyone behind it late). `slack` is one emission interval, or 2 ms (tokio's 1 ms timer
 //!   granularity and as much for the task to run) if that is longer, for the token and
 //!   leaky bucket and the sliding log; none for the aligned windows, whose boundaries do not
 //!   move. The schedule therefore never slips by the lateness of the timer, and the bound
@@ -281,13 +283,18 @@ impl Shared {
     /// The earliest instant `≥ from` at which the engine takes `tokens`, after `ahead` queued
     /// tokens (GCRA; the windows only know the first in line, `ahead = 0`).
     fn predict(&self, st: &mut State, tokens: u32, ahead: u64, from: u64) -> u64 {
+        if self.check(tokens).is_err() {
+            // Never (the quota shrank below the request since it was checked).
+            return u64::MAX;
+        }
         let from = from.max(self.paused_until.load(Ordering::Acquire));
+        let slack = self.slack(st);
         let Some(window) = st.window.as_mut() else {
             return self.gcra.earliest(u64::from(tokens), ahead, from);
         };
         let from = from.max(st.tail);
         // Keep what a late waiter, credited back by the slack, still has to count.
-        window.prune(from.saturating_sub(window.slack()));
+        window.prune(from.saturating_sub(slack));
         let at = window.earliest(u64::from(tokens), from);
         match st.ramp {
             Some(r) if r.active(at) => window.earliest(u64::from(tokens), r.earliest(u64::from(tokens), at)),
@@ -337,14 +344,21 @@ impl Shared {
         None
     }
 
-    /// Leave the line; the waker of the next in line if it must learn its turn.
-    fn leave(&self, st: &mut State, key: usize, now: u64) -> (Entry, Option<Waker>) {
+    /// Leave the line; the waker of the next in line if it must learn its turn. `counted_at`:
+    /// the instant the leaver was admitted at, from which the next may be credited.
+    fn leave(
+        &self,
+        st: &mut State,
+        key: usize,
+        now: u64,
+        counted_at: Option<u64>,
+    ) -> (Entry, Option<Waker>) {
         let was_first = st.queue.head() == Some(key);
         let e = st.queue.remove(key);
         self.waiting.store(st.queue.len(), Ordering::Release);
         let next = if was_first {
             if let Some(k) = st.queue.head() {
-                st.queue.get_mut(k).first_since = now;
+                st.queue.get_mut(k).first_since = counted_at.unwrap_or(now);
             }
             self.hand_over(st, now)
         } else {
@@ -364,6 +378,8 @@ impl Shared {
             return Ok(Reservation::Now(p));
         }
         let mut st = self.lock();
+        // The quota may have shrunk since the caller checked.
+        self.check(tokens)?;
         if let Algorithm::LeakyBucket { max_queue } = self.algorithm {
             if bounded && st.queue.len() >= max_queue {
                 return Err(AcquireError::QueueFull { max_queue });
@@ -483,10 +499,11 @@ impl Shared {
         let queued = st.queue.len();
         let quota = st.quota;
         let not_before = now.max(st.tail).max(paused);
+        let slack = self.slack(&st);
         let mut level = match st.window.as_mut() {
             None => self.gcra.level(now, st.queue.tokens()),
             Some(w) => {
-                w.prune(now.saturating_sub(w.slack()));
+                w.prune(now.saturating_sub(slack));
                 Level {
                     available: if not_before > now {
                         0
@@ -538,6 +555,8 @@ impl Waiter {
                 let first = st.queue.head() == Some(key);
                 let e = st.queue.get_mut(key);
                 let (tokens, failed) = (e.tokens, e.failed);
+                // A late timer is credited back to the instant it was armed for, and to the
+                // instant the one ahead was counted at (a hand-over passes the credit on).
                 let since = if e.armed <= now {
                     e.first_since.max(e.armed)
                 } else {
@@ -549,8 +568,6 @@ impl Waiter {
                         burst: shared.capacity.load(Ordering::Acquire),
                     }))
                 } else if first {
-                    // A late timer is credited, back to the instant it was armed for and to
-                    // when it became first at most.
                     let from = now.saturating_sub(shared.slack(&st)).max(since);
                     match shared.commit(&mut st, tokens, from, now) {
                         Ok(permit) => Some(Ok(permit)),
@@ -563,7 +580,8 @@ impl Waiter {
                     None
                 };
                 if let Some(result) = turn {
-                    let (_, next) = shared.leave(&mut st, key, now);
+                    let counted_at = result.as_ref().ok().map(|p| p.at);
+                    let (_, next) = shared.leave(&mut st, key, now, counted_at);
                     self.key = None;
                     drop(st);
                     next.map(Waker::wake);
@@ -606,7 +624,7 @@ impl Drop for Waiter {
         let Some(key) = self.key else { return };
         let mut st = self.shared.lock();
         let now = self.shared.clock.now_ns();
-        let (_, next) = self.shared.leave(&mut st, key, now);
+        let (_, next) = self.shared.leave(&mut st, key, now, None);
         drop(st);
         next.map(Waker::wake);
     }
