@@ -452,8 +452,8 @@ fn print_table(mode: Mode, rows: &[Row]) {
         "\n### {}\n\n{TASKS} tasks, {WORKERS} workers, {RATE}/s burst {BURST}, {} s: ideal {} \
          admitted, at most {WINDOW_IDEAL} in any {} ms\n",
         mode.describe(),
-        mode.ideal(),
         RUN.as_secs(),
+        mode.ideal(),
         WINDOW.as_millis()
     );
     println!(

@@ -155,7 +155,8 @@ fn a_window_after_an_hour_idle_on_a_1_ms_period() {
     isolated("a_window_after_an_hour_idle_on_a_1_ms_period", || {
         runtime().block_on(async {
             for algorithm in algorithms() {
-                let bucket = Bucket::with_algorithm(Quota::new(5, Duration::from_millis(1)), algorithm);
+                let bucket =
+                    Bucket::with_algorithm(Quota::new(5, Duration::from_millis(1)), algorithm);
                 bucket.try_acquire(1).unwrap();
                 tokio::time::advance(Duration::from_secs(3600)).await;
                 bucket.pause(Duration::from_secs(3600));

@@ -100,7 +100,11 @@ async fn every_algorithm_survives_mass_cancellation_in_order() {
         for order in [Order::Arrival, Order::Reverse, Order::Random] {
             let quota = Quota::new(10, Duration::from_millis(10));
             let entries = run(Bucket::with_algorithm(quota, algorithm), order).await;
-            assert_eq!(entries.len(), DOOMED / (EVERY - 1), "{algorithm:?} {order:?}");
+            assert_eq!(
+                entries.len(),
+                DOOMED / (EVERY - 1),
+                "{algorithm:?} {order:?}"
+            );
             assert_fifo(&entries);
             // 200 survivors at 1000/s: done within about 200 ms (a fixed window may wait for
             // its next boundary first; the sliding estimate runs a little slower).

@@ -67,7 +67,10 @@ async fn every_algorithm_restarts_without_a_burst_after_a_pause_over_a_full_wind
             let (pause_at, cooldown) = (pause_at * MS, cooldown * MS);
             let (after, end) = scenario(algorithm, pause_at, cooldown).await;
             let case = format!("{name}, pause at {pause_at:?} for {cooldown:?}");
-            assert!(after.iter().all(|t| *t >= end), "{case}: admitted during the pause");
+            assert!(
+                after.iter().all(|t| *t >= end),
+                "{case}: admitted during the pause"
+            );
             // Over the first period after the pause: 1 + rate·t in every interval.
             let first: Vec<Duration> = after
                 .iter()
@@ -75,7 +78,15 @@ async fn every_algorithm_restarts_without_a_burst_after_a_pause_over_a_full_wind
                 .filter(|t| *t < end + Duration::from_secs(1))
                 .collect();
             for (i, a) in first.iter().enumerate() {
-                for len in [MS, 50 * MS, 100 * MS, 150 * MS, 250 * MS, 500 * MS, 999 * MS] {
+                for len in [
+                    MS,
+                    50 * MS,
+                    100 * MS,
+                    150 * MS,
+                    250 * MS,
+                    500 * MS,
+                    999 * MS,
+                ] {
                     let n = first[i..].iter().take_while(|t| **t < *a + len).count();
                     let bound = 1 + (len.as_nanos() / interval.as_nanos()) as usize;
                     assert!(
@@ -94,7 +105,10 @@ async fn every_algorithm_restarts_without_a_burst_after_a_pause_over_a_full_wind
 async fn the_sliding_log_forgets_the_window_before_the_pause() {
     let (after, end) = scenario(Algorithm::SlidingLog, 155 * MS, 400 * MS).await;
     assert_eq!(end, 555 * MS);
-    let at_one_second = after.iter().filter(|t| **t == Duration::from_secs(1)).count();
+    let at_one_second = after
+        .iter()
+        .filter(|t| **t == Duration::from_secs(1))
+        .count();
     assert!(at_one_second <= 1, "{at_one_second} at 1 s");
     // One at the end, then one per 100 ms.
     assert_eq!(&after[..3], &[555 * MS, 655 * MS, 755 * MS]);

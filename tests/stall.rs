@@ -25,7 +25,10 @@ const AFTER: usize = 3_200;
 
 /// Every algorithm at 1000 per second, with the bound it promises over any interval of
 /// length `t` (in tokens, `t` in ms), plus one for the lateness credit.
-fn algorithms() -> Vec<(&'static str, Bucket, fn(u64) -> u64)> {
+/// The most tokens an algorithm admits within `t` ms.
+type Bound = fn(u64) -> u64;
+
+fn algorithms() -> Vec<(&'static str, Bucket, Bound)> {
     let token = Quota::per_second(1000).burst(10);
     let window = Quota::new(10, Duration::from_millis(10));
     vec![
@@ -109,7 +112,7 @@ fn most_in(times: &[Duration], width: Duration) -> usize {
         .unwrap_or(0)
 }
 
-async fn stall(name: &str, bucket: Bucket, bound: fn(u64) -> u64, path: Path) {
+async fn stall(name: &str, bucket: Bucket, bound: Bound, path: Path) {
     let start = Instant::now();
     let log: Log = Arc::default();
     let mut tasks = Vec::new();
@@ -212,7 +215,10 @@ async fn repeated_short_stalls_do_not_lower_the_rate() {
     times.sort();
     assert!(most_in(&times, 100 * MS) <= 111);
     let last = *times.last().unwrap();
-    assert!(last <= Duration::from_millis(1003), "{last:?} for 1000 tokens at 1000/s");
+    assert!(
+        last <= Duration::from_millis(1003),
+        "{last:?} for 1000 tokens at 1000/s"
+    );
 }
 
 /// `Ready` from the waiting layer without a call in between still holds the bound for a

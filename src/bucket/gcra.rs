@@ -138,7 +138,9 @@ impl Gcra {
         let ahead = self.tat.load(Ordering::Acquire).saturating_sub(now);
         // Tokens held, in nanoseconds of the new interval (negative: a debt).
         let held = (i128::from(old_tolerance) - i128::from(ahead)) * i128::from(interval);
-        let held = held.div_euclid(i128::from(old_interval)).min(i128::from(tolerance));
+        let held = held
+            .div_euclid(i128::from(old_interval))
+            .min(i128::from(tolerance));
         let ahead = u64::try_from(i128::from(tolerance) - held).unwrap_or(u64::MAX);
         self.interval.store(interval, Ordering::Release);
         self.tolerance.store(tolerance, Ordering::Release);

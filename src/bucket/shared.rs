@@ -297,7 +297,9 @@ impl Shared {
         window.prune(from.saturating_sub(slack));
         let at = window.earliest(u64::from(tokens), from);
         match st.ramp {
-            Some(r) if r.active(at) => window.earliest(u64::from(tokens), r.earliest(u64::from(tokens), at)),
+            Some(r) if r.active(at) => {
+                window.earliest(u64::from(tokens), r.earliest(u64::from(tokens), at))
+            }
             _ => at,
         }
     }
@@ -430,7 +432,7 @@ impl Shared {
         }
         let next = self.hand_over(&mut st, now);
         drop(st);
-        next.map(Waker::wake);
+        next.into_iter().for_each(Waker::wake);
     }
 
     /// Hold every admission, waiters included, until `now + d`; restart as from an empty
@@ -454,7 +456,7 @@ impl Shared {
         // A window that forgot what went before may let the first in line go earlier.
         let next = self.hand_over(&mut st, now);
         drop(st);
-        next.map(Waker::wake);
+        next.into_iter().for_each(Waker::wake);
         if let Some(o) = &self.observer {
             o.paused(Duration::from_nanos(d));
             o.tokens(0);
@@ -584,7 +586,7 @@ impl Waiter {
                     let (_, next) = shared.leave(&mut st, key, now, counted_at);
                     self.key = None;
                     drop(st);
-                    next.map(Waker::wake);
+                    next.into_iter().for_each(Waker::wake);
                     if result.is_ok() {
                         shared.observe_admitted(tokens, now - self.since);
                     }
@@ -626,6 +628,6 @@ impl Drop for Waiter {
         let now = self.shared.clock.now_ns();
         let (_, next) = self.shared.leave(&mut st, key, now, None);
         drop(st);
-        next.map(Waker::wake);
+        next.into_iter().for_each(Waker::wake);
     }
 }
