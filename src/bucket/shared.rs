@@ -32,15 +32,20 @@
 //!   leaky bucket and the sliding log; none for the aligned windows, whose boundaries do not
 //!   move. The schedule therefore never slips by the lateness of the timer, and the bound
 //!   gains at most what that credit covers: `burst + rate·(t + slack)`, i.e. one token, or
-//!   `rate × 2 ms` above 500 per second (at 1000/s, two). Without a late timer (and in
-//!   tests on tokio's paused clock) no credit is taken;
+//!   `rate × 2 ms` above 500 per second (at 1000/s, two). Without a late timer no credit
+//!   is taken;
 //! - **cancel-safe**: nothing was reserved, so a waiter that leaves takes nothing with it;
 //!   it unlinks itself in O(1) and, if it was first, wakes the next. Those behind a
 //!   cancelled waiter have predictions that are now late; each learns its real turn at its
 //!   hand-over.
 //!
-//! A pause or a quota change only changes the engine; the first in line re-reads its turn
-//! when its timer fires.
+//! A pause or a quota change only changes the engine: the first in line is woken if its turn
+//! came earlier (a sliding log forgets its entries on a pause), else it re-reads its turn
+//! when its timer fires. A pause is O(1) for any length.
+//!
+//! Only the first in line may go, so a first waiter whose task is slow to run (a busy
+//! worker) holds those behind it until it does, as a fair lock would: that is what admission
+//! in arrival order means. A dropped waiter never holds anyone.
 //!
 //! # Locking
 //! The token and leaky buckets admit on the fast path with one clock read, one load of the
