@@ -33,9 +33,13 @@ async fn serve() -> SocketAddr {
     async fn handler(State(limit): State<Bucket>) -> axum::response::Response {
         match limit.try_acquire(1) {
             Ok(()) => (StatusCode::OK, "ok").into_response(),
-            Err(t) => (
+            Err(denied) => (
                 StatusCode::TOO_MANY_REQUESTS,
-                [(header::RETRY_AFTER, t.retry_after_secs().to_string())],
+                // One token always fits: the refusal is "not now", with a wait.
+                [(
+                    header::RETRY_AFTER,
+                    denied.retry_after_secs().unwrap_or(1).to_string(),
+                )],
                 "slow down",
             )
                 .into_response(),

@@ -50,7 +50,7 @@ async fn serve() -> (SocketAddr, Seen) {
         match seen.limit.try_acquire(1) {
             Ok(()) => (StatusCode::OK, "ok").into_response(),
             Err(t) => {
-                let secs = t.retry_after_secs();
+                let secs = t.retry_after_secs().unwrap_or(1); // one token always fits: a wait
                 seen.refusals.lock().unwrap().push((at, secs));
                 let retry_after = [(header::RETRY_AFTER, secs.to_string())];
                 (StatusCode::TOO_MANY_REQUESTS, retry_after, "slow down").into_response()

@@ -89,7 +89,8 @@
 //! 7. **tower contract**: `poll_ready` returning ready means the next `call` is admitted;
 //!    `call` without it panics ("poll_ready must be called first").
 //! 8. **Bad input never panics**: configuration errors are clear errors at construction
-//!    ([`QuotaError`]); a request for more than the burst is a typed error ([`ExceedsBurst`]).
+//!    ([`QuotaError`]); a refusal is a value ([`Denied`]): "not now" ([`Throttled`], with the
+//!    wait) or "never" ([`ExceedsBurst`], a cost above the burst), no sentinel values.
 //!
 //! # Design notes
 //! - **GCRA in one atomic.** The bucket is the generic cell rate algorithm: one `u64`, the
@@ -115,6 +116,7 @@
 mod trace;
 
 pub mod bucket;
+mod denied;
 pub mod headers;
 pub mod keyed;
 pub mod observe;
@@ -127,9 +129,10 @@ pub mod reject;
 pub mod reqwest;
 pub mod retry_after;
 
-pub use crate::bucket::{
-    Acquire, AcquireError, Algorithm, Bucket, BucketBuilder, ExceedsBurst, Snapshot, Throttled,
-};
+#[allow(deprecated)]
+pub use crate::bucket::AcquireError;
+pub use crate::bucket::{Acquire, Algorithm, Bucket, BucketBuilder, Snapshot};
+pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
 pub use crate::keyed::KeyedBucket;
 pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use support::{assert_rate_bound, settle, CountPolls, Recorder};
 use tokio::time::{advance, Instant};
-use tower_throttle::{AcquireError, Bucket, Quota};
+use tower_throttle::{Bucket, Denied, Quota};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -107,7 +107,7 @@ async fn semantic_3_pause_first_token_due_when_cooldown_ends() {
     bucket.pause(Duration::from_secs(2));
     advance(Duration::from_secs(2) - Duration::from_nanos(1)).await;
     let t = bucket.try_acquire(1).unwrap_err();
-    assert_eq!(t.wait(), Duration::from_nanos(1));
+    assert_eq!(t.wait(), Some(Duration::from_nanos(1)));
     advance(Duration::from_nanos(1)).await;
     bucket.try_acquire(1).unwrap();
     assert!(
@@ -247,13 +247,15 @@ async fn semantic_6_cancel_of_last_waiter_returns_its_slot() {
 #[tokio::test(start_paused = true)]
 async fn semantic_8_acquire_more_than_burst_fails_at_once() {
     let bucket = Bucket::new(Quota::per_second(10).burst(5));
-    let AcquireError::ExceedsBurst(err) = bucket.acquire(6).await.unwrap_err() else {
+    let Denied::ExceedsBurst(err) = bucket.acquire(6).await.unwrap_err() else {
         panic!("expected ExceedsBurst");
     };
     assert_eq!((err.requested(), err.burst()), (6, 5));
-    let t = bucket.try_acquire(6).unwrap_err();
-    assert!(t.exceeds_burst());
-    assert_eq!(t.wait(), Duration::MAX);
+    // "Never" is its own answer, with no wait (no sentinel duration).
+    let never = bucket.try_acquire(6).unwrap_err();
+    assert_eq!(never, Denied::ExceedsBurst(err));
+    assert_eq!(never.wait(), None);
+    assert_eq!(never.retry_after_secs(), None);
     // Zero tokens: always fine, takes nothing.
     bucket.try_acquire(0).unwrap();
     bucket.acquire(0).await.unwrap();
@@ -264,11 +266,13 @@ async fn semantic_8_acquire_more_than_burst_fails_at_once() {
 async fn throttled_says_exactly_how_long() {
     let bucket = Bucket::new(Quota::per_second(4).burst(2));
     bucket.try_acquire(2).unwrap();
-    let t = bucket.try_acquire(1).unwrap_err();
+    let Denied::Throttled(t) = bucket.try_acquire(1).unwrap_err() else {
+        panic!("expected Throttled");
+    };
     assert_eq!(t.wait(), Duration::from_millis(250));
     assert_eq!(t.retry_after_secs(), 1);
     let t = bucket.try_acquire(2).unwrap_err();
-    assert_eq!(t.wait(), Duration::from_millis(500));
+    assert_eq!(t.wait(), Some(Duration::from_millis(500)));
     advance(Duration::from_millis(250) - Duration::from_nanos(1)).await;
     assert!(bucket.try_acquire(1).is_err());
     advance(Duration::from_nanos(1)).await;
@@ -315,7 +319,7 @@ async fn tsc_clock_decides_and_waits_like_the_tokio_clock() {
         .tsc_clock()
         .build();
     bucket.try_acquire(1).unwrap();
-    let wait = bucket.try_acquire(1).unwrap_err().wait();
+    let wait = bucket.try_acquire(1).unwrap_err().wait().unwrap();
     assert!(
         wait <= Duration::from_millis(50) && wait > Duration::from_millis(40),
         "{wait:?}"

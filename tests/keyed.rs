@@ -32,7 +32,7 @@ async fn a_million_keys_stay_under_the_cap_and_a_throttled_key_keeps_its_state()
         keys.try_acquire(&0u64, 1).unwrap();
     }
     assert_eq!(
-        keys.try_acquire(&0, 1).unwrap_err().wait(),
+        keys.try_acquire(&0, 1).unwrap_err().wait().unwrap(),
         Duration::from_secs(6)
     );
 
@@ -57,7 +57,7 @@ async fn a_million_keys_stay_under_the_cap_and_a_throttled_key_keeps_its_state()
 
     // Key 0 kept its state through the churn.
     assert_eq!(
-        keys.try_acquire(&0, 1).unwrap_err().wait(),
+        keys.try_acquire(&0, 1).unwrap_err().wait().unwrap(),
         Duration::from_secs(6)
     );
     advance(Duration::from_secs(6)).await;

@@ -98,9 +98,9 @@ proptest! {
                         assert!(model.fits(key, n, t), "admitted {n} for {key} at {t}, over the limit");
                         model.commit(key, n, t);
                     }
-                    Err(e) if tokens > limit => assert!(e.exceeds_burst()),
+                    Err(e) if tokens > limit => assert!(e.exceeds_burst().is_some()),
                     Err(e) => {
-                        let wait = e.wait().as_nanos() as u64;
+                        let wait = e.wait().unwrap().as_nanos() as u64;
                         assert!(wait > 0 && !model.fits(key, n, t), "refused {n} for {key} at {t}");
                         assert!(model.fits(key, n, t + wait), "{n} for {key} at {t}: still no room after {wait}");
                         assert!(!model.fits(key, n, t + wait - 1), "{n} for {key} at {t}: room before {wait}");
@@ -233,7 +233,7 @@ async fn every_algorithm_rejects_per_key_with_the_exact_retry_after() {
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS, "{name}");
         let why = rejected(&res);
         assert_eq!(why.by(), RejectedBy::Key, "{name}");
-        assert_eq!(why.wait(), predicted, "{name}");
+        assert_eq!(why.wait(), Some(predicted), "{name}");
         let secs = predicted.as_nanos().div_ceil(1_000_000_000);
         assert_eq!(field(&res, "retry-after"), secs.to_string(), "{name}");
         // Other keys are untouched.
@@ -277,7 +277,7 @@ async fn a_fixed_window_per_key_resets_on_the_boundary_and_allows_twice_across_i
     // The rest of this window just before the boundary, then a whole window after it.
     advance(to_boundary - MS).await;
     keys.try_acquire(&1, 4).unwrap();
-    assert_eq!(keys.try_acquire(&1, 1).unwrap_err().wait(), MS);
+    assert_eq!(keys.try_acquire(&1, 1).unwrap_err().wait().unwrap(), MS);
     advance(MS).await;
     keys.try_acquire(&1, 5).unwrap();
     // 9 tokens within 1 ms: the boundary burst, at most 2× the limit.
@@ -317,7 +317,10 @@ async fn every_algorithm_honours_a_bounded_wait_per_key_at_the_predicted_instant
         let res = behind.await.unwrap().unwrap();
         assert!(start.elapsed() >= predicted, "{name}");
         if res.status() == StatusCode::TOO_MANY_REQUESTS {
-            assert!(rejected(&res).wait() > Duration::from_secs(2), "{name}");
+            assert!(
+                rejected(&res).wait().unwrap() > Duration::from_secs(2),
+                "{name}"
+            );
         }
         advance(Duration::from_secs(10)).await;
     }
@@ -392,13 +395,17 @@ async fn every_algorithm_forgets_unused_keys_and_keeps_throttled_ones_at_the_cap
             .build();
         // Key 0 spends everything for a long while (a window of 1 s, or 2 tokens at 2/s).
         while keys.try_acquire(&0u64, 1).is_ok() {}
-        let wait = keys.try_acquire(&0, 1).unwrap_err().wait();
+        let wait = keys.try_acquire(&0, 1).unwrap_err().wait().unwrap();
         // A flood of new keys at the cap: key 0 keeps its state.
         for k in 1..10_000u64 {
             let _ = keys.try_acquire(&k, 1);
         }
         assert!(keys.len() <= 64, "{name}: {}", keys.len());
-        assert_eq!(keys.try_acquire(&0, 1).unwrap_err().wait(), wait, "{name}");
+        assert_eq!(
+            keys.try_acquire(&0, 1).unwrap_err().wait().unwrap(),
+            wait,
+            "{name}"
+        );
         // Once every key is unused again, new keys sweep the old ones out.
         advance(Duration::from_secs(3)).await;
         for k in 20_000..20_010u64 {

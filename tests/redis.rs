@@ -8,10 +8,8 @@ use std::time::Duration;
 
 use redis_support::{assert_ttl_ok, inspect, raw, redis_now_us, redis_url, unique_prefix};
 use tokio::time::Instant;
-use tower_throttle::redis::{
-    FailurePolicy, RedisBucket, RedisDecisionError, RedisErrorKind, RedisKeyed,
-};
-use tower_throttle::Quota;
+use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind, RedisKeyed};
+use tower_throttle::{Denied, Quota};
 
 async fn bucket(tag: &str, quota: Quota, policy: FailurePolicy) -> RedisBucket {
     raw(&redis_url()).await; // a clear message when Redis is not there
@@ -26,9 +24,9 @@ async fn bucket(tag: &str, quota: Quota, policy: FailurePolicy) -> RedisBucket {
         .expect("connect to the test Redis")
 }
 
-fn wait_of(r: Result<(), RedisDecisionError>) -> Duration {
+fn wait_of(r: Result<(), Denied>) -> Duration {
     match r {
-        Err(RedisDecisionError::Throttled(t)) => t.wait(),
+        Err(Denied::Throttled(t)) => t.wait(),
         other => panic!("expected a throttled answer, got {other:?}"),
     }
 }
@@ -68,7 +66,7 @@ async fn more_than_the_burst_fails_at_once_without_a_round_trip() {
     .await;
     for r in [b.try_acquire(4).await, b.acquire(4).await] {
         match r {
-            Err(RedisDecisionError::ExceedsBurst(e)) => {
+            Err(Denied::ExceedsBurst(e)) => {
                 assert_eq!((e.requested(), e.burst()), (4, 3));
             }
             other => panic!("{other:?}"),
@@ -266,8 +264,8 @@ async fn a_key_of_another_type_is_a_typed_error_never_a_panic() {
 
     for r in [closed.try_acquire(1).await, closed.acquire(1).await] {
         match r {
-            Err(RedisDecisionError::Backend(e)) => {
-                assert_eq!(e.kind(), RedisErrorKind::WrongType);
+            Err(Denied::Backend(e)) => {
+                assert_eq!(e.redis().unwrap().kind(), RedisErrorKind::WrongType);
                 assert!(
                     std::error::Error::source(&e).is_some(),
                     "redis error as source"
@@ -281,7 +279,7 @@ async fn a_key_of_another_type_is_a_typed_error_never_a_panic() {
     let _ = closed.try_acquire(1).await;
     assert_eq!(closed.stats().round_trips, before + 1);
     match closed.pause(Duration::from_millis(10)).await {
-        Err(RedisDecisionError::Backend(e)) => assert_eq!(e.kind(), RedisErrorKind::WrongType),
+        Err(Denied::Backend(e)) => assert_eq!(e.redis().unwrap().kind(), RedisErrorKind::WrongType),
         other => panic!("{other:?}"),
     }
 
@@ -602,7 +600,7 @@ fn handles_and_futures_are_send_and_sync() {
     }
     let _ = check;
     fn error_is_std<E: std::error::Error + Send + Sync + 'static>() {}
-    error_is_std::<RedisDecisionError>();
+    error_is_std::<Denied>();
     error_is_std::<tower_throttle::redis::RedisError>();
 }
 

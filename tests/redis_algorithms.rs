@@ -12,10 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
-use tower_throttle::redis::{
-    FailurePolicy, RedisBucket, RedisDecisionError, RedisErrorKind, RedisKeyed,
-};
-use tower_throttle::{Algorithm, Quota};
+use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind, RedisKeyed};
+use tower_throttle::{Algorithm, Denied, Quota};
 
 const LEAKY: Algorithm = Algorithm::LeakyBucket { max_queue: 16 };
 const ALL: [Algorithm; 5] = [
@@ -53,9 +51,9 @@ async fn keyed(prefix: &str, quota: Quota, algorithm: Algorithm) -> RedisKeyed {
         .expect("connect to the test Redis")
 }
 
-fn wait_of(r: Result<(), RedisDecisionError>) -> Duration {
+fn wait_of(r: Result<(), Denied>) -> Duration {
     match r {
-        Err(RedisDecisionError::Throttled(t)) => t.wait(),
+        Err(Denied::Throttled(t)) => t.wait(),
         other => panic!("expected a throttled answer, got {other:?}"),
     }
 }
@@ -116,7 +114,7 @@ async fn hammer(handles: &[RedisBucket], tokens: u32, run: Duration) -> Vec<Admi
                             received: unix_us(),
                             tokens,
                         }),
-                        Err(RedisDecisionError::Throttled(t)) => {
+                        Err(Denied::Throttled(t)) => {
                             tokio::time::sleep(t.wait().min(Duration::from_millis(2))).await;
                         }
                         Err(e) => panic!("{e}"),
@@ -232,7 +230,7 @@ async fn fixed_window_weighted_costs_and_the_exact_wait() {
     );
     // More than the count can never fit.
     match a.try_acquire(6).await {
-        Err(RedisDecisionError::ExceedsBurst(e)) => assert_eq!((e.requested(), e.burst()), (6, 5)),
+        Err(Denied::ExceedsBurst(e)) => assert_eq!((e.requested(), e.burst()), (6, 5)),
         other => panic!("{other:?}"),
     }
     // A fresh handle (no local knowledge) hears the same from Redis.
@@ -379,7 +377,7 @@ async fn an_idle_leaky_bucket_admits_any_cost_at_once_then_spaces_by_cost() {
         "{wait1:?}"
     );
     match b.try_acquire(5).await {
-        Err(RedisDecisionError::ExceedsBurst(e)) => assert_eq!(e.burst(), 4),
+        Err(Denied::ExceedsBurst(e)) => assert_eq!(e.burst(), 4),
         other => panic!("{other:?}"),
     }
     // Idle again: a cost of 4 goes at once.
@@ -591,8 +589,12 @@ async fn a_key_of_another_type_is_a_wrongtype_error() {
             a.pause(Duration::from_millis(10)).await,
         ] {
             match r {
-                Err(RedisDecisionError::Backend(e)) => {
-                    assert_eq!(e.kind(), RedisErrorKind::WrongType, "{algorithm:?}: {e}");
+                Err(Denied::Backend(e)) => {
+                    assert_eq!(
+                        e.redis().unwrap().kind(),
+                        RedisErrorKind::WrongType,
+                        "{algorithm:?}: {e}"
+                    );
                 }
                 other => panic!("{algorithm:?}: {other:?}"),
             }
@@ -609,7 +611,7 @@ async fn a_key_of_another_type_is_a_wrongtype_error() {
         .await
         .unwrap();
     match a.try_acquire(1).await {
-        Err(RedisDecisionError::Backend(e)) => assert_eq!(e.kind(), RedisErrorKind::WrongType),
+        Err(Denied::Backend(e)) => assert_eq!(e.redis().unwrap().kind(), RedisErrorKind::WrongType),
         other => panic!("{other:?}"),
     }
 }

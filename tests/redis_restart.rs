@@ -10,10 +10,8 @@ use std::time::Duration;
 
 use redis_support::{free_port, raw, PrivateRedis};
 use tokio::time::Instant;
-use tower_throttle::redis::{
-    FailurePolicy, RedisBucket, RedisDecisionError, RedisErrorKind, RedisKeyed,
-};
-use tower_throttle::Quota;
+use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind, RedisKeyed};
+use tower_throttle::{Denied, Quota};
 
 const TIMEOUT: Duration = Duration::from_millis(50);
 /// Scheduling slack on a busy 2-core machine.
@@ -43,9 +41,9 @@ async fn timed<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
     out
 }
 
-fn backend_kind(r: Result<(), RedisDecisionError>) -> RedisErrorKind {
+fn backend_kind(r: Result<(), Denied>) -> RedisErrorKind {
     match r {
-        Err(RedisDecisionError::Backend(e)) => e.kind(),
+        Err(Denied::Backend(e)) => e.redis().expect("a redis error").kind(),
         other => panic!("expected a backend error, got {other:?}"),
     }
 }

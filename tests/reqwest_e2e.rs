@@ -17,7 +17,7 @@ use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::reqwest::{RateLimitMiddleware, RetryAfterMiddleware};
 use tower_throttle::retry_after::{Failure, Jitter, RetryInfo};
-use tower_throttle::{AcquireError, Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+use tower_throttle::{Bucket, Denied, Quota, RateLimitLayer, RetryAfterLayer};
 
 /// What reached the server, and what it answered.
 #[derive(Debug, Clone)]
@@ -80,7 +80,7 @@ impl Server {
         let limit = Bucket::new(quota);
         Server::start(move |_| match limit.try_acquire(1) {
             Ok(()) => (StatusCode::OK, None),
-            Err(t) => (StatusCode::TOO_MANY_REQUESTS, Some(t.retry_after_secs())),
+            Err(t) => (StatusCode::TOO_MANY_REQUESTS, t.retry_after_secs()),
         })
         .await
     }
@@ -364,10 +364,7 @@ async fn a_middleware_error_is_returned_at_once_and_nothing_is_sent() {
         panic!("not a middleware error: {err}");
     };
     assert!(
-        matches!(
-            e.downcast_ref::<AcquireError>(),
-            Some(AcquireError::ExceedsBurst(_))
-        ),
+        matches!(e.downcast_ref::<Denied>(), Some(Denied::ExceedsBurst(_))),
         "{e}"
     );
     assert_eq!(hits.load(Ordering::SeqCst), 0);

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
-use super::{AcquireError, Bucket, RemoteAcquire, Reservation, Waiter};
+use super::{Bucket, Denied, RemoteAcquire, Reservation, Waiter};
 
 /// Waits for tokens of a [`Bucket`]: the future of [`Bucket::acquire`].
 ///
@@ -40,7 +40,7 @@ impl<'a> Acquire<'a> {
 }
 
 impl Future for Acquire<'_> {
-    type Output = Result<(), AcquireError>;
+    type Output = Result<(), Denied>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
@@ -58,8 +58,8 @@ impl Future for Acquire<'_> {
                     let reserved = this
                         .bucket
                         .check(this.n)
-                        .map_err(AcquireError::from)
-                        .and_then(|()| this.bucket.reserve(this.n, true));
+                        .map_err(Denied::from)
+                        .and_then(|()| Ok(this.bucket.reserve(this.n, true)?));
                     match reserved {
                         Err(e) => {
                             this.state = State::Done;
@@ -82,7 +82,7 @@ impl Future for Acquire<'_> {
                 State::Waiting { waiter, sleep } => {
                     let result = std::task::ready!(waiter.poll(sleep.as_mut(), cx));
                     this.state = State::Done;
-                    return Poll::Ready(result.map(drop).map_err(AcquireError::from));
+                    return Poll::Ready(result.map(drop).map_err(Denied::from));
                 }
                 State::Remote(fut) => {
                     let result = std::task::ready!(fut.as_mut().poll(cx));

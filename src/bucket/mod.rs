@@ -12,7 +12,7 @@
 //! assert!(bucket.try_acquire(1).is_ok());
 //! assert!(worker.try_acquire(1).is_ok());
 //! let throttled = bucket.try_acquire(1).unwrap_err();
-//! assert_eq!(throttled.wait(), Duration::from_millis(500));
+//! assert_eq!(throttled.wait(), Some(Duration::from_millis(500)));
 //!
 //! let start = tokio::time::Instant::now();
 //! worker.acquire(1).await.unwrap(); // waits for the next token
@@ -45,6 +45,9 @@ pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision};
 use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
 pub(crate) use self::window::{epoch_phase, Log, Window};
+#[allow(deprecated)]
+pub use crate::denied::AcquireError;
+pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
 use crate::Quota;
 
 /// A token bucket shared by every clone of this handle.
@@ -93,7 +96,7 @@ impl Bucket {
     ///     Algorithm::LeakyBucket { max_queue: 100 },
     /// );
     /// leaky.try_acquire(1).unwrap();
-    /// assert_eq!(leaky.try_acquire(1).unwrap_err().wait(), Duration::from_millis(100));
+    /// assert_eq!(leaky.try_acquire(1).unwrap_err().wait(), Some(Duration::from_millis(100)));
     /// # }
     /// ```
     pub fn with_algorithm(quota: Quota, algorithm: Algorithm) -> Self {
@@ -126,14 +129,14 @@ impl Bucket {
     /// [`acquire`](Bucket::acquire), this refuses.
     ///
     /// # Errors
-    /// [`Throttled`], carrying the wait until `n` tokens fit. When `n` exceeds the burst it can
-    /// never fit: [`Throttled::exceeds_burst`] is true and the wait is [`Duration::MAX`].
+    /// [`Denied::Throttled`], carrying the wait until `n` tokens fit, or
+    /// [`Denied::ExceedsBurst`] when `n` exceeds the burst (it can never fit).
     #[inline]
-    pub fn try_acquire(&self, n: u32) -> Result<(), Throttled> {
+    pub fn try_acquire(&self, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
-        self.shared.check(n).map_err(|_| Throttled::never())?;
+        self.shared.check(n)?;
         match self.shared.try_admit(n) {
             Ok(_) => {
                 self.shared.observe_admitted(n, 0);
@@ -145,7 +148,7 @@ impl Bucket {
                     o.refused(n, wait, false);
                     o.tokens(self.snapshot().available);
                 }
-                Err(Throttled::after(wait))
+                Err(Throttled::after(wait).into())
             }
         }
     }
@@ -156,8 +159,8 @@ impl Bucket {
     /// gives its place back.
     ///
     /// # Errors
-    /// [`AcquireError::ExceedsBurst`], at once, when `n` is larger than the burst (it could
-    /// never fit), and [`AcquireError::QueueFull`] when a leaky bucket's queue is full.
+    /// [`Denied::ExceedsBurst`], at once, when `n` is larger than the burst (it could never
+    /// fit), and [`Denied::QueueFull`] when a leaky bucket's queue is full.
     pub fn acquire(&self, n: u32) -> Acquire<'_> {
         Acquire::new(self, n)
     }
@@ -190,7 +193,7 @@ impl Bucket {
     /// those available right before (and at most the new burst); from then on the bucket
     /// refills at the new rate. Queued waiters keep their order and are rescheduled at the
     /// new rate; a waiter asking for more than the new burst fails with
-    /// [`AcquireError::ExceedsBurst`].
+    /// [`Denied::ExceedsBurst`].
     ///
     /// A lock-free decision made at the very instant of the change is taken under either the
     /// old or the new quota (for a token bucket, possibly the new interval against the old
@@ -219,7 +222,7 @@ impl Bucket {
 
     /// Admit now, or queue: callers check the size first. `bounded`: honour a leaky
     /// bucket's queue limit.
-    pub(crate) fn reserve(&self, n: u32, bounded: bool) -> Result<Reservation, AcquireError> {
+    pub(crate) fn reserve(&self, n: u32, bounded: bool) -> Result<Reservation, QueueFull> {
         self.shared.reserve(n, bounded)
     }
 
@@ -247,119 +250,6 @@ impl fmt::Debug for Bucket {
             .finish_non_exhaustive()
     }
 }
-
-/// A request that does not fit now: how long until it does.
-///
-/// Returned by [`Bucket::try_acquire`]. Its [`Display`](fmt::Display) is lowercase
-/// (`request throttled`), as tower's errors are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Throttled {
-    wait: Duration,
-}
-
-impl Throttled {
-    pub(crate) fn after(wait: Duration) -> Self {
-        Throttled { wait }
-    }
-
-    pub(crate) fn never() -> Self {
-        Throttled {
-            wait: Duration::MAX,
-        }
-    }
-
-    /// How long until the request fits. [`Duration::MAX`] when it never can.
-    pub fn wait(&self) -> Duration {
-        self.wait
-    }
-
-    /// The wait in whole seconds, rounded **up** and at least 1: the value for a
-    /// `Retry-After` header (a 0 would invite an immediate retry).
-    pub fn retry_after_secs(&self) -> u64 {
-        let secs = self.wait.as_secs() + u64::from(self.wait.subsec_nanos() > 0);
-        secs.max(1)
-    }
-
-    /// Whether the request asked for more tokens than the burst: it can never fit.
-    pub fn exceeds_burst(&self) -> bool {
-        self.wait == Duration::MAX
-    }
-}
-
-impl fmt::Display for Throttled {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.exceeds_burst() {
-            f.pad("request throttled: cost exceeds the burst capacity")
-        } else {
-            write!(f, "request throttled: retry in {:?}", self.wait)
-        }
-    }
-}
-
-impl std::error::Error for Throttled {}
-
-/// A request for more tokens than the bucket can ever hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExceedsBurst {
-    pub(crate) requested: u32,
-    pub(crate) burst: u32,
-}
-
-impl ExceedsBurst {
-    /// The tokens asked for.
-    pub fn requested(&self) -> u32 {
-        self.requested
-    }
-
-    /// The bucket's burst capacity.
-    pub fn burst(&self) -> u32 {
-        self.burst
-    }
-}
-
-impl fmt::Display for ExceedsBurst {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "cannot acquire {} tokens from a bucket of burst {}",
-            self.requested, self.burst
-        )
-    }
-}
-
-impl std::error::Error for ExceedsBurst {}
-
-/// Why [`Bucket::acquire`] failed at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AcquireError {
-    /// More tokens than the bucket can ever hold.
-    ExceedsBurst(ExceedsBurst),
-    /// A leaky bucket's queue of waiters is full.
-    QueueFull {
-        /// The queue's capacity.
-        max_queue: usize,
-    },
-}
-
-impl From<ExceedsBurst> for AcquireError {
-    fn from(e: ExceedsBurst) -> Self {
-        AcquireError::ExceedsBurst(e)
-    }
-}
-
-impl fmt::Display for AcquireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AcquireError::ExceedsBurst(e) => e.fmt(f),
-            AcquireError::QueueFull { max_queue } => {
-                write!(f, "request throttled: {max_queue} requests already waiting")
-            }
-        }
-    }
-}
-
-impl std::error::Error for AcquireError {}
 
 /// A read-only view of a [`Bucket`], from [`Bucket::snapshot`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,13 +5,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::{AcquireError, Throttled};
+use super::Denied;
 
 /// A future of a remote admission.
-pub(crate) type RemoteAcquire = Pin<Box<dyn Future<Output = Result<(), AcquireError>> + Send>>;
+pub(crate) type RemoteAcquire = Pin<Box<dyn Future<Output = Result<(), Denied>> + Send>>;
 
 /// A future of a remote decision made without waiting.
-pub(crate) type RemoteDecision = Pin<Box<dyn Future<Output = Result<(), Throttled>> + Send>>;
+pub(crate) type RemoteDecision = Pin<Box<dyn Future<Output = Result<(), Denied>> + Send>>;
 
 /// Decisions shared with other processes.
 pub(crate) trait Remote: Send + Sync + fmt::Debug {

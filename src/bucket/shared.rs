@@ -64,7 +64,7 @@ use super::clock::Clock;
 use super::gcra::{Gcra, Level};
 use super::queue::{Entry, Queue};
 use super::window::{Align, Fixed, Log, Ramp, Sliding, Window};
-use super::{AcquireError, Algorithm, ExceedsBurst, Remote};
+use super::{Algorithm, ExceedsBurst, QueueFull, Remote};
 use crate::observe::Observer;
 use crate::Quota;
 
@@ -312,6 +312,9 @@ impl Shared {
     /// Admit `tokens` at `now`, counted at the earliest instant `≥ from` they fit (`from ≤
     /// now`), or `Err(instant they fit)`. Under the lock.
     fn commit(&self, st: &mut State, tokens: u32, from: u64, now: u64) -> Result<Permit, u64> {
+        if self.check(tokens).is_err() {
+            return Err(u64::MAX);
+        }
         let from = from.max(self.paused_until.load(Ordering::Acquire));
         if st.window.is_none() {
             let (at, tat) = self.gcra.admit_from(u64::from(tokens), from, now)?;
@@ -380,16 +383,14 @@ impl Shared {
         self: &Arc<Self>,
         tokens: u32,
         bounded: bool,
-    ) -> Result<Reservation, AcquireError> {
+    ) -> Result<Reservation, QueueFull> {
         if let Some(p) = self.admit_now(tokens) {
             return Ok(Reservation::Now(p));
         }
         let mut st = self.lock();
-        // The quota may have shrunk since the caller checked.
-        self.check(tokens)?;
         if let Algorithm::LeakyBucket { max_queue } = self.algorithm {
             if bounded && st.queue.len() >= max_queue {
-                return Err(AcquireError::QueueFull { max_queue });
+                return Err(QueueFull { max_queue });
             }
         }
         let now = self.clock.now_ns();
@@ -411,6 +412,8 @@ impl Shared {
         };
         let mut entry = Entry::new(tokens, armed);
         entry.first_since = now;
+        // The quota may have shrunk below the request since the caller checked it.
+        entry.failed = self.check(tokens).is_err();
         let key = st.queue.push(entry);
         self.waiting.store(st.queue.len(), Ordering::Release);
         Ok(Reservation::Later(Waiter {

@@ -16,7 +16,7 @@ use super::remote::RemoteKeyed;
 use super::rule::{Admit, Rule};
 use super::window::WindowRule;
 use crate::bucket::Clock;
-use crate::{Algorithm, Quota, Snapshot, Throttled};
+use crate::{Algorithm, Denied, ExceedsBurst, Quota, Snapshot, Throttled};
 
 /// The default cap on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -73,7 +73,7 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// let buckets = KeyedBucket::new(Quota::per_second(2));
 /// assert!(buckets.try_acquire(&"alice", 2).is_ok());
 /// let throttled = buckets.try_acquire(&"alice", 1).unwrap_err();
-/// assert_eq!(throttled.wait(), Duration::from_millis(500));
+/// assert_eq!(throttled.wait(), Some(Duration::from_millis(500)));
 /// assert!(buckets.try_acquire(&"bob", 1).is_ok()); // keys are isolated
 /// assert_eq!(buckets.len(), 2);
 ///
@@ -127,7 +127,7 @@ macro_rules! on_core {
 ///     .build();
 /// assert!(per_user.try_acquire(&7, 100).is_ok());
 /// let throttled = per_user.try_acquire(&7, 1).unwrap_err();
-/// assert_eq!(throttled.wait(), per_user.snapshot(&7).full_in); // the next minute
+/// assert_eq!(throttled.wait(), Some(per_user.snapshot(&7).full_in)); // the next minute
 /// assert_eq!(per_user.max_keys(), 100_000);
 /// # }
 /// ```
@@ -257,10 +257,10 @@ where
     /// A refused request takes nothing.
     ///
     /// # Errors
-    /// [`Throttled`] with the wait; when `n` exceeds what one request may take (the burst,
-    /// or a window's count) it can never fit: [`Throttled::exceeds_burst`] is true.
+    /// [`Denied::Throttled`] with the wait, or [`Denied::ExceedsBurst`] when `n` exceeds what
+    /// one request may take (the burst, or a window's count): it can never fit.
     #[inline]
-    pub fn try_acquire(&self, key: &K, n: u32) -> Result<(), Throttled> {
+    pub fn try_acquire(&self, key: &K, n: u32) -> Result<(), Denied> {
         let s = &*self.shared;
         let tokens = u64::from(n);
         // The store's decision, inlined per rule: nothing of the grant is kept.
@@ -269,11 +269,14 @@ where
                 return Ok(());
             }
             if tokens > core.rule.capacity() {
-                return Err(Throttled::never());
+                return Err(Denied::ExceedsBurst(ExceedsBurst {
+                    requested: n,
+                    burst: u32::try_from(core.rule.capacity()).unwrap_or(u32::MAX),
+                }));
             }
             match core.acquire(key, s.clock.now_ns(), tokens, 0) {
                 Ok(_) => Ok(()),
-                Err(wait) => Err(Throttled::after(Duration::from_nanos(wait))),
+                Err(wait) => Err(Throttled::after(Duration::from_nanos(wait)).into()),
             }
         })
     }

@@ -8,11 +8,11 @@ use tokio::time::Instant;
 
 use super::backend::{bump, Backend, Options, RedisStats};
 use super::builder::RedisBucketBuilder;
-use super::error::{RedisDecisionError, RedisError};
+use super::error::RedisError;
 use super::failure::{acquire_fallback, pause_fallback, try_acquire_fallback, FailurePolicy};
 use super::lane::Hint;
 use super::script::Reply;
-use crate::{Algorithm, Bucket, ExceedsBurst, Quota, Throttled};
+use crate::{Algorithm, Bucket, Denied, ExceedsBurst, Quota, Throttled};
 
 /// A rate limit kept in Redis: one limit shared by every process, task and clone that uses
 /// the same Redis, key prefix and key.
@@ -190,12 +190,12 @@ impl RedisBucket {
     /// queues (and does not see this process's waiters in [`acquire`](Self::acquire)).
     ///
     /// # Errors
-    /// - [`RedisDecisionError::Throttled`] with the wait until `n` tokens fit;
-    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst
+    /// - [`Denied::Throttled`] with the wait until `n` tokens fit;
+    /// - [`Denied::ExceedsBurst`] at once when `n` is larger than the burst
     ///   (token and leaky bucket) or the quota's count (windows);
     /// - when Redis fails, whatever the [`FailurePolicy`] says: nothing (`Open`),
-    ///   [`RedisDecisionError::Backend`] (`Closed`), the local bucket's answer (`Local`).
-    pub async fn try_acquire(&self, n: u32) -> Result<(), RedisDecisionError> {
+    ///   [`Denied::Backend`] (`Closed`), the local bucket's answer (`Local`).
+    pub async fn try_acquire(&self, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
@@ -229,11 +229,11 @@ impl RedisBucket {
     /// taken.
     ///
     /// # Errors
-    /// - [`RedisDecisionError::ExceedsBurst`] at once when `n` is larger than the burst
+    /// - [`Denied::ExceedsBurst`] at once when `n` is larger than the burst
     ///   (token and leaky bucket) or the quota's count (windows);
     /// - when Redis fails, whatever the [`FailurePolicy`] says: admit (`Open`),
-    ///   [`RedisDecisionError::Backend`] (`Closed`), wait on the local bucket (`Local`).
-    pub async fn acquire(&self, n: u32) -> Result<(), RedisDecisionError> {
+    ///   [`Denied::Backend`] (`Closed`), wait on the local bucket (`Local`).
+    pub async fn acquire(&self, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
@@ -274,9 +274,9 @@ impl RedisBucket {
     /// own decisions at once, whatever Redis does.
     ///
     /// # Errors
-    /// [`RedisDecisionError::Backend`] when Redis fails and the policy is
+    /// [`Denied::Backend`] when Redis fails and the policy is
     /// [`FailurePolicy::Closed`].
-    pub async fn pause(&self, cooldown: Duration) -> Result<(), RedisDecisionError> {
+    pub async fn pause(&self, cooldown: Duration) -> Result<(), Denied> {
         let inner = &*self.inner;
         let backend = &inner.backend;
         let cooldown = cooldown.min(backend.max_pause());

@@ -1,11 +1,11 @@
-//! Errors of the Redis backend: [`RedisError`] (the backend failed) and
-//! [`RedisDecisionError`] (what a decision can return).
+//! [`RedisError`]: the Redis backend failed. A decision returns the crate-wide
+//! [`Denied`], whose [`Backend`](Denied::Backend) case carries it.
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::{ExceedsBurst, Throttled};
+use crate::{BackendError, Denied};
 
 /// What went wrong with Redis, as told by [`RedisError::kind`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -137,77 +137,17 @@ impl StdError for RedisError {
     }
 }
 
-/// Why a decision of [`RedisBucket`](super::RedisBucket) or [`RedisKeyed`](super::RedisKeyed)
-/// did not admit the request.
-///
-/// - [`Throttled`](RedisDecisionError::Throttled): the limit says "not yet" (only from
-///   `try_acquire`); it carries the wait.
-/// - [`ExceedsBurst`](RedisDecisionError::ExceedsBurst): the request asks for more tokens
-///   than the burst, so it can never fit; returned at once, without a round trip.
-/// - [`Backend`](RedisDecisionError::Backend): Redis failed and the failure policy is
-///   [`FailurePolicy::Closed`](super::FailurePolicy::Closed).
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum RedisDecisionError {
-    /// Not admitted now; [`Throttled::wait`] says how long until the request would fit.
-    Throttled(Throttled),
-    /// More tokens than the burst: the request can never fit.
-    ExceedsBurst(ExceedsBurst),
-    /// Redis failed and the failure policy rejects.
-    Backend(RedisError),
-}
+/// The error of a decision of [`RedisBucket`](super::RedisBucket) or
+/// [`RedisKeyed`](super::RedisKeyed): now the crate-wide [`Denied`]. A Redis failure the
+/// failure policy refuses is [`Denied::Backend`], whose
+/// [`redis`](crate::BackendError::redis) is the [`RedisError`].
+#[deprecated(
+    note = "renamed `Denied`; `Backend` now carries a `BackendError` (see `BackendError::redis`)"
+)]
+pub type RedisDecisionError = Denied;
 
-impl RedisDecisionError {
-    /// The [`Throttled`] rejection, if this is one.
-    pub fn throttled(&self) -> Option<&Throttled> {
-        match self {
-            RedisDecisionError::Throttled(t) => Some(t),
-            _ => None,
-        }
-    }
-
-    /// The backend failure, if this is one.
-    pub fn backend(&self) -> Option<&RedisError> {
-        match self {
-            RedisDecisionError::Backend(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for RedisDecisionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RedisDecisionError::Throttled(e) => fmt::Display::fmt(e, f),
-            RedisDecisionError::ExceedsBurst(e) => fmt::Display::fmt(e, f),
-            RedisDecisionError::Backend(_) => f.pad("rate limit backend failed"),
-        }
-    }
-}
-
-impl StdError for RedisDecisionError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        match self {
-            RedisDecisionError::Throttled(_) | RedisDecisionError::ExceedsBurst(_) => None,
-            RedisDecisionError::Backend(e) => Some(e),
-        }
-    }
-}
-
-impl From<Throttled> for RedisDecisionError {
-    fn from(e: Throttled) -> Self {
-        RedisDecisionError::Throttled(e)
-    }
-}
-
-impl From<ExceedsBurst> for RedisDecisionError {
-    fn from(e: ExceedsBurst) -> Self {
-        RedisDecisionError::ExceedsBurst(e)
-    }
-}
-
-impl From<RedisError> for RedisDecisionError {
+impl From<RedisError> for Denied {
     fn from(e: RedisError) -> Self {
-        RedisDecisionError::Backend(e)
+        Denied::Backend(BackendError::new(e))
     }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::backend::max_cost;
-use super::error::{RedisDecisionError, RedisError};
-use crate::{AcquireError, Algorithm, Bucket, Quota};
+use super::error::RedisError;
+use crate::{Algorithm, Bucket, Denied, Quota};
 
 /// What a decision does when Redis fails: unreachable, slower than the timeout, a reply that
 /// makes no sense, or a key of the wrong type.
@@ -16,7 +16,7 @@ use crate::{AcquireError, Algorithm, Bucket, Quota};
 /// | policy | `try_acquire` | `acquire` | `pause` |
 /// |---|---|---|---|
 /// | [`Open`](FailurePolicy::Open) | admits | admits | `Ok` |
-/// | [`Closed`](FailurePolicy::Closed) | [`RedisDecisionError::Backend`] | [`RedisDecisionError::Backend`] | [`RedisDecisionError::Backend`] |
+/// | [`Closed`](FailurePolicy::Closed) | [`Denied::Backend`] | [`Denied::Backend`] | [`Denied::Backend`] |
 /// | [`Local`](FailurePolicy::Local) | an in-memory [`Bucket`] decides | an in-memory [`Bucket`] waits | `Ok` |
 ///
 /// Whatever the policy, a [`RedisBucket::pause`](super::RedisBucket::pause) also holds this
@@ -42,7 +42,7 @@ use crate::{AcquireError, Algorithm, Bucket, Quota};
 pub enum FailurePolicy {
     /// Admit: the limit is not enforced while Redis fails.
     Open,
-    /// Reject with [`RedisDecisionError::Backend`], carrying the [`RedisError`].
+    /// Reject with [`Denied::Backend`], carrying the [`RedisError`].
     Closed,
     /// Decide with an in-memory [`Bucket`] of this process, at `fraction` of the quota
     /// (rate and burst scaled as by [`Quota::headroom`]), with the same
@@ -89,13 +89,11 @@ pub(crate) fn try_acquire_fallback(
     local: Option<&Bucket>,
     n: u32,
     error: RedisError,
-) -> Result<(), RedisDecisionError> {
+) -> Result<(), Denied> {
     match (policy, local) {
         (FailurePolicy::Open, _) => Ok(()),
-        (FailurePolicy::Local { .. }, Some(b)) => b
-            .try_acquire(local_cost(b, n))
-            .map_err(RedisDecisionError::Throttled),
-        _ => Err(RedisDecisionError::Backend(error)),
+        (FailurePolicy::Local { .. }, Some(b)) => b.try_acquire(local_cost(b, n)),
+        _ => Err(error.into()),
     }
 }
 
@@ -105,25 +103,22 @@ pub(crate) async fn acquire_fallback(
     local: Option<&Bucket>,
     n: u32,
     error: RedisError,
-) -> Result<(), RedisDecisionError> {
+) -> Result<(), Denied> {
     match (policy, local) {
         (FailurePolicy::Open, _) => Ok(()),
         (FailurePolicy::Local { .. }, Some(b)) => match b.acquire(local_cost(b, n)).await {
             Ok(()) => Ok(()),
-            Err(AcquireError::ExceedsBurst(e)) => Err(RedisDecisionError::ExceedsBurst(e)),
-            Err(_) => Err(RedisDecisionError::Backend(error)),
+            Err(never @ Denied::ExceedsBurst(_)) => Err(never),
+            Err(_) => Err(error.into()),
         },
-        _ => Err(RedisDecisionError::Backend(error)),
+        _ => Err(error.into()),
     }
 }
 
 /// The policy's answer to `pause` when Redis failed (the pause is kept locally anyway).
-pub(crate) fn pause_fallback(
-    policy: &FailurePolicy,
-    error: RedisError,
-) -> Result<(), RedisDecisionError> {
+pub(crate) fn pause_fallback(policy: &FailurePolicy, error: RedisError) -> Result<(), Denied> {
     match policy {
-        FailurePolicy::Closed => Err(RedisDecisionError::Backend(error)),
+        FailurePolicy::Closed => Err(error.into()),
         _ => Ok(()),
     }
 }

@@ -8,13 +8,13 @@ use tokio::time::Instant;
 
 use super::backend::{bump, Backend, Options, RedisStats};
 use super::builder::RedisKeyedBuilder;
-use super::error::{RedisDecisionError, RedisError};
+use super::error::RedisError;
 use super::failure::{
     acquire_fallback, pause_fallback, try_acquire_fallback, FailurePolicy, LocalTable,
 };
 use super::key::{digest, keyed_key};
 use super::lane::Lanes;
-use crate::{Algorithm, ExceedsBurst, Quota, Throttled};
+use crate::{Algorithm, Denied, ExceedsBurst, Quota, Throttled};
 
 /// One limit per key, kept in Redis and shared by every process: the keyed variant of
 /// [`RedisBucket`](super::RedisBucket), with the same semantics for each key.
@@ -28,7 +28,8 @@ use crate::{Algorithm, ExceedsBurst, Quota, Throttled};
 /// Every [`Algorithm`] works, chosen with [`RedisKeyedBuilder::algorithm`].
 ///
 /// ```no_run
-/// use tower_throttle::redis::{RedisDecisionError, RedisKeyed};
+/// use tower_throttle::redis::RedisKeyed;
+/// use tower_throttle::Denied;
 /// use tower_throttle::Quota;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -40,7 +41,7 @@ use crate::{Algorithm, ExceedsBurst, Quota, Throttled};
 ///
 /// match per_user.try_acquire("user-42", 1).await {
 ///     Ok(()) => { /* serve */ }
-///     Err(RedisDecisionError::Throttled(t)) => {
+///     Err(Denied::Throttled(t)) => {
 ///         println!("429, Retry-After: {}", t.retry_after_secs());
 ///     }
 ///     Err(e) => return Err(e.into()),
@@ -140,11 +141,7 @@ impl RedisKeyed {
     ///
     /// # Errors
     /// As [`RedisBucket::try_acquire`](super::RedisBucket::try_acquire).
-    pub async fn try_acquire(
-        &self,
-        key: impl AsRef<[u8]>,
-        n: u32,
-    ) -> Result<(), RedisDecisionError> {
+    pub async fn try_acquire(&self, key: impl AsRef<[u8]>, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
@@ -171,8 +168,8 @@ impl RedisKeyed {
     /// leaves the tokens spent.
     ///
     /// # Errors
-    /// [`RedisDecisionError::Backend`] when Redis could not be reached.
-    pub async fn release(&self, key: impl AsRef<[u8]>, n: u32) -> Result<(), RedisDecisionError> {
+    /// [`Denied::Backend`] when Redis could not be reached.
+    pub async fn release(&self, key: impl AsRef<[u8]>, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
@@ -184,7 +181,7 @@ impl RedisKeyed {
             .release(&rkey, n)
             .await
             .map(drop)
-            .map_err(RedisDecisionError::Backend)
+            .map_err(Denied::from)
     }
 
     /// Wait until `n` tokens of `key`'s limit are available, then take them.
@@ -194,7 +191,7 @@ impl RedisKeyed {
     ///
     /// # Errors
     /// As [`RedisBucket::acquire`](super::RedisBucket::acquire).
-    pub async fn acquire(&self, key: impl AsRef<[u8]>, n: u32) -> Result<(), RedisDecisionError> {
+    pub async fn acquire(&self, key: impl AsRef<[u8]>, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
@@ -252,13 +249,9 @@ impl RedisKeyed {
     /// [`FailurePolicy::Local`] the key's local bucket is paused too.
     ///
     /// # Errors
-    /// [`RedisDecisionError::Backend`] when Redis fails and the policy is
+    /// [`Denied::Backend`] when Redis fails and the policy is
     /// [`FailurePolicy::Closed`].
-    pub async fn pause(
-        &self,
-        key: impl AsRef<[u8]>,
-        cooldown: Duration,
-    ) -> Result<(), RedisDecisionError> {
+    pub async fn pause(&self, key: impl AsRef<[u8]>, cooldown: Duration) -> Result<(), Denied> {
         let inner = &*self.inner;
         let backend = &inner.backend;
         let cooldown = cooldown.min(backend.max_pause());

@@ -124,6 +124,8 @@ mod script;
 pub use self::backend::RedisStats;
 pub use self::bucket::RedisBucket;
 pub use self::builder::{RedisBucketBuilder, RedisKeyedBuilder};
-pub use self::error::{RedisDecisionError, RedisError, RedisErrorKind};
+#[allow(deprecated)]
+pub use self::error::RedisDecisionError;
+pub use self::error::{RedisError, RedisErrorKind};
 pub use self::failure::FailurePolicy;
 pub use self::keyed::RedisKeyed;

@@ -5,34 +5,20 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{RedisBucket, RedisDecisionError, RedisKeyed};
+use super::{RedisBucket, RedisKeyed};
 use crate::bucket::{Remote, RemoteAcquire, RemoteDecision};
 use crate::keyed::{KeyId, RemoteKeyed};
-use crate::{Bucket, KeyedBucket, Throttled};
-
-/// The wait announced when the failure policy refuses a decision.
-const RETRY_REFUSED: Duration = Duration::from_secs(1);
+use crate::{Bucket, Denied, KeyedBucket};
 
 /// How long a waiter holds off when the failure policy refuses (Redis down, policy `Closed`)
 /// before it asks again.
 const RETRY_BACKEND: Duration = Duration::from_millis(100);
 
-/// A remote decision as the layers see it: a refusal, or admission.
-fn decision(result: Result<(), RedisDecisionError>) -> Result<(), Throttled> {
-    match result {
-        Ok(()) => Ok(()),
-        Err(RedisDecisionError::Throttled(t)) => Err(t),
-        Err(RedisDecisionError::ExceedsBurst(_)) => Err(Throttled::never()),
-        // The failure policy refuses (Redis down, policy `Closed`): come back later.
-        Err(RedisDecisionError::Backend(_)) => Err(Throttled::after(RETRY_REFUSED)),
-    }
-}
-
 /// Run a best-effort write in the background (the local state already holds this process);
 /// outside a runtime there is nowhere to run it, and it is skipped.
 fn detach<F>(write: F)
 where
-    F: std::future::Future<Output = Result<(), RedisDecisionError>> + Send + 'static,
+    F: std::future::Future<Output = Result<(), Denied>> + Send + 'static,
 {
     if let Ok(rt) = tokio::runtime::Handle::try_current() {
         rt.spawn(async move {
@@ -48,7 +34,7 @@ impl Remote for RedisBucket {
             loop {
                 match this.acquire(n).await {
                     Ok(()) => return Ok(()),
-                    Err(RedisDecisionError::ExceedsBurst(e)) => return Err(e.into()),
+                    Err(never @ Denied::ExceedsBurst(_)) => return Err(never),
                     // A waiting client waits for the shared limit to answer again.
                     Err(_) => tokio::time::sleep(RETRY_BACKEND).await,
                 }
@@ -58,7 +44,7 @@ impl Remote for RedisBucket {
 
     fn try_acquire(&self, n: u32) -> RemoteDecision {
         let this = self.clone();
-        Box::pin(async move { decision(this.try_acquire(n).await) })
+        Box::pin(async move { this.try_acquire(n).await })
     }
 
     fn pause(&self, cooldown: Duration) {
@@ -94,7 +80,7 @@ impl From<RedisBucket> for Bucket {
 impl RemoteKeyed for RedisKeyed {
     fn try_acquire(&self, key: KeyId, n: u32) -> RemoteDecision {
         let this = self.clone();
-        Box::pin(async move { decision(this.try_acquire(key, n).await) })
+        Box::pin(async move { this.try_acquire(key, n).await })
     }
 
     fn release(&self, key: KeyId, n: u32) {

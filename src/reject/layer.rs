@@ -146,7 +146,8 @@ impl<K, E, O> RejectLayer<K, E, O> {
     /// let layer = RateLimitLayer::new(Bucket::new(Quota::per_second(10)))
     ///     .reject()
     ///     .on_reject(|rejected| {
-    ///         let body = format!("{{\"error\":\"slow down\",\"retry_after\":{}}}", rejected.wait().as_secs_f64());
+    ///         let wait = rejected.wait().unwrap_or_default().as_secs_f64();
+    ///         let body = format!("{{\"error\":\"slow down\",\"retry_after\":{wait}}}");
     ///         http::Response::builder()
     ///             .status(rejected.status_code())
     ///             .header("content-type", "application/json")

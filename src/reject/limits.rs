@@ -20,7 +20,7 @@ use super::rejected::{Rejected, RejectedBy, Status};
 use super::wait::Pending;
 use crate::bucket::Reservation;
 use crate::keyed::{key_id, Grant, KeyExtractor, KeyedBucket, MissingKey, KEYLESS};
-use crate::Bucket;
+use crate::{Bucket, Denied, Throttled};
 
 /// Policy names in `RateLimit-Policy` and `RateLimit`.
 pub(crate) const SINGLE: &str = "default";
@@ -132,9 +132,9 @@ where
             match result {
                 None => {}
                 Some(Err(wait)) => {
-                    let wait = Duration::from_nanos(wait);
-                    let status = refused(PER_KEY, &k.bucket.quota(), wait);
-                    return Verdict::Reject(Rejected::throttled(RejectedBy::Key, wait, status));
+                    let denied = Throttled::after(Duration::from_nanos(wait)).into();
+                    let quota = k.bucket.quota();
+                    return Verdict::Reject(refusal(RejectedBy::Key, PER_KEY, &quota, denied));
                 }
                 Some(Ok(grant)) => {
                     if let Some(due) = k.bucket.due(&grant) {
@@ -162,19 +162,17 @@ where
             match bucket.try_acquire(1) {
                 Ok(()) if describe => statuses[1] = Some(bucket_status(bucket, name)),
                 Ok(()) => {}
-                Err(throttled) => {
+                Err(denied) => {
                     if let (Some(k), Some((key, grant))) = (&self.keyed, &held) {
                         k.bucket.refund(key.as_ref(), grant);
                     }
-                    let wait = throttled.wait();
-                    if self.keyed.is_none()
-                        && max_wait > 0
-                        && wait <= Duration::from_nanos(max_wait)
-                    {
-                        return reserve(bucket, wait, Duration::from_nanos(max_wait), describe);
+                    let max_wait = Duration::from_nanos(max_wait);
+                    if let (None, Some(wait)) = (&self.keyed, denied.wait()) {
+                        if wait <= max_wait && !max_wait.is_zero() {
+                            return reserve(bucket, denied, max_wait, describe);
+                        }
                     }
-                    let status = refused(name, &bucket.quota(), wait);
-                    return Verdict::Reject(Rejected::throttled(by, wait, status));
+                    return Verdict::Reject(refusal(by, name, &bucket.quota(), denied));
                 }
             }
         }
@@ -198,7 +196,7 @@ pub(crate) fn policies<K>(
 /// Queue for a token of a single bucket, for at most `max_wait`.
 fn reserve<K: Hash + Eq>(
     bucket: &Bucket,
-    wait: Duration,
+    denied: Denied,
     max_wait: Duration,
     describe: bool,
 ) -> Verdict<K> {
@@ -210,22 +208,26 @@ fn reserve<K: Hash + Eq>(
         Ok(Reservation::Later(waiter)) => {
             Verdict::Wait(Pending::bucket(bucket.clone(), waiter, max_wait))
         }
-        // A leaky bucket's queue is full: refuse.
-        Err(_) => {
-            let status = refused(SINGLE, &bucket.quota(), wait);
-            Verdict::Reject(Rejected::throttled(RejectedBy::Bucket, wait, status))
-        }
+        // A leaky bucket's queue is full: refuse, with the wait the bucket announced.
+        Err(_) => Verdict::Reject(refusal(RejectedBy::Bucket, SINGLE, &bucket.quota(), denied)),
     }
 }
 
-/// A limit with nothing left, one token `wait` away.
-pub(crate) fn refused(name: &'static str, quota: &crate::Quota, wait: Duration) -> Status {
-    Status {
+/// A refusal by the limit `name` of `quota`: nothing left, the next token the refusal's wait
+/// away (reported as zero when waiting does not help).
+pub(crate) fn refusal(
+    by: RejectedBy,
+    name: &'static str,
+    quota: &crate::Quota,
+    denied: Denied,
+) -> Rejected {
+    let status = Status {
         name,
         quota: *quota,
         remaining: 0,
-        reset: wait,
-    }
+        reset: denied.wait().unwrap_or(Duration::ZERO),
+    };
+    Rejected::new(by, denied, status)
 }
 
 /// A per-key limit right after `grant`, seen when it is due.

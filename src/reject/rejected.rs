@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::{Quota, Throttled};
+use crate::{Denied, Quota};
 
 /// Which limit turned a request away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,7 +47,7 @@ pub enum RejectedBy {
 /// assert_eq!(res.status(), 429);
 /// let rejected = res.extensions().get::<Rejected>().unwrap();
 /// assert_eq!(rejected.by(), RejectedBy::Bucket);
-/// assert_eq!(rejected.wait(), Duration::from_millis(500));
+/// assert_eq!(rejected.wait(), Some(Duration::from_millis(500)));
 /// assert_eq!(rejected.retry_after_secs(), Some(1));
 /// # Ok(())
 /// # }
@@ -55,9 +55,14 @@ pub enum RejectedBy {
 #[derive(Debug, Clone)]
 pub struct Rejected {
     by: RejectedBy,
-    wait: Duration,
+    /// The limit's answer; `None` for [`RejectedBy::MissingKey`].
+    denied: Option<Denied>,
     status: Option<Status>,
 }
+
+/// How long a client is told to wait when the backend that keeps a limit failed and its
+/// failure policy refuses (the backend is asked again then).
+pub(crate) const BACKEND_RETRY: Duration = Duration::from_secs(1);
 
 /// The state of one limit, for the rate-limit fields of a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,11 +77,11 @@ pub(crate) struct Status {
 }
 
 impl Rejected {
-    /// Over the limit `status` describes; the request would fit after `wait`.
-    pub(crate) fn throttled(by: RejectedBy, wait: Duration, status: Status) -> Self {
+    /// Refused by the limit `status` describes, for the reason `denied`.
+    pub(crate) fn new(by: RejectedBy, denied: Denied, status: Status) -> Self {
         Rejected {
             by,
-            wait,
+            denied: Some(denied),
             status: Some(status),
         }
     }
@@ -85,7 +90,7 @@ impl Rejected {
     pub(crate) fn missing_key() -> Self {
         Rejected {
             by: RejectedBy::MissingKey,
-            wait: Duration::ZERO,
+            denied: None,
             status: None,
         }
     }
@@ -95,16 +100,25 @@ impl Rejected {
         self.by
     }
 
-    /// How long until the request would have fitted (zero for
-    /// [`RejectedBy::MissingKey`]).
-    pub fn wait(&self) -> Duration {
-        self.wait
+    /// The limit's answer ([`Denied`]); `None` for [`RejectedBy::MissingKey`].
+    pub fn denied(&self) -> Option<&Denied> {
+        self.denied.as_ref()
     }
 
-    /// The `Retry-After` value: the wait in whole seconds, rounded **up**, at least 1. `None`
-    /// for [`RejectedBy::MissingKey`] (waiting does not help).
+    /// How long until the request would have fitted: the wait of [`Denied::Throttled`], one
+    /// second for [`Denied::Backend`] (when the backend is asked again); `None` when waiting
+    /// does not help (no key, a cost that can never fit).
+    pub fn wait(&self) -> Option<Duration> {
+        match self.denied.as_ref()? {
+            Denied::Backend(_) => Some(BACKEND_RETRY),
+            denied => denied.wait(),
+        }
+    }
+
+    /// The `Retry-After` value: the [`wait`](Self::wait) in whole seconds, rounded **up**, at
+    /// least 1, saturating; `None` when waiting does not help.
     pub fn retry_after_secs(&self) -> Option<u64> {
-        (self.by != RejectedBy::MissingKey).then(|| Throttled::after(self.wait).retry_after_secs())
+        self.wait().map(|w| crate::denied::ceil_secs(w).max(1))
     }
 
     /// The quota of the limit that turned the request away.

@@ -99,7 +99,7 @@ where
             }
             Verdict::Reject(rejected) => {
                 if let Some(o) = &config.observer {
-                    o.refused(1, rejected.wait(), config.dry_run);
+                    o.refused(1, rejected.wait().unwrap_or(Duration::ZERO), config.dry_run);
                 }
                 req.extensions_mut().insert(rejected.clone());
                 if config.dry_run {

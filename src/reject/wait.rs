@@ -22,12 +22,12 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use super::fields::{Policies, Spec};
-use super::limits::{bucket_status, key_status, policies, refused, GLOBAL, PER_KEY, SINGLE};
+use super::limits::{bucket_status, key_status, policies, refusal, GLOBAL, PER_KEY, SINGLE};
 use super::rejected::{Rejected, RejectedBy, Status};
 use crate::bucket::{RemoteDecision, Waiter};
 use crate::keyed::{Grant, KeyId, KeyedBucket, RemoteKeyed};
 use crate::observe::Observer;
-use crate::Bucket;
+use crate::{Bucket, Throttled};
 
 /// A reservation being waited for.
 pub(crate) enum Pending<K: Hash + Eq> {
@@ -208,11 +208,9 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     None => Ok([key, None]),
                     Some(global) => match global.try_acquire(1) {
                         Ok(()) => Ok([key, describe.then(|| bucket_status(global, GLOBAL))]),
-                        Err(throttled) => {
+                        Err(denied) => {
                             hold.refund();
-                            let wait = throttled.wait();
-                            let status = refused(GLOBAL, &global.quota(), wait);
-                            Err(Rejected::throttled(RejectedBy::Global, wait, status))
+                            Err(refusal(RejectedBy::Global, GLOBAL, &global.quota(), denied))
                         }
                     },
                 };
@@ -235,21 +233,17 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         .expect("a global decision has a global bucket");
                     break match std::task::ready!(d.as_mut().poll(cx)) {
                         Ok(()) => Ok([None, None]),
-                        Err(throttled) => {
+                        Err(denied) => {
                             remote.release(*id, 1); // the key's token was not used
-                            let wait = throttled.wait();
-                            let status = refused(GLOBAL, &global.quota(), wait);
-                            Err(Rejected::throttled(RejectedBy::Global, wait, status))
+                            Err(refusal(RejectedBy::Global, GLOBAL, &global.quota(), denied))
                         }
                     };
                 }
                 let d = decision.as_mut().expect("polled after completion");
                 let key_verdict = std::task::ready!(d.as_mut().poll(cx));
                 *decision = None;
-                if let Err(throttled) = key_verdict {
-                    let wait = throttled.wait();
-                    let status = refused(PER_KEY, &keyed.quota(), wait);
-                    break Err(Rejected::throttled(RejectedBy::Key, wait, status));
+                if let Err(denied) = key_verdict {
+                    break Err(refusal(RejectedBy::Key, PER_KEY, &keyed.quota(), denied));
                 }
                 match global {
                     None => break Ok([None, None]),
@@ -257,11 +251,9 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         Some(r) => *global_decision = Some(r.try_acquire(1)),
                         None => match g.try_acquire(1) {
                             Ok(()) => break Ok([None, describe.then(|| bucket_status(g, GLOBAL))]),
-                            Err(throttled) => {
+                            Err(denied) => {
                                 remote.release(*id, 1);
-                                let wait = throttled.wait();
-                                let status = refused(GLOBAL, &g.quota(), wait);
-                                break Err(Rejected::throttled(RejectedBy::Global, wait, status));
+                                break Err(refusal(RejectedBy::Global, GLOBAL, &g.quota(), denied));
                             }
                         },
                     },
@@ -270,10 +262,8 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             Pending::Remote { bucket, decision } => {
                 match std::task::ready!(decision.as_mut().poll(cx)) {
                     Ok(()) => Ok([None, describe.then(|| bucket_status(bucket, SINGLE))]),
-                    Err(throttled) => {
-                        let wait = throttled.wait();
-                        let status = refused(SINGLE, &bucket.quota(), wait);
-                        Err(Rejected::throttled(RejectedBy::Bucket, wait, status))
+                    Err(denied) => {
+                        Err(refusal(RejectedBy::Bucket, SINGLE, &bucket.quota(), denied))
                     }
                 }
             }
@@ -291,11 +281,12 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     match permit {
                         Ok(_) => Ok([None, describe.then(|| bucket_status(bucket, SINGLE))]),
                         // The quota shrank below the request while it waited.
-                        Err(_) => {
-                            let wait = Duration::MAX;
-                            let status = refused(SINGLE, &bucket.quota(), wait);
-                            Err(Rejected::throttled(RejectedBy::Bucket, wait, status))
-                        }
+                        Err(never) => Err(refusal(
+                            RejectedBy::Bucket,
+                            SINGLE,
+                            &bucket.quota(),
+                            never.into(),
+                        )),
                     }
                 } else {
                     let deadline = self.deadline.as_mut().map(|d| d.as_mut().poll(cx));
@@ -304,8 +295,8 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     }
                     waiter.take(); // leave the queue, giving the place back
                     let wait = bucket.snapshot().next_token_in;
-                    let status = refused(SINGLE, &bucket.quota(), wait);
-                    Err(Rejected::throttled(RejectedBy::Bucket, wait, status))
+                    let denied = Throttled::after(wait).into();
+                    Err(refusal(RejectedBy::Bucket, SINGLE, &bucket.quota(), denied))
                 }
             }
         };
@@ -315,7 +306,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             Ok(statuses) => Outcome::Go(service, req, statuses),
             Err(rejected) => {
                 if let Some(o) = &self.observer {
-                    o.refused(1, rejected.wait(), self.dry_run);
+                    o.refused(1, rejected.wait().unwrap_or(Duration::ZERO), self.dry_run);
                 }
                 if self.dry_run {
                     trace_event!(debug, wait = ?rejected.wait(), "dry run: request would be rejected");
