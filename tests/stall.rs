@@ -251,3 +251,106 @@ async fn clones_of_a_waiting_service_share_the_line() {
     times.sort();
     assert!(most_in(&times, 100 * MS) <= 1 + 10 + 1);
 }
+
+/// Waiters on a busy bucket are woken about once per admission: one poll to join the line,
+/// one when their timer fires at their turn.
+#[tokio::test(start_paused = true)]
+async fn busy_waiters_are_polled_about_twice_per_admission() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use support::CountPolls;
+
+    let token = Quota::per_second(1000).burst(10);
+    let cases = [
+        ("token", Bucket::new(token)),
+        (
+            "leaky",
+            Bucket::with_algorithm(token, Algorithm::LeakyBucket { max_queue: 1000 }),
+        ),
+        (
+            "log",
+            Bucket::with_algorithm(
+                Quota::new(10, Duration::from_millis(10)),
+                Algorithm::SlidingLog,
+            ),
+        ),
+    ];
+    for (name, bucket) in cases {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let admitted = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..200)
+            .map(|_| {
+                let (b, p, a) = (bucket.clone(), polls.clone(), admitted.clone());
+                tokio::spawn(async move {
+                    loop {
+                        CountPolls::new(b.acquire(1), p.clone()).await.unwrap();
+                        a.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        for t in tasks {
+            t.abort();
+        }
+        let admitted = admitted.load(Ordering::Relaxed);
+        assert!(
+            admitted >= 3000,
+            "{name}: {admitted} admitted in 3 s at 1000/s"
+        );
+        let per = polls.load(Ordering::Relaxed) as f64 / admitted as f64;
+        assert!(per <= 2.2, "{name}: {per:.2} polls per admission");
+    }
+}
+
+/// Wakers and observer callbacks run after the bucket's lock is released: an observer that
+/// reads the bucket from its callbacks does not deadlock.
+#[test]
+fn observer_callbacks_may_read_the_bucket() {
+    use std::sync::OnceLock;
+    use tower_throttle::observe::Observer;
+
+    #[derive(Debug, Default)]
+    struct Reads(OnceLock<Bucket>);
+    impl Observer for Reads {
+        fn admitted(&self, _: u32, _: Duration) {
+            let _ = self.0.get().map(Bucket::snapshot);
+        }
+        fn refused(&self, _: u32, _: Duration, _: bool) {
+            let _ = self.0.get().map(Bucket::snapshot);
+        }
+        fn paused(&self, _: Duration) {
+            let _ = self.0.get().map(Bucket::snapshot);
+        }
+        fn tokens(&self, _: u32) {
+            let _ = self.0.get().map(Bucket::snapshot);
+        }
+    }
+
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        support::run_paused(async {
+            let reads = Arc::new(Reads::default());
+            let bucket = Bucket::builder(Quota::per_second(100).burst(2))
+                .observer(reads.clone())
+                .build();
+            reads.0.set(bucket.clone()).unwrap();
+            let waiters: Vec<_> = (0..5)
+                .map(|_| {
+                    let b = bucket.clone();
+                    tokio::spawn(async move { b.acquire(1).await.unwrap() })
+                })
+                .collect();
+            settle().await;
+            let _ = bucket.try_acquire(1);
+            bucket.pause(Duration::from_millis(30));
+            bucket.set_quota(Quota::per_second(50).burst(2));
+            for w in waiters {
+                w.await.unwrap();
+            }
+        });
+        done.send(()).unwrap();
+    });
+    finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("an observer callback deadlocked on the bucket's lock");
+}
