@@ -46,7 +46,8 @@
 /// above one wait however long the bucket had been idle.
 ///
 /// **Fixed windows** are aligned to multiples of the period since the UNIX epoch (a
-/// one-minute window resets on the minute). A client can take `count` at the end of one window
+/// one-minute window resets on the minute), or to an instant of your choice
+/// ([`BucketBuilder::window_origin`](super::BucketBuilder::window_origin)). A client can take `count` at the end of one window
 /// and `count` again at the start of the next: up to twice the limit across a boundary.
 ///
 /// **Sliding window** (approximate) admits when `previous · (1 − f) + current + cost ≤ count`,

@@ -277,6 +277,15 @@ impl Bucket {
     /// restarts as from an empty bucket: the first token is due when the cooldown ends, the
     /// next one interval later, so the end of a cooldown brings no burst. A shorter pause
     /// never shortens a longer one already in force.
+    ///
+    /// For a pause ending at `e` (unit costs), over any interval `[e, e + t)`:
+    /// - token and leaky bucket: at most `1 + rate·t`;
+    /// - fixed window: at most `1 + rate·t` until the first boundary a whole period after
+    ///   `e` (the rest of a window never goes at once), and `count` per aligned window;
+    /// - sliding window and sliding log: at most `1 + rate·t` for `t ≤ period`; the sliding
+    ///   log forgets the admissions from before the pause.
+    ///
+    /// Any `cooldown`, up to [`Duration::MAX`], takes constant time and memory.
     pub fn pause(&self, cooldown: Duration) {
         self.shared.pause(cooldown);
         if let Some(remote) = self.shared.remote() {

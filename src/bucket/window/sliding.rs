@@ -4,6 +4,7 @@
 //! both the bucket's [`Sliding`] model and the keyed store's per-key windows.
 
 use super::aligned::Aligned;
+use super::Align;
 use super::Window;
 
 /// `prev · left / width`, rounded up: the share of the previous window's `prev` tokens the
@@ -46,13 +47,8 @@ pub(crate) fn fits(
 pub(crate) struct Sliding(Aligned);
 
 impl Sliding {
-    pub(crate) fn new(limit: u64, width: u64, now: u64) -> Self {
-        Sliding(Aligned::new(limit, width, now, 1))
-    }
-
-    #[cfg(test)]
-    fn with_phase(limit: u64, width: u64, phase: u64, now: u64) -> Self {
-        Sliding(Aligned::with_phase(limit, width, phase, now, 1))
+    pub(crate) fn new(limit: u64, width: u64, now: u64, align: Align) -> Self {
+        Sliding(Aligned::new(limit, width, now, 1, align))
     }
 
     /// `count(w−1) · (window time left at t) / width`, rounded up.
@@ -118,12 +114,12 @@ impl Window for Sliding {
         }
     }
 
-    fn restart_at(&mut self, end: u64) {
-        // Fill the window of `end` so that one token fits then (counting the share the
-        // previous window still carries) and the rest come back as the estimate slides.
-        let w = self.0.index(end);
-        let floor = (self.0.limit - 1).saturating_sub(self.carried(w, end));
-        self.0.fill(end, floor);
+    fn restart_at(&mut self, _end: u64) {
+        // Nothing to forget: the ramp bounds what goes after the pause.
+    }
+
+    fn ramp_until(&self, end: u64) -> u64 {
+        end.saturating_add(self.0.width)
     }
 
     fn set_limit(&mut self, limit: u64, width: u64, now: u64) {
@@ -139,7 +135,7 @@ mod tests {
 
     #[test]
     fn the_previous_window_fades_linearly() {
-        let mut s = Sliding::with_phase(10, 1000, 0, 0);
+        let mut s = Sliding::new(10, 1000, 0, Align::At(0));
         s.commit(10, 0);
         assert_eq!(s.earliest(1, 0), 1000 + 100);
         assert_eq!(s.earliest(5, 0), 1500);
