@@ -146,10 +146,8 @@ pub mod retry_after;
 
 #[allow(deprecated)]
 pub use crate::bucket::AcquireError;
-pub use crate::bucket::{
-    Acquire, Algorithm, BackendError, Bucket, BucketBuilder, Denied, ExceedsBurst, QueueFull,
-    Snapshot, Throttled,
-};
+pub use crate::bucket::{Acquire, Algorithm, Bucket, BucketBuilder, Snapshot};
+pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
 pub use crate::keyed::KeyedBucket;
 pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};

@@ -117,7 +117,7 @@ async fn hammer(handles: &[RedisBucket], tokens: u32, run: Duration) -> Vec<Admi
                         Err(Denied::Throttled(t)) => {
                             tokio::time::sleep(t.wait().min(Duration::from_millis(2))).await;
                         }
-                        Err(e) => panic!("{e}"),
+                        Err(e) => panic!("{e}: {e:?}"),
                     }
                 }
             }));
@@ -770,6 +770,7 @@ async fn the_local_fallback_follows_the_algorithm() {
         .url(format!("redis://127.0.0.1:{port}"))
         .key("k")
         .algorithm(LEAKY)
+        .failure_policy(FailurePolicy::Local { fraction: 1.0 })
         .connect_timeout(Duration::from_millis(100))
         .connect_lazily()
         .build()
@@ -782,6 +783,7 @@ async fn the_local_fallback_follows_the_algorithm() {
     let k = RedisKeyed::builder(quota)
         .url(format!("redis://127.0.0.1:{port}"))
         .algorithm(Algorithm::FixedWindow)
+        .failure_policy(FailurePolicy::Local { fraction: 1.0 })
         .connect_timeout(Duration::from_millis(100))
         .connect_lazily()
         .build()
@@ -806,11 +808,14 @@ async fn keyed_rejecting_layers_on_a_sliding_log_share_each_keys_window() {
     let quota = Quota::per_minute(3).burst(3);
     let server = |redis: RedisKeyed| {
         assert_eq!(redis.algorithm(), Algorithm::SlidingLog);
-        RateLimitLayer::keyed(KeyedBucket::<u64>::from(redis), HeaderKey::x_api_key())
-            .reject()
-            .layer(service_fn(|_: Request<String>| async {
-                Ok::<_, Infallible>(Response::new(String::from("ok")))
-            }))
+        RateLimitLayer::keyed(
+            KeyedBucket::<tower_throttle::keyed::KeyDigest>::from(redis),
+            HeaderKey::x_api_key(),
+        )
+        .reject()
+        .layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }))
     };
     let a = server(keyed(&prefix, quota, Algorithm::SlidingLog).await);
     let b = server(keyed(&prefix, quota, Algorithm::SlidingLog).await);

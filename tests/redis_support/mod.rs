@@ -9,6 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 
+pub mod workers;
+
 /// The Redis the tests use: `TOWER_THROTTLE_REDIS_URL`, default `redis://127.0.0.1:6379`.
 pub fn redis_url() -> String {
     std::env::var("TOWER_THROTTLE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
