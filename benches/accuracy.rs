@@ -9,6 +9,13 @@
 //! at least two (one to queue, one when woken), so *wakeups* are polls minus one per acquire.
 //! CPU time is that of the whole process, read from `/proc`.
 //!
+//! Every limiter runs in three conditions:
+//! - **quiet**: nothing else runs;
+//! - **loaded**: two CPU-bound processes (`sh` busy loops) run beside it on the two cores;
+//! - **stall**: one second in, the whole process is stopped for 60 ms (`SIGSTOP`, then
+//!   `SIGCONT` from a helper process), as a busy machine or a debugger would: every timer is
+//!   overdue at once when it resumes.
+//!
 //! ```text
 //! cargo bench --bench accuracy
 //! ```
@@ -17,6 +24,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::num::NonZeroU32;
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -116,6 +124,48 @@ fn cpu_ns_since(before: &HashMap<u64, u64>) -> u64 {
         .sum()
 }
 
+/// What runs beside the limiter.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Quiet,
+    Loaded,
+    Stall,
+}
+
+impl Mode {
+    fn describe(self) -> &'static str {
+        match self {
+            Mode::Quiet => "quiet",
+            Mode::Loaded => "loaded: two CPU-bound processes beside it",
+            Mode::Stall => "stall: the process stopped for 60 ms at 1 s (SIGSTOP/SIGCONT)",
+        }
+    }
+
+    /// The most a correct limiter admits: a stalled process admits nothing for 60 ms, and
+    /// its bucket refills by at most the burst meanwhile.
+    fn ideal(self) -> u64 {
+        match self {
+            Mode::Stall => IDEAL - u64::from(RATE) * 60 / 1000 + u64::from(BURST),
+            _ => IDEAL,
+        }
+    }
+
+    /// Starts what disturbs the run; the children are killed when the run ends.
+    fn disturb(self) -> Vec<Child> {
+        let sh = |script: String| Command::new("sh").arg("-c").arg(script).spawn().unwrap();
+        match self {
+            Mode::Quiet => Vec::new(),
+            Mode::Loaded => (0..2).map(|_| sh("while :; do :; done".into())).collect(),
+            Mode::Stall => {
+                let pid = std::process::id();
+                vec![sh(format!(
+                    "sleep 1; kill -STOP {pid}; sleep 0.06; kill -CONT {pid}"
+                ))]
+            }
+        }
+    }
+}
+
 struct Row {
     name: &'static str,
     admitted: u64,
@@ -127,19 +177,26 @@ struct Row {
 }
 
 /// Runs one peer: `make` builds the limiter inside the runtime, `task` is one task's loop.
-fn run<L, T, Fut>(name: &'static str, make: impl FnOnce() -> L, task: T) -> Row
+fn run<L, T, Fut>(mode: Mode, name: &'static str, make: impl FnOnce() -> L, task: T) -> Row
 where
     T: Fn(&L, Arc<Recorder>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    run_tasks(name, TASKS, make, task)
+    run_tasks(mode, name, TASKS, make, task)
 }
 
-fn run_tasks<L, T, Fut>(name: &'static str, tasks: usize, make: impl FnOnce() -> L, task: T) -> Row
+fn run_tasks<L, T, Fut>(
+    mode: Mode,
+    name: &'static str,
+    tasks: usize,
+    make: impl FnOnce() -> L,
+    task: T,
+) -> Row
 where
     T: Fn(&L, Arc<Recorder>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    let mut disturbance = mode.disturb();
     let ticks_before = cpu_ticks();
     let threads_before = thread_cpu_ns();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -164,6 +221,10 @@ where
     });
     let cpu_ns = cpu_ns_since(&threads_before);
     drop(rt);
+    for child in &mut disturbance {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let cpu_stat_s = match (ticks_before, cpu_ticks()) {
         (Some(a), Some(b)) => Some((b - a) as f64 / TICKS_PER_SEC),
         _ => None,
@@ -234,27 +295,42 @@ fn our_quota() -> tower_throttle::Quota {
     tower_throttle::Quota::per_second(RATE).burst(BURST)
 }
 
-fn main() {
-    let rows = [
+fn rows(mode: Mode) -> Vec<Row> {
+    vec![
         run(
+            mode,
             "ours `Bucket::acquire(1)`",
             || tower_throttle::Bucket::new(our_quota()),
-            |bucket, rec| {
-                let bucket = bucket.clone();
-                async move {
-                    loop {
-                        rec.counted(bucket.acquire(1)).await.expect("within burst");
-                        rec.record();
-                    }
-                }
-            },
+            |bucket, rec| acquire_loop(bucket.clone(), rec),
         ),
         run(
+            mode,
             "ours `RateLimit` (a clone per task)",
             || tower_throttle::RateLimit::new(leaf(), tower_throttle::Bucket::new(our_quota())),
             |svc, rec| through_service(svc.clone(), rec),
         ),
         run(
+            mode,
+            "ours leaky bucket `acquire(1)`",
+            || {
+                let quota = tower_throttle::Quota::per_second(RATE);
+                let leaky = tower_throttle::Algorithm::leaky_bucket(TASKS);
+                tower_throttle::Bucket::with_algorithm(quota, leaky)
+            },
+            |bucket, rec| acquire_loop(bucket.clone(), rec),
+        ),
+        run(
+            mode,
+            "ours sliding log 10 per 10 ms `acquire(1)`",
+            || {
+                let quota = tower_throttle::Quota::new(10, Duration::from_millis(10));
+                let log = tower_throttle::Algorithm::SlidingLog;
+                tower_throttle::Bucket::with_algorithm(quota, log)
+            },
+            |bucket, rec| acquire_loop(bucket.clone(), rec),
+        ),
+        run(
+            mode,
             "governor 0.10 `until_ready()`",
             || {
                 let quota = governor::Quota::per_second(NonZeroU32::new(RATE).unwrap())
@@ -272,6 +348,7 @@ fn main() {
             },
         ),
         run(
+            mode,
             "leaky-bucket 1.1 `acquire_one()`",
             || {
                 Arc::new(
@@ -294,6 +371,7 @@ fn main() {
             },
         ),
         run(
+            mode,
             "leaky-bucket 1.1, refill 10 every 10 ms",
             || {
                 Arc::new(
@@ -316,6 +394,7 @@ fn main() {
             },
         ),
         run(
+            mode,
             "tower `Buffer(RateLimit)`, 1000 per 1 s",
             || {
                 let rate = tower::limit::rate::Rate::new(u64::from(RATE), Duration::from_secs(1));
@@ -324,6 +403,7 @@ fn main() {
             |svc, rec| through_service(svc.clone(), rec),
         ),
         run(
+            mode,
             "tower `Buffer(RateLimit)`, 10 per 10 ms",
             || {
                 let rate = tower::limit::rate::Rate::new(10, Duration::from_millis(10));
@@ -331,16 +411,29 @@ fn main() {
             },
             |svc, rec| through_service(svc.clone(), rec),
         ),
-        floor(),
-    ];
+        floor(mode),
+    ]
+}
 
-    print_table(&rows);
+fn main() {
+    for mode in [Mode::Quiet, Mode::Loaded, Mode::Stall] {
+        print_table(mode, &rows(mode));
+    }
+}
+
+/// One task's loop on [`Bucket::acquire`](tower_throttle::Bucket::acquire).
+async fn acquire_loop(bucket: tower_throttle::Bucket, rec: Arc<Recorder>) {
+    loop {
+        rec.counted(bucket.acquire(1)).await.expect("within burst");
+        rec.record();
+    }
 }
 
 /// Not a limiter: one task ticking every millisecond, the least a runtime can spend on
 /// 1000 wakeups a second. Its polls are those of `Interval::tick`.
-fn floor() -> Row {
+fn floor(mode: Mode) -> Row {
     run_tasks(
+        mode,
         "(reference) 1 task on `tokio::time::interval(1 ms)`",
         1,
         || (),
@@ -354,11 +447,13 @@ fn floor() -> Row {
     )
 }
 
-fn print_table(rows: &[Row]) {
+fn print_table(mode: Mode, rows: &[Row]) {
     println!(
-        "{TASKS} tasks, {WORKERS} workers, {RATE}/s burst {BURST}, {} s: ideal {IDEAL} \
+        "\n### {}\n\n{TASKS} tasks, {WORKERS} workers, {RATE}/s burst {BURST}, {} s: ideal {} \
          admitted, at most {WINDOW_IDEAL} in any {} ms\n",
+        mode.describe(),
         RUN.as_secs(),
+        mode.ideal(),
         WINDOW.as_millis()
     );
     println!(
@@ -375,7 +470,7 @@ fn print_table(rows: &[Row]) {
             "| {} | {} | {:.4} | {} | {:.2} | {:.2} | {} | {:.1} |",
             r.name,
             r.admitted,
-            r.admitted as f64 / IDEAL as f64,
+            r.admitted as f64 / mode.ideal() as f64,
             r.max_window,
             r.polls as f64 / adm,
             r.wakeups as f64 / adm,

@@ -20,7 +20,7 @@ use tower_throttle::{Algorithm, Bucket, Quota};
 
 const ALGORITHMS: [(&str, Algorithm); 5] = [
     ("token_bucket", Algorithm::TokenBucket),
-    ("leaky_bucket", Algorithm::LeakyBucket { max_queue: 1 }),
+    ("leaky_bucket", Algorithm::leaky_bucket(1)),
     ("fixed_window", Algorithm::FixedWindow),
     ("sliding_window", Algorithm::SlidingWindow),
     ("sliding_log", Algorithm::SlidingLog),

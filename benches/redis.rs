@@ -141,11 +141,7 @@ async fn latency(bucket: &RedisBucket, ping: &ConnectionManager, prefix: &str) -
 fn algorithms() -> [(&'static str, Algorithm, Quota); 5] {
     [
         ("token bucket", Algorithm::TokenBucket, quota()),
-        (
-            "leaky bucket",
-            Algorithm::LeakyBucket { max_queue: 1 },
-            quota(),
-        ),
+        ("leaky bucket", Algorithm::leaky_bucket(1), quota()),
         ("fixed window", Algorithm::FixedWindow, quota()),
         ("sliding window", Algorithm::SlidingWindow, quota()),
         (

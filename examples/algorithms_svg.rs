@@ -52,7 +52,7 @@ fn admissions(algorithm: Algorithm) -> (Vec<f64>, Vec<f64>) {
 fn main() {
     let rows = [
         ("token bucket", Algorithm::TokenBucket),
-        ("leaky bucket", Algorithm::LeakyBucket { max_queue: 100 }),
+        ("leaky bucket", Algorithm::leaky_bucket(100)),
         ("fixed window", Algorithm::FixedWindow),
         ("sliding window", Algorithm::SlidingWindow),
         ("sliding log", Algorithm::SlidingLog),

@@ -9,11 +9,19 @@
 //! cargo run --example demo -- --no-throttle      # the same batch without the client limiter
 //! cargo run --release --example demo -- --url http://127.0.0.1:8080/ \
 //!     --requests 1000 --concurrency 32 --rate 50 --burst 10 --json
+//! cargo run --example demo -- --url http://127.0.0.1:8080/ --adaptive   # no --rate needed
+//! cargo run --example demo -- --adaptive --duration 20                  # 20 s instead of N
 //! ```
+//!
+//! `--adaptive` discovers the server's rate (`Bucket::adaptive`; `--rate`, if given, is where
+//! it starts). Without it the rate configured is a ceiling: the client still settles below
+//! a server that pushes back. The progress bar and the summary show the rate in force and the
+//! rate learned (refused or stated by the server).
 //!
 //! With `--json` the last line of stdout is a JSON object: `requests`, `ok` (2xx), `status_429`
 //! (429 responses seen, retried ones included), `failed` (requests that ended without a 2xx),
-//! `elapsed_s`, `achieved_rps`, `allowed_rps`, `p50_ms`, `p99_ms`.
+//! `elapsed_s`, `achieved_rps`, `ok_rps` (2xx per second), `allowed_rps` (the ceiling),
+//! `rate_rps` (the rate in force at the end), `learned_rps` (or `null`), `p50_ms`, `p99_ms`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +38,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tower::limit::ConcurrencyLimitLayer;
 use tower::util::BoxCloneService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower_throttle::adaptive::Adaptive;
 use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
 
 /// Command-line options.
@@ -38,23 +47,30 @@ struct Options {
     url: Option<String>,
     requests: u64,
     concurrency: usize,
-    rate: u32,
+    rate: Option<u32>,
     burst: u32,
     throttle: bool,
+    adaptive: bool,
+    duration: Option<Duration>,
     json: bool,
 }
 
-const USAGE: &str = "usage: demo [--url URL] [--requests N] [--concurrency C] [--rate R] \
-[--burst B] [--no-throttle] [--json]";
+const USAGE: &str = "usage: demo [--url URL] [--requests N | --duration SECS] [--concurrency C] \
+[--rate R] [--burst B] [--adaptive] [--no-throttle] [--json]";
+
+/// The rate without `--rate` (and without `--adaptive`).
+const DEFAULT_RATE: u32 = 45;
 
 fn parse_args() -> Result<Options, String> {
     let mut o = Options {
         url: None,
         requests: 200,
         concurrency: 32,
-        rate: 45,
+        rate: None,
         burst: 10,
         throttle: true,
+        adaptive: false,
+        duration: None,
         json: false,
     };
     let mut args = std::env::args().skip(1);
@@ -67,7 +83,15 @@ fn parse_args() -> Result<Options, String> {
             "--url" => o.url = Some(value("--url")?),
             "--requests" => o.requests = number(&value("--requests")?, "--requests")?,
             "--concurrency" => o.concurrency = number(&value("--concurrency")?, "--concurrency")?,
-            "--rate" => o.rate = number(&value("--rate")?, "--rate")?,
+            "--rate" => o.rate = Some(number(&value("--rate")?, "--rate")?),
+            "--duration" => {
+                let secs: f64 = number(&value("--duration")?, "--duration")?;
+                o.duration = Some(
+                    Duration::try_from_secs_f64(secs)
+                        .map_err(|_| format!("--duration: {secs} is not a valid duration"))?,
+                );
+            }
+            "--adaptive" => o.adaptive = true,
             "--burst" => o.burst = number(&value("--burst")?, "--burst")?,
             "--no-throttle" => o.throttle = false,
             "--json" => o.json = true,
@@ -161,19 +185,26 @@ async fn main() {
             .parse()
             .expect("local URL"),
     };
-    let quota = match Quota::try_per_second(o.rate).and_then(|q| q.try_burst(o.burst)) {
+    let rate = o.rate.unwrap_or(DEFAULT_RATE);
+    let quota = match Quota::try_per_second(rate).and_then(|q| q.try_burst(o.burst)) {
         Ok(q) => q,
         Err(e) => {
             eprintln!("--rate/--burst: {e}");
             std::process::exit(2);
         }
     };
-    let bucket = Bucket::new(quota);
+    let bucket = match (o.adaptive, o.rate) {
+        (false, _) => Bucket::new(quota),
+        (true, None) => Bucket::adaptive(Adaptive::new()),
+        (true, Some(_)) => Bucket::adaptive(Adaptive::new().start(quota)),
+    };
     let seen_429 = Arc::new(AtomicU64::new(0));
     let svc = client(&bucket, o.throttle, o.concurrency, seen_429.clone());
 
     let bar = if o.json {
         ProgressBar::hidden()
+    } else if o.duration.is_some() {
+        ProgressBar::new_spinner()
     } else {
         ProgressBar::new(o.requests)
     };
@@ -184,13 +215,22 @@ async fn main() {
     let ok = Arc::new(AtomicU64::new(0));
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(o.requests as usize)));
     let start = Instant::now();
+    // With --duration: no request starts after the deadline (those started finish).
+    let deadline = o.duration.map(|d| start + d);
+    let requests = if deadline.is_some() {
+        u64::MAX
+    } else {
+        o.requests
+    };
     let workers: Vec<_> = (0..o.concurrency)
         .map(|_| {
             let (svc, url, next, ok) = (svc.clone(), url.clone(), next.clone(), ok.clone());
             let (latencies, bar, seen) = (latencies.clone(), bar.clone(), seen_429.clone());
-            let requests = o.requests;
+            let bucket = bucket.clone();
             tokio::spawn(async move {
-                while next.fetch_add(1, Ordering::Relaxed) < requests {
+                while deadline.map_or(true, |d| Instant::now() < d)
+                    && next.fetch_add(1, Ordering::Relaxed) < requests
+                {
                     let req = http::Request::get(url.clone())
                         .body(Full::new(Bytes::new()))
                         .expect("request");
@@ -204,7 +244,12 @@ async fn main() {
                         }
                     }
                     latencies.lock().unwrap().push(sent.elapsed());
-                    bar.set_message(format!("429s: {}", seen.load(Ordering::Relaxed)));
+                    bar.set_message(format!(
+                        "rate {:.1}/s, learned {}, 429s: {}",
+                        bucket.rate(),
+                        learned(&bucket),
+                        seen.load(Ordering::Relaxed)
+                    ));
                     bar.inc(1);
                 }
             })
@@ -221,27 +266,36 @@ async fn main() {
     let (p50, p99) = (percentile(&lat, 0.50), percentile(&lat, 0.99));
     let ok = ok.load(Ordering::Relaxed);
     let status_429 = seen_429.load(Ordering::Relaxed);
-    let failed = o.requests - ok;
-    let achieved = o.requests as f64 / elapsed;
-    let allowed = quota.per_second_f64();
+    let sent = lat.len() as u64;
+    let failed = sent - ok;
+    let achieved = sent as f64 / elapsed;
+    let ok_rps = ok as f64 / elapsed;
+    let allowed = bucket.quota().per_second_f64();
     println!("target        {url}");
     println!(
         "client        {}",
-        if o.throttle {
-            format!(
-                "throttled at {allowed:.1} req/s, burst {}",
+        match (o.throttle, o.adaptive) {
+            (false, _) => "no client limiter (--no-throttle)".to_string(),
+            (true, true) => "adaptive: discovering the server's rate".to_string(),
+            (true, false) => format!(
+                "throttled at {allowed:.1} req/s at most, burst {}",
                 quota.burst_size()
-            )
-        } else {
-            "no client limiter (--no-throttle)".to_string()
+            ),
         }
     );
-    println!("requests      {}", o.requests);
+    println!("requests      {sent}");
     println!("succeeded     {ok}");
     println!("failed        {failed}");
     println!("429s seen     {status_429}");
     println!("elapsed       {elapsed:.2} s");
-    println!("rate          {achieved:.1} req/s achieved, {allowed:.1} req/s allowed");
+    println!("rate          {achieved:.1} req/s achieved, {ok_rps:.1} req/s succeeded");
+    if o.throttle {
+        println!(
+            "client rate   {:.1} req/s at the end (ceiling {allowed:.1}), learned {}",
+            bucket.rate(),
+            learned(&bucket)
+        );
+    }
     println!(
         "latency       p50 {:.1} ms, p99 {:.1} ms",
         p50.as_secs_f64() * 1e3,
@@ -249,10 +303,20 @@ async fn main() {
     );
     if o.json {
         println!(
-            "{{\"requests\":{},\"ok\":{ok},\"status_429\":{status_429},\"failed\":{failed},\"elapsed_s\":{elapsed:.3},\"achieved_rps\":{achieved:.3},\"allowed_rps\":{allowed:.3},\"p50_ms\":{:.3},\"p99_ms\":{:.3}}}",
-            o.requests,
+            "{{\"requests\":{sent},\"ok\":{ok},\"status_429\":{status_429},\"failed\":{failed},\"elapsed_s\":{elapsed:.3},\"achieved_rps\":{achieved:.3},\"ok_rps\":{ok_rps:.3},\"allowed_rps\":{allowed:.3},\"rate_rps\":{:.3},\"learned_rps\":{},\"p50_ms\":{:.3},\"p99_ms\":{:.3}}}",
+            bucket.rate(),
+            bucket
+                .learned_rate()
+                .map_or("null".to_string(), |r| format!("{r:.3}")),
             p50.as_secs_f64() * 1e3,
             p99.as_secs_f64() * 1e3
         );
     }
+}
+
+/// The rate the bucket learned, for display.
+fn learned(bucket: &Bucket) -> String {
+    bucket
+        .learned_rate()
+        .map_or("-".to_string(), |r| format!("{r:.1}/s"))
 }

@@ -5,9 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Whole seconds, rounded **up**, saturating at `u64::MAX` (never overflows).
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
+/// The `Retry-After` value for a wait: whole seconds, rounded **up**, at least 1 (a 0 would
+/// invite an immediate retry), saturating at `u64::MAX` (never overflows).
+pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
+    crate::headers::ceil_secs(wait).max(1)
 }
 
 /// "Not now": the request does not fit now, and would after [`wait`](Throttled::wait).
@@ -33,7 +34,7 @@ impl Throttled {
     /// `Retry-After` header (a 0 would invite an immediate retry). Saturates, never
     /// overflows.
     pub fn retry_after_secs(&self) -> u64 {
-        ceil_secs(self.wait).max(1)
+        retry_after_secs(self.wait)
     }
 
     /// Always `false`: a request that can never fit is [`Denied::ExceedsBurst`], not a
@@ -333,7 +334,6 @@ mod tests {
 
     #[test]
     fn seconds_saturate() {
-        assert_eq!(ceil_secs(Duration::MAX), u64::MAX);
         assert_eq!(Throttled::after(Duration::MAX).retry_after_secs(), u64::MAX);
         assert_eq!(Throttled::after(Duration::ZERO).retry_after_secs(), 1);
         assert_eq!(

@@ -28,6 +28,7 @@ use http::header::DATE;
 use http::{HeaderMap, HeaderValue};
 
 const RATELIMIT: &str = "ratelimit";
+const RATELIMIT_POLICY: &str = "ratelimit-policy";
 const RATELIMIT_REMAINING: &str = "ratelimit-remaining";
 const RATELIMIT_RESET: &str = "ratelimit-reset";
 const X_RATELIMIT_REMAINING: &str = "x-ratelimit-remaining";
@@ -75,6 +76,44 @@ pub fn read_quota_hint(headers: &HeaderMap, now: SystemTime) -> Option<QuotaHint
     structured_hint(headers)
         .or_else(|| legacy_hint(headers, RATELIMIT_REMAINING, RATELIMIT_RESET, now))
         .or_else(|| legacy_hint(headers, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, now))
+}
+
+/// Read the rate a server states in `RateLimit-Policy` (e.g. `"default";q=100;w=60`), in
+/// requests per second: `q / w`, for the most restrictive policy listed.
+///
+/// `None` when the field is absent or malformed (a member without `q`, or with a zero `q` or
+/// `w`, makes the field malformed). This never panics, whatever the bytes.
+///
+/// ```
+/// use tower_throttle::headers::{policy_value, read_stated_rate};
+///
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert("ratelimit-policy", policy_value("default", 100, 60));
+/// assert_eq!(read_stated_rate(&headers), Some(100.0 / 60.0));
+/// ```
+pub fn read_stated_rate(headers: &HeaderMap) -> Option<f64> {
+    let mut list = Vec::new();
+    for line in headers.get_all(RATELIMIT_POLICY) {
+        if !list.is_empty() {
+            list.extend_from_slice(b", ");
+        }
+        list.extend_from_slice(line.as_bytes());
+    }
+    if list.is_empty() {
+        return None;
+    }
+    let members = Parser(&list).list()?;
+    members
+        .iter()
+        .map(|params| {
+            let param = |key: &[u8]| params.iter().rev().find(|(k, _)| *k == key).map(|p| p.1);
+            let q = param(b"q")??;
+            let w = param(b"w")??;
+            (q > 0 && w > 0).then(|| q as f64 / w as f64)
+        })
+        .collect::<Option<Vec<_>>>()?
+        .into_iter()
+        .reduce(f64::min)
 }
 
 /// `RateLimit-Policy` value for a quota of `limit` tokens per window of `window_secs` seconds
@@ -520,6 +559,20 @@ mod tests {
             ]),
             hint(4, None)
         );
+    }
+
+    #[test]
+    fn stated_rate() {
+        assert_eq!(read_stated_rate(&map(&[])), None);
+        let policy = |v: &'static str| read_stated_rate(&map(&[("ratelimit-policy", v)]));
+        assert_eq!(policy("\"default\";q=50;w=1"), Some(50.0));
+        assert_eq!(
+            policy("\"a\";q=100;w=60, \"b\";q=10;w=1"),
+            Some(100.0 / 60.0)
+        );
+        assert_eq!(policy("\"a\";q=0;w=60"), None);
+        assert_eq!(policy("\"a\";q=10"), None);
+        assert_eq!(policy("\"a\";q=10;w=1, garbage;;"), None);
     }
 
     #[test]

@@ -65,11 +65,19 @@
 //! holds, and each retry waits for a token like any request. See [`retry_after`] for a runnable
 //! example and the retry rules (idempotency, backoff, budget, `max_retry_after`).
 //!
+//! Repeated push-back also lowers the bucket's rate, never above the configured one, and
+//! success raises it back: a client configured above a server's real rate settles just below
+//! it. [`Bucket::adaptive`] discovers an unknown quota, with no rate at all. See [`adaptive`].
+//!
 //! ```text
 //! RetryAfterLayer ──► RateLimitLayer ──► ConcurrencyLimit ──► hyper / reqwest
 //!       │ 429/503: pause()     │ poll_ready: wait for a token
 //!       └──────────────► Bucket (shared) ◄──────┘
 //! ```
+//!
+//! With the `grpc` feature, the `grpc` module teaches both sides gRPC: rejections become
+//! trailers-only `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms`, and tonic clients honour
+//! that push-back with gRFC A6's retry rules and retry throttling.
 //!
 //! # Choosing an algorithm
 //! The token bucket is the default; [`Bucket::with_algorithm`] picks a leaky bucket (strict
@@ -82,6 +90,8 @@
 //! 2. **Shared**: clones share one bucket; a layer applied to many services shares one bucket.
 //! 3. **Pause**: after [`Bucket::pause`]`(d)` nothing is admitted for `d`, waiters included;
 //!    then admission restarts from an empty bucket (no burst at the end of a cooldown).
+//!    Repeated push-back ([`Bucket::push_back`]) also lowers the rate, never above the
+//!    configured one ([`adaptive`]).
 //! 5. **Fair, quiet, drift-free waiting**: first come, first served; each waiter is woken once,
 //!    at its turn; admission instants follow the schedule, never the instant a (1 ms) timer
 //!    fired; refill is lazy, with no background task.
@@ -114,9 +124,14 @@
 
 #[macro_use]
 mod trace;
+#[macro_use]
+mod inner;
 
+pub mod adaptive;
 pub mod bucket;
 mod denied;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod headers;
 pub mod keyed;
 pub mod observe;

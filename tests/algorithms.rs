@@ -28,6 +28,15 @@ fn max_in_window(adm: &[(Duration, u32)], width: Duration) -> u32 {
         .unwrap_or(0)
 }
 
+/// A bucket whose windows start now (not at the wall clock's period boundary), so that no
+/// result depends on when the test runs.
+fn aligned(quota: Quota, algorithm: Algorithm) -> Bucket {
+    Bucket::builder(quota)
+        .algorithm(algorithm)
+        .window_origin(Instant::now())
+        .build()
+}
+
 /// The offset of the first window boundary of a fresh window bucket (windows are aligned to
 /// the wall clock): take one token and read how long until it is forgotten.
 fn boundary(bucket: &Bucket) -> Duration {
@@ -53,7 +62,7 @@ proptest! {
     #[test]
     fn leaky_bucket_spaces_every_admission(arr in arrivals(), per_ms in 1u64..20) {
         let quota = Quota::with_period(Duration::from_millis(per_ms)).burst(4);
-        let bucket = Bucket::with_algorithm(quota, Algorithm::LeakyBucket { max_queue: 1000 });
+        let bucket = aligned(quota, Algorithm::leaky_bucket(1000));
         let (mut adm, e) = run_paused(drive(bucket, arr));
         adm.sort();
         for w in adm.windows(2) {
@@ -68,7 +77,7 @@ proptest! {
     fn fixed_window_limit_per_aligned_window(arr in arrivals(), limit in 3u32..8) {
         let quota = Quota::new(limit, Duration::from_millis(100));
         let (adm, e, b) = run_paused(async move {
-            let bucket = Bucket::with_algorithm(quota, Algorithm::FixedWindow);
+            let bucket = aligned(quota, Algorithm::FixedWindow);
             let b = boundary(&bucket);
             let (mut adm, e) = drive(bucket, arr).await;
             adm.push((Duration::ZERO, 1)); // the token `boundary` took
@@ -90,7 +99,7 @@ proptest! {
     #[test]
     fn sliding_window_within_its_documented_error(arr in arrivals(), limit in 3u32..8) {
         let quota = Quota::new(limit, Duration::from_millis(100));
-        let (adm, e) = run_paused(drive(Bucket::with_algorithm(quota, Algorithm::SlidingWindow), arr));
+        let (adm, e) = run_paused(drive(aligned(quota, Algorithm::SlidingWindow), arr));
         prop_assert!(max_in_window(&adm, Duration::from_millis(100)) <= 2 * limit);
         assert_fifo(&e);
     }
@@ -98,7 +107,7 @@ proptest! {
     #[test]
     fn sliding_log_is_exact(arr in arrivals(), limit in 3u32..8) {
         let quota = Quota::new(limit, Duration::from_millis(100));
-        let (adm, e) = run_paused(drive(Bucket::with_algorithm(quota, Algorithm::SlidingLog), arr));
+        let (adm, e) = run_paused(drive(aligned(quota, Algorithm::SlidingLog), arr));
         prop_assert!(max_in_window(&adm, Duration::from_millis(100)) <= limit);
         assert_fifo(&e);
     }
@@ -107,7 +116,7 @@ proptest! {
 fn all() -> Vec<(&'static str, Algorithm)> {
     vec![
         ("token", Algorithm::TokenBucket),
-        ("leaky", Algorithm::LeakyBucket { max_queue: 1000 }),
+        ("leaky", Algorithm::leaky_bucket(1000)),
         ("fixed", Algorithm::FixedWindow),
         ("sliding", Algorithm::SlidingWindow),
         ("log", Algorithm::SlidingLog),
@@ -118,7 +127,7 @@ fn all() -> Vec<(&'static str, Algorithm)> {
 async fn every_algorithm_pause_holds_everyone_and_restarts_without_a_burst() {
     for (name, algo) in all() {
         let quota = Quota::new(10, Duration::from_secs(1)).burst(10);
-        let bucket = Bucket::with_algorithm(quota, algo);
+        let bucket = aligned(quota, algo);
         let rec = Recorder::new();
         let tasks: Vec<_> = (0..30)
             .map(|id| {
@@ -142,22 +151,19 @@ async fn every_algorithm_pause_holds_everyone_and_restarts_without_a_burst() {
             e.iter().skip(before).all(|a| a.0 >= end),
             "{name}: admitted during the pause"
         );
-        // No burst at the end of the cooldown: at most one at its first instant (a fixed
-        // window gets its limit prorated to what is left of the window).
+        // No burst at the end of the cooldown: at most one at its first instant.
         let at_end = e.iter().filter(|a| a.0 == end).count();
-        let allowed = if name == "fixed" { 10 } else { 1 };
         assert!(
-            at_end <= allowed,
+            at_end <= 1,
             "{name}: {at_end} admitted at the end of the cooldown"
         );
         let first_second = e
             .iter()
             .filter(|a| a.0 >= end && a.0 < end + Duration::from_secs(1))
             .count();
-        // A fixed window may take what is left of one window and all of the next (2×).
-        let bound = if name == "fixed" { 20 } else { 11 };
+        // One at the end, then one per interval, for every algorithm.
         assert!(
-            first_second <= bound,
+            first_second <= 11,
             "{name}: {first_second} in the first second after the pause"
         );
     }
@@ -167,13 +173,16 @@ async fn every_algorithm_pause_holds_everyone_and_restarts_without_a_burst() {
 async fn every_algorithm_lets_one_token_in_when_a_pause_ends_after_earlier_admissions() {
     for (name, algo) in all() {
         let quota = Quota::new(10, Duration::from_secs(1)).burst(10);
-        let bucket = Bucket::with_algorithm(quota, algo);
+        // Windows start now, wherever the wall clock's second boundary is.
+        let bucket = Bucket::builder(quota)
+            .algorithm(algo)
+            .window_origin(Instant::now())
+            .build();
         bucket.try_acquire(1).unwrap();
         if name == "sliding" {
             // Take the rest just before a boundary, so that the pause ends in the next
             // window with the previous one's share still counted.
-            let to_boundary = bucket.snapshot().full_in - Duration::from_secs(1);
-            tokio::time::advance(to_boundary - 50 * MS).await;
+            tokio::time::advance(Duration::from_secs(1) - 50 * MS).await;
         }
         if name != "leaky" {
             bucket.try_acquire(2).unwrap();
@@ -197,7 +206,7 @@ async fn every_algorithm_lets_one_token_in_when_a_pause_ends_after_earlier_admis
 #[tokio::test(start_paused = true)]
 async fn every_algorithm_weighted_costs_and_exceeds_burst() {
     for (name, algo) in all() {
-        let bucket = Bucket::with_algorithm(Quota::new(4, Duration::from_secs(1)).burst(4), algo);
+        let bucket = aligned(Quota::new(4, Duration::from_secs(1)).burst(4), algo);
         assert!(
             matches!(bucket.acquire(5).await, Err(Denied::ExceedsBurst(_))),
             "{name}"
@@ -242,7 +251,7 @@ async fn every_algorithm_is_cancel_safe() {
     for (name, algo) in all() {
         let quota = Quota::new(10, Duration::from_secs(1)).burst(1);
         let run = |drop_odd: bool| {
-            let bucket = Bucket::with_algorithm(quota, algo);
+            let bucket = aligned(quota, algo);
             async move {
                 while bucket.try_acquire(1).is_ok() {}
                 let rec = Recorder::new();
@@ -307,10 +316,7 @@ async fn every_algorithm_is_cancel_safe() {
 
 #[tokio::test(start_paused = true)]
 async fn leaky_bucket_refuses_beyond_its_queue() {
-    let bucket = Bucket::with_algorithm(
-        Quota::per_second(10),
-        Algorithm::LeakyBucket { max_queue: 3 },
-    );
+    let bucket = aligned(Quota::per_second(10), Algorithm::leaky_bucket(3));
     bucket.try_acquire(1).unwrap();
     let waiting: Vec<_> = (0..3)
         .map(|_| {
@@ -333,10 +339,7 @@ async fn leaky_bucket_refuses_beyond_its_queue() {
 
 #[tokio::test(start_paused = true)]
 async fn leaky_bucket_has_no_burst_even_when_idle() {
-    let bucket = Bucket::with_algorithm(
-        Quota::per_second(10).burst(10),
-        Algorithm::LeakyBucket { max_queue: 10 },
-    );
+    let bucket = aligned(Quota::per_second(10).burst(10), Algorithm::leaky_bucket(10));
     advance(Duration::from_secs(60)).await;
     bucket.try_acquire(1).unwrap();
     assert_eq!(
@@ -347,7 +350,7 @@ async fn leaky_bucket_has_no_burst_even_when_idle() {
 
 #[tokio::test(start_paused = true)]
 async fn fixed_window_boundary_burst_is_twice_the_limit() {
-    let bucket = Bucket::with_algorithm(Quota::per_second(5), Algorithm::FixedWindow);
+    let bucket = aligned(Quota::per_second(5), Algorithm::FixedWindow);
     let b = boundary(&bucket);
     // Wait until just before the boundary, take the rest of the window, then a whole new
     // window right after it: 10 within a millisecond — the documented boundary burst.
@@ -370,7 +373,7 @@ async fn fixed_window_boundary_burst_is_twice_the_limit() {
 async fn set_quota_with_100_waiters_no_burst_nobody_starves() {
     for (name, algo) in all() {
         let quota = Quota::per_second(10).burst(5);
-        let bucket = Bucket::with_algorithm(quota, algo);
+        let bucket = aligned(quota, algo);
         let rec = Recorder::new();
         let tasks: Vec<_> = (0..105)
             .map(|id| {

@@ -28,7 +28,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn all() -> [(&'static str, Algorithm); 5] {
     [
         ("token", Algorithm::TokenBucket),
-        ("leaky", Algorithm::LeakyBucket { max_queue: 100 }),
+        ("leaky", Algorithm::leaky_bucket(100)),
         ("fixed", Algorithm::FixedWindow),
         ("sliding", Algorithm::SlidingWindow),
         ("log", Algorithm::SlidingLog),
@@ -54,7 +54,7 @@ proptest! {
         count in 1u32..5,
         period_ms in 50u64..2_000,
     ) {
-        let algorithm = [Algorithm::TokenBucket, Algorithm::LeakyBucket { max_queue: 10 }, Algorithm::SlidingLog][algo];
+        let algorithm = [Algorithm::TokenBucket, Algorithm::leaky_bucket(10), Algorithm::SlidingLog][algo];
         runtime().block_on(async move {
             let quota = Quota::new(count, Duration::from_millis(period_ms)).burst(count);
             let keys = keyed(quota, algorithm);

@@ -15,7 +15,7 @@ use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
 use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind, RedisKeyed};
 use tower_throttle::{Algorithm, Denied, Quota};
 
-const LEAKY: Algorithm = Algorithm::LeakyBucket { max_queue: 16 };
+const LEAKY: Algorithm = Algorithm::leaky_bucket(16);
 const ALL: [Algorithm; 5] = [
     Algorithm::TokenBucket,
     LEAKY,

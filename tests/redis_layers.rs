@@ -228,3 +228,40 @@ async fn a_global_refusal_gives_the_keys_redis_token_back() {
     let resp = b.oneshot(keyed_request("alice")).await.unwrap();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
 }
+
+#[tokio::test]
+async fn a_refused_backend_answers_429_retry_after_one_second_with_the_denial() {
+    use tower_throttle::redis::FailurePolicy;
+    use tower_throttle::reject::Rejected;
+    use tower_throttle::Denied;
+
+    let prefix = unique_prefix("backend-429");
+    let redis = RedisBucket::builder(Quota::per_second(10))
+        .url(redis_url())
+        .key_prefix(&prefix)
+        .key("api")
+        .failure_policy(FailurePolicy::Closed)
+        .build()
+        .await
+        .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
+    // A key of another type: Redis refuses the script, and the policy refuses the request.
+    let mut conn = redis_support::raw(&redis_url()).await;
+    let _: () = redis::cmd("RPUSH")
+        .arg(redis.redis_key())
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let svc = RateLimitLayer::new(Bucket::from(redis))
+        .reject()
+        .layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("served")))
+        }));
+    let res = svc.oneshot(Request::new(String::new())).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.headers()["retry-after"], "1");
+    assert_eq!(res.headers()["ratelimit"], "\"default\";r=0;t=1");
+    let rejected = res.extensions().get::<Rejected>().unwrap();
+    assert!(matches!(rejected.denied(), Some(Denied::Backend(e)) if e.redis().is_some()));
+    assert_eq!(rejected.wait(), Some(Duration::from_secs(1)));
+}

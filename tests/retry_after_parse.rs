@@ -7,7 +7,7 @@ use http::header::{DATE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue};
 use proptest::prelude::*;
 use tower_throttle::retry_after::{
-    from_headers, parse, parse_bytes, RetryAfterError, MAX_RETRY_AFTER,
+    from_headers, parse, parse_bytes, RetryAfterError, MAX_PARSED_WAIT,
 };
 
 fn time(secs: u64) -> SystemTime {
@@ -19,7 +19,7 @@ fn time(secs: u64) -> SystemTime {
 /// Every result respects the documented bounds.
 fn check(result: Result<Duration, RetryAfterError>) -> Result<(), TestCaseError> {
     if let Ok(wait) = result {
-        prop_assert!(wait <= MAX_RETRY_AFTER);
+        prop_assert!(wait <= MAX_PARSED_WAIT);
     }
     Ok(())
 }
@@ -52,7 +52,7 @@ proptest! {
         let date = httpdate::fmt_http_date(time(at));
         let now = time(at.saturating_sub(before));
         let expected = Duration::from_secs(at - at.saturating_sub(before));
-        let expected = if expected > MAX_RETRY_AFTER {
+        let expected = if expected > MAX_PARSED_WAIT {
             Err(RetryAfterError::TooLong)
         } else {
             Ok(expected)
@@ -63,7 +63,7 @@ proptest! {
     #[test]
     fn all_digit_input_is_its_number(digits in "[0-9]{1,40}", now: u64) {
         let result = parse_bytes(digits.as_bytes(), time(now));
-        match digits.parse::<u128>().ok().filter(|&n| n <= u128::from(MAX_RETRY_AFTER.as_secs())) {
+        match digits.parse::<u128>().ok().filter(|&n| n <= u128::from(MAX_PARSED_WAIT.as_secs())) {
             Some(n) => prop_assert_eq!(result, Ok(Duration::from_secs(n as u64))),
             None => prop_assert_eq!(result, Err(RetryAfterError::TooLong)),
         }
@@ -93,7 +93,7 @@ proptest! {
             headers.insert(DATE, value);
         }
         match from_headers(&headers, time(now)) {
-            Ok(Some(wait)) => prop_assert!(wait <= MAX_RETRY_AFTER),
+            Ok(Some(wait)) => prop_assert!(wait <= MAX_PARSED_WAIT),
             Ok(None) => prop_assert!(headers.get(RETRY_AFTER).is_none()),
             Err(_) => prop_assert!(headers.get(RETRY_AFTER).is_some()),
         }

@@ -46,7 +46,8 @@
 /// above one wait however long the bucket had been idle.
 ///
 /// **Fixed windows** are aligned to multiples of the period since the UNIX epoch (a
-/// one-minute window resets on the minute). A client can take `count` at the end of one window
+/// one-minute window resets on the minute), or to an instant of your choice
+/// ([`BucketBuilder::window_origin`](super::BucketBuilder::window_origin)). A client can take `count` at the end of one window
 /// and `count` again at the start of the next: up to twice the limit across a boundary.
 ///
 /// **Sliding window** (approximate) admits when `previous · (1 − f) + current + cost ≤ count`,
@@ -64,10 +65,15 @@ pub enum Algorithm {
     /// Token bucket (GCRA): bursts up to the quota's burst, then the sustained rate.
     #[default]
     TokenBucket,
-    /// Leaky bucket: one admission per interval, strictly spaced; at most `max_queue` requests
-    /// wait in [`acquire`](super::Bucket::acquire), more are refused at once.
+    /// Leaky bucket: one admission per interval, strictly spaced; at most
+    /// [`max_queue`](Algorithm::max_queue) requests wait in
+    /// [`acquire`](super::Bucket::acquire), more are refused at once.
+    ///
+    /// Build it with [`Algorithm::leaky_bucket`] and match it as `LeakyBucket { .. }`: naming
+    /// the field is deprecated, so that settings can be added without a breaking change.
     LeakyBucket {
         /// The most requests waiting at once.
+        #[deprecated(note = "build with `Algorithm::leaky_bucket(n)`, read with `max_queue()`")]
         max_queue: usize,
     },
     /// Fixed windows of the quota's period, aligned to the clock, `count` per window.
@@ -79,6 +85,31 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// A leaky bucket ([`Algorithm::LeakyBucket`]) with at most `max_queue` requests waiting in
+    /// [`acquire`](super::Bucket::acquire) at once.
+    ///
+    /// ```
+    /// use tower_throttle::Algorithm;
+    ///
+    /// let leaky = Algorithm::leaky_bucket(100);
+    /// assert_eq!(leaky.max_queue(), Some(100));
+    /// assert!(matches!(leaky, Algorithm::LeakyBucket { .. }));
+    /// assert_eq!(Algorithm::TokenBucket.max_queue(), None);
+    /// ```
+    #[allow(deprecated)]
+    pub const fn leaky_bucket(max_queue: usize) -> Self {
+        Algorithm::LeakyBucket { max_queue }
+    }
+
+    /// The leaky bucket's bound on waiting requests; `None` for the other algorithms.
+    #[allow(deprecated)]
+    pub const fn max_queue(self) -> Option<usize> {
+        match self {
+            Algorithm::LeakyBucket { max_queue } => Some(max_queue),
+            _ => None,
+        }
+    }
+
     /// Whether this is a window algorithm (fixed, sliding or sliding log).
     pub fn is_window(self) -> bool {
         !self.is_gcra()

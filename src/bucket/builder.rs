@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use super::clock::Clock;
 use super::shared::Shared;
+use super::window::Align;
 use super::{Algorithm, Bucket, Remote};
+use crate::adaptive::{Adaptive, Control, Mode};
 use crate::observe::Observer;
 use crate::Quota;
 
@@ -24,8 +26,11 @@ pub struct BucketBuilder {
     quota: Quota,
     algorithm: Algorithm,
     clock: Clock,
+    /// Where window boundaries fall: `None` for the UNIX epoch.
+    window_origin: Option<tokio::time::Instant>,
     remote: Option<Arc<dyn Remote>>,
     observer: Option<Arc<dyn Observer>>,
+    mode: Mode,
 }
 
 impl BucketBuilder {
@@ -34,9 +39,29 @@ impl BucketBuilder {
             quota,
             algorithm: Algorithm::TokenBucket,
             clock: Clock::tokio(),
+            window_origin: None,
             remote: None,
             observer: None,
+            mode: Mode::Converge,
         }
+    }
+
+    /// Keep the configured rate whatever servers say: a push-back pauses the bucket and
+    /// nothing else. By default repeated push-back lowers the rate (never above the
+    /// configured one; see [`adaptive`](crate::adaptive)).
+    pub fn fixed_rate(mut self) -> Self {
+        self.mode = Mode::Fixed;
+        self
+    }
+
+    /// Discover the rate: start at `settings`' start rate, below this builder's quota (the
+    /// ceiling, burst included), and search upwards (see [`Bucket::adaptive`]).
+    pub fn adaptive(mut self, settings: Adaptive) -> Self {
+        self.mode = Mode::Search {
+            start: settings.start,
+            floor: settings.floor,
+        };
+        self
     }
 
     /// Report admissions, delays, refusals and pauses to `observer` (see
@@ -59,6 +84,34 @@ impl BucketBuilder {
         self
     }
 
+    /// Align the windows of a [`FixedWindow`](Algorithm::FixedWindow) or
+    /// [`SlidingWindow`](Algorithm::SlidingWindow) bucket to `origin`: boundaries at
+    /// `origin + k·period` instead of multiples of the period since the UNIX epoch.
+    ///
+    /// Use it to start a window when the bucket starts (`Instant::now()`), to match a server
+    /// whose windows start at a known instant, or in tests, so that they do not depend on
+    /// where the current second of the wall clock falls. Other algorithms ignore it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{Algorithm, Bucket, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let bucket = Bucket::builder(Quota::per_second(2))
+    ///     .algorithm(Algorithm::FixedWindow)
+    ///     .window_origin(tokio::time::Instant::now())
+    ///     .build();
+    /// bucket.try_acquire(2).unwrap();
+    /// // The window ends exactly one period after the origin.
+    /// assert_eq!(bucket.snapshot().full_in, Duration::from_secs(1));
+    /// # }
+    /// ```
+    pub fn window_origin(mut self, origin: tokio::time::Instant) -> Self {
+        self.window_origin = Some(origin);
+        self
+    }
+
     /// Decide on the CPU's time-stamp counter (through `quanta`) instead of tokio's clock:
     /// about 10 ns a read instead of about 25. Waits still sleep on tokio's timer.
     ///
@@ -72,15 +125,27 @@ impl BucketBuilder {
 
     /// The bucket, full.
     pub fn build(self) -> Bucket {
-        Bucket {
-            shared: Arc::new(Shared::new(
+        let align = self.window_origin.map_or(Align::Epoch, |origin| {
+            let now = tokio::time::Instant::now();
+            let ahead = |a: tokio::time::Instant, b| i128::try_from(a.duration_since(b).as_nanos());
+            let offset = if origin >= now {
+                ahead(origin, now).unwrap_or(i128::MAX / 4)
+            } else {
+                -ahead(now, origin).unwrap_or(i128::MAX / 4)
+            };
+            Align::At(i128::from(self.clock.now_ns()) + offset)
+        });
+        Bucket::from_parts(
+            Shared::new(
                 self.quota,
                 self.algorithm,
                 self.clock,
+                align,
                 self.remote,
                 self.observer,
-            )),
-        }
+            ),
+            Control::new(self.quota, self.mode),
+        )
     }
 }
 
@@ -90,8 +155,10 @@ impl std::fmt::Debug for BucketBuilder {
             .field("quota", &self.quota)
             .field("algorithm", &self.algorithm)
             .field("clock", &self.clock)
+            .field("window_origin", &self.window_origin)
             .field("remote", &self.remote.is_some())
             .field("observer", &self.observer.is_some())
+            .field("mode", &self.mode)
             .finish()
     }
 }

@@ -38,7 +38,7 @@ impl std::ops::Deref for Padded {
 /// cost at once and the next admission comes `n·T` later.
 #[inline]
 pub(crate) fn schedule(tat: u64, now: u64, cost: u64, tolerance: u64) -> (u64, u64) {
-    let new = tat.max(now) + cost;
+    let new = tat.max(now).saturating_add(cost);
     (new, new.saturating_sub(tolerance.max(cost)))
 }
 
@@ -69,79 +69,100 @@ impl Gcra {
     /// Admit `tokens` now: `Ok(tat after)`, or `Err(nanoseconds until they fit)`.
     #[inline]
     pub(crate) fn try_admit(&self, tokens: u64, now: u64) -> Result<u64, u64> {
+        self.admit_from(tokens, now, now)
+            .map(|(_, tat)| tat)
+            .map_err(|at| at - now)
+    }
+
+    /// Admit `tokens` at `now`, counting them as taken at the earliest instant not before
+    /// `from` (`from ≤ now`) at which they fit: `Ok((that instant, tat after))`, or
+    /// `Err(instant at which they fit)` when that is after `now`.
+    #[inline]
+    pub(crate) fn admit_from(&self, tokens: u64, from: u64, now: u64) -> Result<(u64, u64), u64> {
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
             let (interval, tolerance) = self.params();
-            let (new, at) = schedule(tat, now, tokens * interval, tolerance);
+            let (new, at) = schedule(tat, from, tokens.saturating_mul(interval), tolerance);
             if at > now {
-                return Err(at - now);
+                return Err(at);
             }
             match self
                 .tat
                 .compare_exchange_weak(tat, new, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Ok(new),
+                Ok(_) => return Ok((at.max(from), new)),
                 Err(actual) => tat = actual,
             }
         }
     }
 
-    /// Commit `tokens` at their earliest instant: `(instant, tat after)`. Under the lock.
-    pub(crate) fn reserve(&self, tokens: u64, now: u64) -> (u64, u64) {
-        let mut tat = self.tat.load(Ordering::Acquire);
-        loop {
-            let (interval, tolerance) = self.params();
-            let (new, at) = schedule(tat, now, tokens * interval, tolerance);
-            match self
-                .tat
-                .compare_exchange_weak(tat, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return (at.max(now), new),
-                Err(actual) => tat = actual,
-            }
-        }
+    /// The instant `tokens` would fit, not before `from`, after `ahead` tokens queued before
+    /// them have gone on schedule.
+    pub(crate) fn earliest(&self, tokens: u64, ahead: u64, from: u64) -> u64 {
+        let (interval, tolerance) = self.params();
+        let tat = self
+            .tat
+            .load(Ordering::Acquire)
+            .max(from)
+            .saturating_add(ahead.saturating_mul(interval));
+        schedule(tat, from, tokens.saturating_mul(interval), tolerance)
+            .1
+            .max(from)
     }
 
-    /// Undo a reservation that sits in the chain after every admission since. Under the lock.
+    /// Undo an admission that sits in the chain after every admission since. Under the lock.
     pub(crate) fn release(&self, tokens: u64) {
         let interval = self.interval.load(Ordering::Acquire);
         let _ = self
             .tat
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                Some(t.saturating_sub(tokens * interval))
+                Some(t.saturating_sub(tokens.saturating_mul(interval)))
             });
     }
 
     /// Empty at `end`, first token due then. Under the lock.
     pub(crate) fn restart_at(&self, end: u64) {
         let (interval, tolerance) = self.params();
-        let floor = end + tolerance - interval;
+        let floor = end.saturating_add(tolerance - interval.min(tolerance));
         self.tat.fetch_max(floor, Ordering::AcqRel);
     }
 
-    /// Change interval and tolerance without raising the tokens available now. Under the lock,
-    /// with queued reservations released.
+    /// Change interval and tolerance, keeping the tokens available now exactly, fraction
+    /// included (a debt after a pause too), capped at the new burst. Under the lock.
+    ///
+    /// The bucket holds `(τ − ahead) / T` tokens, `ahead` being how far `tat` lies beyond
+    /// `now`; the same number under the new parameters puts `tat` at
+    /// `now + τ' − (τ − ahead) · T' / T`, rounded so that it never holds more.
     pub(crate) fn set_params(&self, interval: u64, tolerance: u64, now: u64) {
-        let available = self.level(now).available;
-        let burst = tolerance / interval;
-        let ahead = (burst - available.min(burst)) * interval;
+        let (old_interval, old_tolerance) = self.params();
+        let ahead = self.tat.load(Ordering::Acquire).saturating_sub(now);
+        // Tokens held, in nanoseconds of the new interval (negative: a debt).
+        let held = (i128::from(old_tolerance) - i128::from(ahead)) * i128::from(interval);
+        let held = held
+            .div_euclid(i128::from(old_interval))
+            .min(i128::from(tolerance));
+        let ahead = u64::try_from(i128::from(tolerance) - held).unwrap_or(u64::MAX);
         self.interval.store(interval, Ordering::Release);
         self.tolerance.store(tolerance, Ordering::Release);
-        self.tat.store(now + ahead, Ordering::Release);
+        self.tat.store(now.saturating_add(ahead), Ordering::Release);
     }
 
-    pub(crate) fn level(&self, now: u64) -> Level {
+    /// The level at `now` once `ahead` queued tokens have been taken.
+    pub(crate) fn level(&self, now: u64, ahead: u64) -> Level {
         let (interval, tolerance) = self.params();
-        let ahead = self.tat.load(Ordering::Acquire).saturating_sub(now);
+        let tat = self.tat.load(Ordering::Acquire);
+        let ahead = if ahead == 0 {
+            tat.saturating_sub(now)
+        } else {
+            tat.max(now)
+                .saturating_add(ahead.saturating_mul(interval))
+                .saturating_sub(now)
+        };
         let burst = tolerance / interval;
         Level {
             available: burst.saturating_sub(ahead.div_ceil(interval)),
-            next_in: (ahead + interval).saturating_sub(tolerance),
+            next_in: ahead.saturating_add(interval).saturating_sub(tolerance),
             full_in: ahead,
         }
-    }
-
-    pub(crate) fn tolerance(&self) -> u64 {
-        self.tolerance.load(Ordering::Acquire)
     }
 }

@@ -43,10 +43,12 @@ pub(crate) use self::backend::{Backend, Local};
 pub use self::builder::BucketBuilder;
 pub(crate) use self::clock::Clock;
 pub(crate) use self::gcra::schedule;
-pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision};
-use self::shared::Shared;
+pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision, RemoteLearned};
+pub(crate) use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
+pub(crate) use self::window::{carried as sliding_carried, fits as sliding_fits};
 pub(crate) use self::window::{epoch_phase, Log, Window};
+use crate::adaptive::{Adaptive, Control};
 #[allow(deprecated)]
 pub use crate::denied::AcquireError;
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
@@ -70,12 +72,16 @@ use crate::Quota;
 /// - **Drift-free**: admission instants follow the schedule, not when a timer fired.
 /// - **Cancel-safe**: dropping a waiting [`Acquire`] gives its place back to those behind it.
 /// - **Pause**: [`pause`](Bucket::pause) holds every admission for a server's cooldown.
+/// - **Follows push-back**: [`push_back`](Bucket::push_back) (called by
+///   [`RetryAfterLayer`](crate::RetryAfterLayer)) also lowers the rate, and successes raise
+///   it back, never above the configured quota ([`adaptive`](crate::adaptive)).
 ///
 /// Time is read from tokio's clock, so `#[tokio::test(start_paused = true)]` drives both the
 /// decisions and the waits.
 #[derive(Clone)]
 pub struct Bucket {
     shared: Arc<Shared>,
+    control: Arc<Control>,
 }
 
 impl Bucket {
@@ -95,7 +101,7 @@ impl Bucket {
     /// // Strictly spaced: no burst even when idle, at most 100 waiting.
     /// let leaky = Bucket::with_algorithm(
     ///     Quota::per_second(10),
-    ///     Algorithm::LeakyBucket { max_queue: 100 },
+    ///     Algorithm::leaky_bucket(100),
     /// );
     /// leaky.try_acquire(1).unwrap();
     /// assert_eq!(leaky.try_acquire(1).unwrap_err().wait(), Some(Duration::from_millis(100)));
@@ -110,9 +116,111 @@ impl Bucket {
         BucketBuilder::new(quota)
     }
 
-    /// The quota this bucket enforces.
+    /// A token bucket that discovers a server's rate: it needs no quota, or only a hint.
+    ///
+    /// It starts at [`Adaptive`]'s start rate and searches upwards until the server pushes
+    /// back, then settles just below the rate refused; when the server states its quota in
+    /// rate-limit fields, the rate jumps to it. Its burst is that of the ceiling (1 by
+    /// default). See [`adaptive`](crate::adaptive) for the control law and its bounds.
+    ///
+    /// ```
+    /// use tower_throttle::adaptive::Adaptive;
+    /// use tower_throttle::{Bucket, Quota};
+    ///
+    /// let bucket = Bucket::adaptive(Adaptive::new().start(Quota::per_second(20)));
+    /// assert_eq!(bucket.rate(), 20.0);
+    /// assert_eq!(bucket.quota().burst_size(), 1);
+    /// ```
+    pub fn adaptive(settings: Adaptive) -> Self {
+        Self::builder(settings.ceiling).adaptive(settings).build()
+    }
+
+    pub(crate) fn from_parts(shared: Shared, control: Control) -> Self {
+        control.start(&shared);
+        Bucket {
+            shared: Arc::new(shared),
+            control: Arc::new(control),
+        }
+    }
+
+    /// The configured quota: the most this bucket ever enforces (for an adaptive bucket, its
+    /// ceiling). While a server pushes back the bucket enforces a lower rate:
+    /// [`rate`](Self::rate), [`effective_quota`](Self::effective_quota).
     pub fn quota(&self) -> Quota {
+        self.control.configured()
+    }
+
+    /// The quota the bucket enforces now: the configured one, or the same shape at a lower
+    /// rate while the rate follows a server's push-back (see [`adaptive`](crate::adaptive)).
+    pub fn effective_quota(&self) -> Quota {
         self.shared.quota()
+    }
+
+    /// The rate the bucket enforces now, in tokens per second.
+    pub fn rate(&self) -> f64 {
+        self.control.rate()
+    }
+
+    /// The rate a server last refused (the rate in force at its last push-back) or stated in
+    /// its rate-limit fields, in tokens per second: what the bucket has learned of the
+    /// server's limit. `None` until then.
+    pub fn learned_rate(&self) -> Option<f64> {
+        self.control.limit()
+    }
+
+    /// A server pushed back (`429`, `503`) asking for `cooldown`: lower the rate (see
+    /// [`adaptive`](crate::adaptive)), then [`pause`](Self::pause) for the cooldown.
+    /// [`RetryAfterLayer`](crate::RetryAfterLayer) calls this; call it from a client of your
+    /// own.
+    pub fn push_back(&self, cooldown: Duration) {
+        self.pushed_back(cooldown, Instant::now(), None);
+    }
+
+    /// [`push_back`](Self::push_back) of a request sent at `sent`: the rate refused is the
+    /// rate in force then. `stated`: the rate the server's quota fields give, if any.
+    pub(crate) fn pushed_back(&self, cooldown: Duration, sent: Instant, stated: Option<f64>) {
+        let cut = self.control.pushed_back(&self.shared, cooldown, sent);
+        if let (Some(cut), Some(remote)) = (cut, self.shared.remote()) {
+            remote.publish(cut);
+        }
+        if let Some(rate) = stated {
+            self.record_stated(rate);
+        }
+        self.pause(cooldown);
+    }
+
+    /// A request went through: the rate may grow back towards the configured one.
+    /// [`RetryAfterLayer`](crate::RetryAfterLayer) calls this on every success.
+    pub fn record_success(&self) {
+        self.control.succeeded(&self.shared, None);
+        self.sync_learned();
+    }
+
+    /// A request went through and the server stated its quota: `per_second` tokens a second.
+    pub(crate) fn record_stated(&self, per_second: f64) {
+        self.control.succeeded(&self.shared, Some(per_second));
+        self.sync_learned();
+    }
+
+    /// Follow what other processes sharing a remote limit learned: at most every 250 ms,
+    /// in the background (outside a runtime, never).
+    fn sync_learned(&self) {
+        let Some(remote) = self.shared.remote() else {
+            return;
+        };
+        if !self.control.sync_due() {
+            return;
+        }
+        let (Some(learned), Ok(rt)) = (remote.learned(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let this = self.clone();
+        rt.spawn(async move {
+            if let Some(cut) = learned.await {
+                this.control.adopt(&this.shared, cut);
+            }
+        });
     }
 
     /// The algorithm this bucket decides with.
@@ -216,6 +324,15 @@ impl Bucket {
     /// restarts as from an empty bucket: the first token is due when the cooldown ends, the
     /// next one interval later, so the end of a cooldown brings no burst. A shorter pause
     /// never shortens a longer one already in force.
+    ///
+    /// For a pause ending at `e` (unit costs), over any interval `[e, e + t)`:
+    /// - token and leaky bucket: at most `1 + rate·t`;
+    /// - fixed window: at most `1 + rate·t` until the first boundary a whole period after
+    ///   `e` (the rest of a window never goes at once), and `count` per aligned window;
+    /// - sliding window and sliding log: at most `1 + rate·t` for `t ≤ period`; the sliding
+    ///   log forgets the admissions from before the pause.
+    ///
+    /// Any `cooldown`, up to [`Duration::MAX`], takes constant time and memory.
     pub fn pause(&self, cooldown: Duration) {
         // Both backends hold this process at once; a shared store also holds the others.
         self.shared.pause(cooldown);
@@ -236,7 +353,10 @@ impl Bucket {
     /// A lock-free decision made at the very instant of the change is taken under either the
     /// old or the new quota (for a token bucket, possibly the new interval against the old
     /// schedule, for that one decision).
+    ///
+    /// The rate control restarts at the new quota (see [`adaptive`](crate::adaptive)).
     pub fn set_quota(&self, quota: Quota) {
+        self.control.reset(quota);
         self.shared.set_quota(quota);
     }
 
@@ -246,10 +366,11 @@ impl Bucket {
     /// at the same quota, which holds pauses but no admission):
     /// [`Snapshot::local_view`] says so.
     pub fn snapshot(&self) -> Snapshot {
-        let (level, paused_in, waiting, quota) = self.shared.level();
+        let (level, paused_in, waiting, effective) = self.shared.level();
         let now = Instant::now();
         Snapshot {
-            quota,
+            quota: self.quota(),
+            effective,
             available: u32::try_from(level.available).unwrap_or(u32::MAX),
             next_token_in: Duration::from_nanos(level.next_in),
             full_in: Duration::from_nanos(level.full_in),
@@ -271,7 +392,8 @@ impl Bucket {
 impl fmt::Debug for Bucket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Bucket")
-            .field("quota", &self.shared.quota())
+            .field("quota", &self.quota())
+            .field("rate", &self.rate())
             .field("algorithm", &self.shared.algorithm())
             .finish_non_exhaustive()
     }
@@ -281,8 +403,12 @@ impl fmt::Debug for Bucket {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Snapshot {
-    /// The bucket's quota.
+    /// The bucket's configured quota (its ceiling).
     pub quota: Quota,
+    /// The quota enforced now: [`quota`](Self::quota), or the same shape at a lower rate while
+    /// the rate follows a server's push-back. Its rate is
+    /// [`effective.per_second_f64()`](Quota::per_second_f64).
+    pub effective: Quota,
     /// Whole tokens available now.
     pub available: u32,
     /// Time until one more token is available (zero when one is available now).

@@ -6,6 +6,11 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::Denied;
+use crate::adaptive::Cut;
+use crate::Quota;
+
+/// A future of what the processes sharing a remote limit learned of a server's rate.
+pub(crate) type RemoteLearned = Pin<Box<dyn Future<Output = Option<Cut>> + Send>>;
 
 /// A future of a remote admission.
 pub(crate) type RemoteAcquire = Pin<Box<dyn Future<Output = Result<(), Denied>> + Send>>;
@@ -25,4 +30,16 @@ pub(crate) trait Remote: Send + Sync + fmt::Debug {
     /// Hold every process for `cooldown` (fire and forget: the local bucket holds this
     /// process at once).
     fn pause(&self, cooldown: Duration);
+    /// Decide at `quota`'s rate from now on: the rate control's effective quota.
+    fn set_rate(&self, quota: Quota) {
+        let _ = quota;
+    }
+    /// Tell every process of a push-back this one acted on (fire and forget).
+    fn publish(&self, cut: Cut) {
+        let _ = cut;
+    }
+    /// The latest push-back any process published, if the limit keeps one.
+    fn learned(&self) -> Option<RemoteLearned> {
+        None
+    }
 }

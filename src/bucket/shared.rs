@@ -1,26 +1,59 @@
 //! The state every clone of a [`Bucket`](super::Bucket) shares: an engine (GCRA or a window
-//! model) and the queue of reservations waiting for their turn.
+//! model) and the line of requests waiting for their turn.
+//!
+//! # Admission happens when the request goes
+//! The engine only ever records admissions at the instant they are handed out: when
+//! [`try_acquire`](super::Bucket::try_acquire) succeeds, when an `acquire` future completes,
+//! when a waiting layer's `poll_ready` returns ready. Nothing is reserved ahead. So the rate
+//! invariant (`burst + rate·t` over any interval) holds at the instants that count, also
+//! right after the runtime stalled: a waiter whose timer fired 60 ms late is checked against
+//! the bucket *then*, and the waiters behind it are spaced from there, instead of every
+//! overdue reservation going out at once.
 //!
 //! # Waiting
-//! A request that has to wait *reserves* its admission instant at once (the engine commits it),
-//! joins the queue with that instant and sleeps on one timer until then. So:
-//! - **fair**: instants are handed out in arrival order;
-//! - **quiet**: a waiter wakes once, when its turn comes, and nobody polls;
-//! - **drift-free**: instants come from the schedule, not from when a timer fired;
-//! - **cancel-safe**: a waiter dropped before its turn is taken out of the schedule, and
-//!   everyone behind it is rescheduled as if it had never come (and woken to re-arm).
+//! A request that does not fit joins a FIFO line ([`Queue`]). Only the first in line may be
+//! admitted; it sleeps on one timer until the engine says its tokens fit, and when it goes it
+//! hands the turn to the next one. So:
+//! - **fair**: admissions follow arrival order, and the lock-free fast path stands aside
+//!   while anyone waits;
+//! - **quiet**: every waiter also gets a *predicted* instant when it joins (for the token and
+//!   leaky bucket: the schedule after everyone ahead of it), and sleeps until then. A waiter
+//!   whose timer fires before its turn (the one ahead went late) waits for the hand-over, and
+//!   the hand-over wakes the next in line only when its timer would be wrong (too late, after
+//!   a cancellation; or already fired). Without stalls or cancellations each waiter is woken
+//!   once, by its own timer. Window waiters behind the first are woken by the hand-over
+//!   (at most one wake more each);
+//! - **drift-free**: a waiter woken late by a coarse timer is counted as admitted at the
+//!   instant its timer was armed for (for the token and leaky bucket, its place in the
+//!   schedule), if that is at most `slack` ago and not before the one ahead of it was
+//!   counted (a hand-over passes the credit on, so a late first in line does not make
+//!   everyone behind it late). `slack` is one emission interval, or 2 ms (tokio's 1 ms timer
+//!   granularity and as much for the task to run) if that is longer, for the token and
+//!   leaky bucket and the sliding log; none for the aligned windows, whose boundaries do not
+//!   move. The schedule therefore never slips by the lateness of the timer, and the bound
+//!   gains at most what that credit covers: `burst + rate·(t + slack)`, i.e. one token, or
+//!   `rate × 2 ms` above 500 per second (at 1000/s, two). Without a late timer no credit
+//!   is taken;
+//! - **cancel-safe**: nothing was reserved, so a waiter that leaves takes nothing with it;
+//!   it unlinks itself in O(1) and, if it was first, wakes the next. Those behind a
+//!   cancelled waiter have predictions that are now late; each learns its real turn at its
+//!   hand-over.
 //!
-//! Pauses and quota changes reschedule the queue the same way: release every queued
-//! reservation, change the engine, reserve them again in arrival order.
+//! A pause or a quota change only changes the engine: the first in line is woken if its turn
+//! came earlier (a sliding log forgets its entries on a pause), else it re-reads its turn
+//! when its timer fires. A pause is O(1) for any length.
+//!
+//! Only the first in line may go, so a first waiter whose task is slow to run (a busy
+//! worker) holds those behind it until it does, as a fair lock would: that is what admission
+//! in arrival order means. A dropped waiter never holds anyone.
 //!
 //! # Locking
-//! The token and leaky buckets admit on the fast path with one clock read and one
-//! compare-and-swap, without the lock; they cannot overtake a queued waiter, because while
-//! anyone waits, `tat` lies beyond `now + B·T`. Every other change happens under the lock, so
-//! the queue and the schedule move together. Window engines decide under the lock.
+//! The token and leaky buckets admit on the fast path with one clock read, one load of the
+//! waiter count and one compare-and-swap, without the lock. Everything else happens under
+//! the lock, and wakers and observer callbacks are called after it is released.
 
 use std::future::Future as _;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -30,10 +63,14 @@ use tokio::time::Sleep;
 use super::clock::Clock;
 use super::gcra::{Gcra, Level};
 use super::queue::{Entry, Queue};
-use super::window::{Fixed, Log, Sliding, Window};
+use super::window::{Align, Fixed, Log, Ramp, Sliding, Window};
 use super::{Algorithm, ExceedsBurst, QueueFull, Remote};
 use crate::observe::Observer;
 use crate::Quota;
+
+/// How late tokio's timer may fire and still not slow the schedule down: its 1 ms
+/// granularity, plus as much again for the task to be polled.
+const TIMER_SLACK: u64 = 2_000_000;
 
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -43,6 +80,8 @@ pub(crate) struct Shared {
     /// The most tokens one request may take.
     capacity: AtomicU32,
     paused_until: AtomicU64,
+    /// Requests in the line: the fast path stands aside while there are any.
+    waiting: AtomicUsize,
     state: Mutex<State>,
     remote: Option<Arc<dyn Remote>>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
@@ -54,18 +93,18 @@ pub(crate) struct Shared {
 struct State {
     quota: Quota,
     queue: Queue,
-    /// Arrival order of queued reservations.
-    seq: u64,
-    /// Window engines: the latest instant committed, so later arrivals go no earlier.
+    /// Window engines: the latest instant committed; later commits go no earlier.
     tail: u64,
     window: Option<Box<dyn Window>>,
+    /// Window engines, after a pause: no burst until the window's own bound takes over.
+    ramp: Option<Ramp>,
 }
 
 /// An admission granted and not used yet.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Permit {
     tokens: u32,
-    /// The admission instant.
+    /// The instant it counts as admitted.
     at: u64,
     /// GCRA: `tat` right after this admission; giving the permit back is exact before it.
     tat: u64,
@@ -104,11 +143,16 @@ fn capacity_of(quota: &Quota, algorithm: Algorithm) -> u32 {
     }
 }
 
-fn window_of(quota: &Quota, algorithm: Algorithm, now: u64) -> Option<Box<dyn Window>> {
+fn window_of(
+    quota: &Quota,
+    algorithm: Algorithm,
+    now: u64,
+    align: Align,
+) -> Option<Box<dyn Window>> {
     let (limit, width) = (u64::from(quota.count()), quota.period_ns());
     match algorithm {
-        Algorithm::FixedWindow => Some(Box::new(Fixed::new(limit, width, now))),
-        Algorithm::SlidingWindow => Some(Box::new(Sliding::new(limit, width, now))),
+        Algorithm::FixedWindow => Some(Box::new(Fixed::new(limit, width, now, align))),
+        Algorithm::SlidingWindow => Some(Box::new(Sliding::new(limit, width, now, align))),
         Algorithm::SlidingLog => Some(Box::new(Log::new(limit, width))),
         _ => None,
     }
@@ -119,6 +163,7 @@ impl Shared {
         quota: Quota,
         algorithm: Algorithm,
         clock: Clock,
+        align: Align,
         remote: Option<Arc<dyn Remote>>,
         observer: Option<Arc<dyn Observer>>,
     ) -> Self {
@@ -128,12 +173,13 @@ impl Shared {
             gcra: Gcra::new(interval, tolerance),
             capacity: AtomicU32::new(capacity_of(&quota, algorithm)),
             paused_until: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
             state: Mutex::new(State {
                 quota,
                 queue: Queue::default(),
-                seq: 0,
                 tail: 0,
-                window: window_of(&quota, algorithm, clock.now_ns()),
+                window: window_of(&quota, algorithm, clock.now_ns(), align),
+                ramp: None,
             }),
             clock,
             lock_free: algorithm.is_gcra() && remote.is_none(),
@@ -143,10 +189,10 @@ impl Shared {
     }
 
     /// The hot path: admit `tokens` now with one clock read and one compare-and-swap, or
-    /// `None` (not now, or not a lock-free engine).
+    /// `None` (not now, someone is waiting, or not a lock-free engine).
     #[inline]
     pub(crate) fn admit_now(&self, tokens: u32) -> Option<Permit> {
-        if !self.lock_free {
+        if !self.lock_free || self.waiting.load(Ordering::Acquire) != 0 {
             return None;
         }
         let now = self.clock.now_ns();
@@ -205,11 +251,12 @@ impl Shared {
         Ok(())
     }
 
-    /// Admit now or say how many nanoseconds until `tokens` fit. Never queues.
+    /// Admit now or say how many nanoseconds until `tokens` fit. Never queues, never
+    /// overtakes a waiter.
     #[inline]
     pub(crate) fn try_admit(&self, tokens: u32) -> Result<Permit, u64> {
         let now = self.clock.now_ns();
-        if self.algorithm.is_gcra() {
+        if self.lock_free && self.waiting.load(Ordering::Acquire) == 0 {
             return self
                 .gcra
                 .try_admit(u64::from(tokens), now)
@@ -220,46 +267,118 @@ impl Shared {
                 });
         }
         let mut st = self.lock();
-        let not_before = self.not_before(&st, now);
-        let window = st.window.as_mut().expect("window engine");
-        window.prune(now);
-        let at = window.earliest(u64::from(tokens), not_before);
-        if at > now {
-            return Err(at - now);
+        if !st.queue.is_empty() {
+            let ahead = st.queue.tokens();
+            let at = self.predict(&mut st, tokens, ahead, now);
+            return Err(at.saturating_sub(now).max(1));
         }
-        window.commit(u64::from(tokens), now);
-        st.tail = st.tail.max(now);
-        Ok(Permit {
-            tokens,
-            at: now,
-            tat: 0,
-        })
+        self.commit(&mut st, tokens, now, now)
+            .map_err(|at| at - now)
     }
 
-    fn not_before(&self, st: &State, now: u64) -> u64 {
-        now.max(st.tail)
-            .max(self.paused_until.load(Ordering::Acquire))
+    /// How far back a late waiter may be counted as admitted.
+    fn slack(&self, st: &State) -> u64 {
+        match &st.window {
+            None => st.quota.interval_ns().max(TIMER_SLACK),
+            Some(w) if w.slack() > 0 => w.slack().max(TIMER_SLACK),
+            Some(_) => 0,
+        }
     }
 
-    /// Commit `tokens` at their earliest instant after everything committed so far: the
-    /// instant and (GCRA) the `tat` after it. Under the lock.
-    fn commit(&self, st: &mut State, tokens: u32, now: u64) -> (u64, u64) {
-        let not_before = self.not_before(st, now);
-        match st.window.as_mut() {
-            None => self.gcra.reserve(u64::from(tokens), now),
-            Some(window) => {
-                window.prune(now);
-                let at = window.earliest(u64::from(tokens), not_before);
-                window.commit(u64::from(tokens), at);
-                st.tail = st.tail.max(at);
-                (at, 0)
+    /// The earliest instant `≥ from` at which the engine takes `tokens`, after `ahead` queued
+    /// tokens (GCRA; the windows only know the first in line, `ahead = 0`).
+    fn predict(&self, st: &mut State, tokens: u32, ahead: u64, from: u64) -> u64 {
+        if self.check(tokens).is_err() {
+            // Never (the quota shrank below the request since it was checked).
+            return u64::MAX;
+        }
+        let from = from.max(self.paused_until.load(Ordering::Acquire));
+        let slack = self.slack(st);
+        let Some(window) = st.window.as_mut() else {
+            return self.gcra.earliest(u64::from(tokens), ahead, from);
+        };
+        let from = from.max(st.tail);
+        // Keep what a late waiter, credited back by the slack, still has to count.
+        window.prune(from.saturating_sub(slack));
+        let at = window.earliest(u64::from(tokens), from);
+        match st.ramp {
+            Some(r) if r.active(at) => {
+                window.earliest(u64::from(tokens), r.earliest(u64::from(tokens), at))
             }
+            _ => at,
         }
     }
 
-    /// Admit now if possible, else reserve the earliest instant after everyone queued.
-    /// `bounded`: refuse when a leaky bucket's queue is full (the waiting layer applies
-    /// backpressure instead).
+    /// Admit `tokens` at `now`, counted at the earliest instant `≥ from` they fit (`from ≤
+    /// now`), or `Err(instant they fit)`. Under the lock.
+    fn commit(&self, st: &mut State, tokens: u32, from: u64, now: u64) -> Result<Permit, u64> {
+        if self.check(tokens).is_err() {
+            return Err(u64::MAX);
+        }
+        let from = from.max(self.paused_until.load(Ordering::Acquire));
+        if st.window.is_none() {
+            let (at, tat) = self.gcra.admit_from(u64::from(tokens), from, now)?;
+            return Ok(Permit { tokens, at, tat });
+        }
+        if st.ramp.is_some_and(|r| !r.active(from)) {
+            st.ramp = None;
+        }
+        let at = self.predict(st, tokens, 0, from);
+        if at > now {
+            return Err(at);
+        }
+        if let Some(w) = st.window.as_mut() {
+            w.commit(u64::from(tokens), at);
+        }
+        if let Some(r) = st.ramp.as_mut() {
+            r.commit(u64::from(tokens), at);
+        }
+        st.tail = st.tail.max(at);
+        Ok(Permit { tokens, at, tat: 0 })
+    }
+
+    /// The first in line may have to learn its turn: its timer is armed too late (someone
+    /// ahead left, or gave a permit back), or has fired already (it waits for this hand-over),
+    /// or its request failed. Its waker, to call once the lock is released.
+    fn hand_over(&self, st: &mut State, now: u64) -> Option<Waker> {
+        let key = st.queue.head()?;
+        let e = st.queue.get_mut(key);
+        if e.failed || e.armed <= now {
+            return e.waker.take();
+        }
+        let (tokens, armed) = (e.tokens, e.armed);
+        let due = self.predict(st, tokens, 0, now);
+        if due < armed {
+            return st.queue.get_mut(key).waker.take();
+        }
+        None
+    }
+
+    /// Leave the line; the waker of the next in line if it must learn its turn. `counted_at`:
+    /// the instant the leaver was admitted at, from which the next may be credited.
+    fn leave(
+        &self,
+        st: &mut State,
+        key: usize,
+        now: u64,
+        counted_at: Option<u64>,
+    ) -> (Entry, Option<Waker>) {
+        let was_first = st.queue.head() == Some(key);
+        let e = st.queue.remove(key);
+        self.waiting.store(st.queue.len(), Ordering::Release);
+        let next = if was_first {
+            if let Some(k) = st.queue.head() {
+                st.queue.get_mut(k).first_since = counted_at.unwrap_or(now);
+            }
+            self.hand_over(st, now)
+        } else {
+            None
+        };
+        (e, next)
+    }
+
+    /// Admit now if possible, else join the line. `bounded`: refuse when a leaky bucket's
+    /// line is full (the waiting layer applies backpressure instead).
     pub(crate) fn reserve(
         self: &Arc<Self>,
         tokens: u32,
@@ -269,27 +388,34 @@ impl Shared {
             return Ok(Reservation::Now(p));
         }
         let mut st = self.lock();
-        if let Algorithm::LeakyBucket { max_queue } = self.algorithm {
+        if let Some(max_queue) = self.algorithm.max_queue() {
             if bounded && st.queue.len() >= max_queue {
                 return Err(QueueFull { max_queue });
             }
         }
         let now = self.clock.now_ns();
-        let (at, tat) = self.commit(&mut st, tokens, now);
-        if at <= now {
-            drop(st);
-            self.observe_admitted(tokens, 0);
-            return Ok(Reservation::Now(Permit { tokens, at, tat }));
-        }
-        st.seq += 1;
-        let seq = st.seq;
-        let key = st.queue.insert(Entry {
-            tokens,
-            deadline: at,
-            seq,
-            waker: None,
-            failed: false,
-        });
+        let armed = if st.queue.is_empty() {
+            match self.commit(&mut st, tokens, now, now) {
+                Ok(permit) => {
+                    drop(st);
+                    self.observe_admitted(tokens, 0);
+                    return Ok(Reservation::Now(permit));
+                }
+                Err(at) => at,
+            }
+        } else if st.window.is_none() {
+            let ahead = st.queue.tokens();
+            self.predict(&mut st, tokens, ahead, now)
+        } else {
+            // A window waiter behind the first learns its turn at the hand-over.
+            now
+        };
+        let mut entry = Entry::new(tokens, armed);
+        entry.first_since = now;
+        // The quota may have shrunk below the request since the caller checked it.
+        entry.failed = self.check(tokens).is_err();
+        let key = st.queue.push(entry);
+        self.waiting.store(st.queue.len(), Ordering::Release);
         Ok(Reservation::Later(Waiter {
             shared: Arc::clone(self),
             key: Some(key),
@@ -298,96 +424,51 @@ impl Shared {
         }))
     }
 
-    /// Return an unused permit; those queued move forward.
+    /// Return an unused permit; the first in line may go earlier.
     pub(crate) fn give_back(&self, permit: Permit) {
-        let mut st = self.lock();
-        let now = self.clock.now_ns();
-        self.undo(&mut st, permit, 0, now);
-    }
-
-    /// Take an unused admission out of the schedule and reschedule everyone queued after
-    /// `after_seq`. For GCRA this is exact while the bucket has not refilled past the
-    /// admission; after that its tokens would have come back anyway and nothing changes.
-    fn undo(&self, st: &mut State, permit: Permit, after_seq: u64, now: u64) {
-        if st.window.is_none() && now >= permit.tat {
+        if permit.tokens == 0 {
             return;
         }
-        self.reschedule(st, after_seq, now, |shared, st| match st.window.as_mut() {
-            None => shared.gcra.release(u64::from(permit.tokens)),
+        let mut st = self.lock();
+        let now = self.clock.now_ns();
+        match st.window.as_mut() {
+            // Exact while the bucket has not refilled past the admission; after that its
+            // tokens would have come back anyway.
+            None if now < permit.tat => self.gcra.release(u64::from(permit.tokens)),
+            None => {}
             Some(w) => w.release(u64::from(permit.tokens), permit.at),
-        });
+        }
+        let next = self.hand_over(&mut st, now);
+        drop(st);
+        next.into_iter().for_each(Waker::wake);
     }
 
-    /// Release every reservation queued after `after_seq`, apply `change`, then reserve them
-    /// again in arrival order, waking those whose instant moved.
-    fn reschedule(
-        &self,
-        st: &mut State,
-        after_seq: u64,
-        now: u64,
-        change: impl FnOnce(&Self, &mut State),
-    ) {
-        let mut later: Vec<(u64, usize)> = st
-            .queue
-            .iter()
-            .filter(|(_, e)| e.seq > after_seq && !e.failed)
-            .map(|(k, e)| (e.seq, k))
-            .collect();
-        later.sort_unstable();
-        for &(_, key) in later.iter().rev() {
-            let e = st.queue.get_mut(key);
-            let (tokens, at) = (u64::from(e.tokens), e.deadline);
-            match st.window.as_mut() {
-                None => self.gcra.release(tokens),
-                Some(w) => w.release(tokens, at),
-            }
-        }
-        st.tail = st
-            .queue
-            .iter()
-            .filter(|(_, e)| e.seq <= after_seq && !e.failed)
-            .map(|(_, e)| e.deadline)
-            .max()
-            .unwrap_or(0);
-        change(self, st);
-        let capacity = self.capacity.load(Ordering::Acquire);
-        let mut wakers = Vec::new();
-        for (_, key) in later {
-            let tokens = st.queue.get_mut(key).tokens;
-            let moved = if tokens > capacity {
-                st.queue.get_mut(key).failed = true;
-                true
-            } else {
-                let (at, _) = self.commit(st, tokens, now);
-                let e = st.queue.get_mut(key);
-                std::mem::replace(&mut e.deadline, at) != at
-            };
-            if moved {
-                wakers.extend(st.queue.get_mut(key).waker.take());
-            }
-        }
-        wakers.into_iter().for_each(Waker::wake);
-    }
-
-    /// Hold every admission, queued ones included, until `now + d`; restart as from an empty
-    /// bucket whose first token is due when the cooldown ends.
+    /// Hold every admission, waiters included, until `now + d`; restart as from an empty
+    /// bucket whose first token is due when the cooldown ends. O(1) for any `d`.
     pub(crate) fn pause(&self, d: Duration) {
         let mut st = self.lock();
         let now = self.clock.now_ns();
         let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         // Clamp far-off pauses so arithmetic stays in range (about 146 years).
         let end = now.saturating_add(d).min(u64::MAX / 4);
+        if self.paused_until.fetch_max(end, Ordering::AcqRel) < end {
+            let interval = st.quota.interval_ns();
+            match st.window.as_mut() {
+                None => self.gcra.restart_at(end),
+                Some(w) => {
+                    w.restart_at(end);
+                    st.ramp = Some(Ramp::new(end, interval, w.ramp_until(end)));
+                }
+            }
+        }
+        // A window that forgot what went before may let the first in line go earlier.
+        let next = self.hand_over(&mut st, now);
+        drop(st);
+        next.into_iter().for_each(Waker::wake);
         if let Some(o) = &self.observer {
             o.paused(Duration::from_nanos(d));
             o.tokens(0);
         }
-        if self.paused_until.fetch_max(end, Ordering::AcqRel) >= end {
-            return;
-        }
-        self.reschedule(&mut st, 0, now, |shared, st| match st.window.as_mut() {
-            None => shared.gcra.restart_at(end),
-            Some(w) => w.restart_at(end),
-        });
     }
 
     /// Change the quota of the live bucket, never raising the tokens available now.
@@ -395,112 +476,164 @@ impl Shared {
         let mut st = self.lock();
         let now = self.clock.now_ns();
         st.quota = quota;
-        let algorithm = self.algorithm;
-        self.reschedule(&mut st, 0, now, |shared, st| {
-            shared
-                .capacity
-                .store(capacity_of(&quota, algorithm), Ordering::Release);
-            match st.window.as_mut() {
-                None => {
-                    let (interval, tolerance) = engine_params(&quota, algorithm);
-                    shared.gcra.set_params(interval, tolerance, now);
-                }
-                Some(w) => w.set_limit(u64::from(quota.count()), quota.period_ns(), now),
+        let capacity = capacity_of(&quota, self.algorithm);
+        self.capacity.store(capacity, Ordering::Release);
+        match st.window.as_mut() {
+            None => {
+                let (interval, tolerance) = engine_params(&quota, self.algorithm);
+                // Keep the tokens held at the end of a pause in force (an empty bucket then):
+                // a pause's debt is time, not tokens, so a new rate neither shortens nor
+                // stretches it.
+                let paused = self.paused_until.load(Ordering::Acquire);
+                self.gcra.set_params(interval, tolerance, now.max(paused));
             }
-        });
+            Some(w) => w.set_limit(u64::from(quota.count()), quota.period_ns(), now),
+        }
+        if let Some(r) = st.ramp.as_mut() {
+            r.set_interval(quota.interval_ns());
+        }
+        let mut wakers: Vec<Waker> = st
+            .queue
+            .entries_mut()
+            .filter(|e| e.tokens > capacity && !e.failed)
+            .filter_map(|e| {
+                e.failed = true;
+                e.waker.take()
+            })
+            .collect();
+        wakers.extend(self.hand_over(&mut st, now));
+        drop(st);
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// The hook of a rate control ([`crate::adaptive`]): enforce `quota` from now on, as
+    /// [`set_quota`](Self::set_quota) does.
+    pub(crate) fn set_rate(&self, quota: Quota) {
+        self.set_quota(quota);
+        if let Some(remote) = &self.remote {
+            remote.set_rate(quota);
+        }
     }
 
     pub(crate) fn level(&self) -> (Level, u64, usize, Quota) {
         let mut st = self.lock();
         let now = self.clock.now_ns();
-        let not_before = self.not_before(&st, now);
         let paused = self.paused_until.load(Ordering::Acquire);
         let queued = st.queue.len();
         let quota = st.quota;
-        let level = match st.window.as_mut() {
-            None => self.gcra.level(now),
+        let not_before = now.max(st.tail).max(paused);
+        let slack = self.slack(&st);
+        let mut level = match st.window.as_mut() {
+            None => self.gcra.level(now, st.queue.tokens()),
             Some(w) => {
-                w.prune(now);
+                w.prune(now.saturating_sub(slack));
                 Level {
                     available: if not_before > now {
                         0
                     } else {
                         w.available(now)
                     },
-                    next_in: w.earliest(1, not_before) - now,
+                    next_in: 0,
                     full_in: w.clear_in(now).max(not_before - now),
                 }
             }
         };
+        if st.window.is_some() {
+            level.next_in = self.predict(&mut st, 1, 0, now) - now;
+            if st.ramp.is_some_and(|r| r.active(now)) && level.next_in > 0 {
+                level.available = 0;
+            }
+        }
+        if queued > 0 {
+            level.available = 0;
+        }
         (level, paused.saturating_sub(now), queued, quota)
     }
 }
 
-/// A queued reservation. Dropping it before its turn gives its place back.
+/// A request in the line. Dropping it before its turn gives its place up.
 #[derive(Debug)]
 pub(crate) struct Waiter {
     shared: Arc<Shared>,
     key: Option<usize>,
-    /// The deadline the caller's timer is armed for.
+    /// The instant the caller's timer is armed for.
     armed: Option<u64>,
     /// When it started waiting.
     since: u64,
 }
 
 impl Waiter {
-    /// Wait for the reserved instant, sleeping on `sleep` (re-armed as needed).
+    /// Wait for the turn, sleeping on `sleep` (re-armed as needed).
     pub(crate) fn poll(
         &mut self,
         mut sleep: std::pin::Pin<&mut Sleep>,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Permit, ExceedsBurst>> {
         let key = self.key.expect("waiter polled after completion");
+        let shared = Arc::clone(&self.shared);
         loop {
             let (deadline, now) = {
-                let mut st = self.shared.lock();
-                let now = self.shared.clock.now_ns();
-                let entry = st.queue.get_mut(key);
-                if entry.failed || entry.deadline <= now {
-                    let e = st.queue.remove(key);
-                    self.key = None;
-                    if e.failed {
-                        return Poll::Ready(Err(ExceedsBurst {
-                            requested: e.tokens,
-                            burst: self.shared.capacity.load(Ordering::Acquire),
-                        }));
+                let mut st = shared.lock();
+                let now = shared.clock.now_ns();
+                let first = st.queue.head() == Some(key);
+                let e = st.queue.get_mut(key);
+                let (tokens, failed) = (e.tokens, e.failed);
+                // A late timer is credited back to the instant it was armed for, and to the
+                // instant the one ahead was counted at (a hand-over passes the credit on).
+                let since = if e.armed <= now {
+                    e.first_since.max(e.armed)
+                } else {
+                    e.first_since
+                };
+                let turn = if failed {
+                    Some(Err(ExceedsBurst {
+                        requested: tokens,
+                        burst: shared.capacity.load(Ordering::Acquire),
+                    }))
+                } else if first {
+                    let from = now.saturating_sub(shared.slack(&st)).max(since);
+                    match shared.commit(&mut st, tokens, from, now) {
+                        Ok(permit) => Some(Ok(permit)),
+                        Err(at) => {
+                            st.queue.get_mut(key).armed = at;
+                            None
+                        }
                     }
-                    let tat = if st.window.is_some() {
-                        0
-                    } else {
-                        e.deadline + self.shared.gcra.tolerance()
-                    };
+                } else {
+                    None
+                };
+                if let Some(result) = turn {
+                    let counted_at = result.as_ref().ok().map(|p| p.at);
+                    let (_, next) = shared.leave(&mut st, key, now, counted_at);
+                    self.key = None;
                     drop(st);
-                    self.shared.observe_admitted(e.tokens, now - self.since);
-                    return Poll::Ready(Ok(Permit {
-                        tokens: e.tokens,
-                        at: e.deadline,
-                        tat,
-                    }));
+                    next.into_iter().for_each(Waker::wake);
+                    if result.is_ok() {
+                        shared.observe_admitted(tokens, now - self.since);
+                    }
+                    return Poll::Ready(result);
                 }
-                match &entry.waker {
+                let e = st.queue.get_mut(key);
+                match &e.waker {
                     Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => entry.waker = Some(cx.waker().clone()),
+                    _ => e.waker = Some(cx.waker().clone()),
                 }
-                (entry.deadline, now)
+                (e.armed, now)
             };
+            if deadline <= now {
+                // Due, but someone ahead has not gone yet: the hand-over wakes us.
+                return Poll::Pending;
+            }
             if self.armed != Some(deadline) {
                 self.armed = Some(deadline);
-                sleep
-                    .as_mut()
-                    .reset(self.shared.clock.instant_at(deadline, now));
+                sleep.as_mut().reset(shared.clock.instant_at(deadline, now));
             }
             match sleep.as_mut().poll(cx) {
                 Poll::Pending => return Poll::Pending,
                 // The timer fired before the clock reached the deadline (a coarser timer):
                 // re-arm a tick later rather than spin.
-                Poll::Ready(()) if deadline > now => {
-                    let later =
-                        self.shared.clock.instant_at(deadline, now) + Duration::from_millis(1);
+                Poll::Ready(()) if deadline > shared.clock.now_ns() => {
+                    let later = shared.clock.instant_at(deadline, now) + Duration::from_millis(1);
                     sleep.as_mut().reset(later);
                 }
                 Poll::Ready(()) => {}
@@ -514,16 +647,8 @@ impl Drop for Waiter {
         let Some(key) = self.key else { return };
         let mut st = self.shared.lock();
         let now = self.shared.clock.now_ns();
-        let e = st.queue.remove(key);
-        if e.failed {
-            return;
-        }
-        let tat = e.deadline + self.shared.gcra.tolerance();
-        let permit = Permit {
-            tokens: e.tokens,
-            at: e.deadline,
-            tat,
-        };
-        self.shared.undo(&mut st, permit, e.seq, now);
+        let (_, next) = self.shared.leave(&mut st, key, now, None);
+        drop(st);
+        next.into_iter().for_each(Waker::wake);
     }
 }

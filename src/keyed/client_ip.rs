@@ -120,14 +120,14 @@ impl ClientIp {
     /// Key IPv6 clients by their first `bits` bits (default 64; at most 128).
     #[must_use]
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.grouping.v6 = bits.min(128);
+        self.grouping = self.grouping.with_v6(bits);
         self
     }
 
     /// Key IPv4 clients by their first `bits` bits (default 32; at most 32).
     #[must_use]
     pub fn ipv4_prefix(mut self, bits: u8) -> Self {
-        self.grouping.v4 = bits.min(32);
+        self.grouping = self.grouping.with_v4(bits);
         self
     }
 

@@ -99,6 +99,12 @@ impl HeaderKey {
         Self::new(HeaderName::from_static("x-api-key"))
     }
 
+    /// Keys by `Authorization` (a bearer token, say). gRPC metadata are HTTP/2 headers, so
+    /// this and [`x_api_key`](Self::x_api_key) key gRPC calls by their metadata too.
+    pub fn authorization() -> Self {
+        Self::new(http::header::AUTHORIZATION)
+    }
+
     /// The header read.
     pub fn name(&self) -> &HeaderName {
         &self.name
@@ -162,14 +168,14 @@ impl PeerIp {
     /// Key IPv6 peers by their first `bits` bits (default 64; at most 128).
     #[must_use]
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.grouping.v6 = bits.min(128);
+        self.grouping = self.grouping.with_v6(bits);
         self
     }
 
     /// Key IPv4 peers by their first `bits` bits (default 32; at most 32).
     #[must_use]
     pub fn ipv4_prefix(mut self, bits: u8) -> Self {
-        self.grouping.v4 = bits.min(32);
+        self.grouping = self.grouping.with_v4(bits);
         self
     }
 }

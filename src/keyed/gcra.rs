@@ -170,7 +170,7 @@ mod tests {
     #[test]
     fn leaky_spaces_every_admission_by_its_cost() {
         let quota = Quota::per_second(4).burst(3);
-        let rule = GcraRule::new(quota, Algorithm::LeakyBucket { max_queue: 0 });
+        let rule = GcraRule::new(quota, Algorithm::leaky_bucket(0));
         let t = Duration::from_millis(250).as_nanos() as u64;
         // Idle: a cost of 3 goes at once and drains over the next 3 intervals.
         let (mut s, a) = rule.admit_new(0, 3, 0).unwrap();

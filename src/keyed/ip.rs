@@ -160,6 +160,22 @@ impl Default for Grouping {
 }
 
 impl Grouping {
+    /// IPv6 addresses keyed by their first `bits` bits (at most 128).
+    pub(crate) fn with_v6(self, bits: u8) -> Self {
+        Grouping {
+            v6: bits.min(128),
+            ..self
+        }
+    }
+
+    /// IPv4 addresses keyed by their first `bits` bits (at most 32).
+    pub(crate) fn with_v4(self, bits: u8) -> Self {
+        Grouping {
+            v4: bits.min(32),
+            ..self
+        }
+    }
+
     /// The key of `ip`: IPv4-mapped addresses count as IPv4, then the prefix is kept.
     pub(crate) fn key(&self, ip: IpAddr) -> IpAddr {
         let ip = ip.to_canonical();

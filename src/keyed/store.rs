@@ -322,6 +322,7 @@ where
         let view = on_core!(&s.engine, core => core.view(key, now));
         Snapshot {
             quota: s.quota,
+            effective: s.quota,
             available: u32::try_from(view.available).unwrap_or(u32::MAX),
             next_token_in: Duration::from_nanos(view.next_in),
             full_in: Duration::from_nanos(view.full_in),

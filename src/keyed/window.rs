@@ -12,7 +12,7 @@
 use std::num::NonZeroU64;
 
 use super::rule::{Admit, Rule, Slot, View};
-use crate::bucket::epoch_phase;
+use crate::bucket::{epoch_phase, sliding_carried, sliding_fits};
 use crate::{Algorithm, Quota};
 
 /// A key's windows.
@@ -109,32 +109,25 @@ impl WindowRule {
         }
     }
 
-    /// `prev · (time left in window w at t) / width`, rounded up: the previous window's
-    /// share still counted by the sliding estimate.
+    /// The previous window's share still counted by the sliding estimate at `t` in window `w`.
     fn carried(&self, prev: u64, w: u64, t: u64) -> u64 {
-        if !self.sliding || prev == 0 {
+        if !self.sliding {
             return 0;
         }
-        let left = u128::from(self.start(w + 1).saturating_sub(t));
-        (u128::from(prev) * left).div_ceil(u128::from(self.width)) as u64
+        sliding_carried(prev, self.start(w + 1).saturating_sub(t), self.width)
     }
 
     /// The earliest instant `≥ not_before` in window `w` at which `tokens` more fit.
     fn fits(&self, w: u64, (cur, prev): (u64, u64), tokens: u64, not_before: u64) -> Option<u64> {
-        if cur + tokens > self.limit {
-            return None;
-        }
-        let t = not_before.max(self.start(w));
-        let room = self.limit - cur - tokens;
-        if self.carried(prev, w, t) <= room {
-            return Some(t);
-        }
-        // The carried share falls linearly: ceil(prev · (end − t) / width) ≤ room
-        // ⇔ t ≥ end − ⌊room · width / prev⌋.
-        let end = self.start(w + 1);
-        let reach = (u128::from(room) * u128::from(self.width) / u128::from(prev)) as u64;
-        let t = end.saturating_sub(reach).max(t);
-        (t < end).then_some(t)
+        let prev = if self.sliding { prev } else { 0 };
+        let window = (self.start(w), self.start(w + 1));
+        sliding_fits(
+            (self.limit, self.width),
+            window,
+            (cur, prev),
+            tokens,
+            not_before,
+        )
     }
 
     /// Admit after the counts `c` (of `before`, if any): the new counts and the instant, or

@@ -15,6 +15,8 @@ pub struct Counters {
     paused: AtomicU64,
     waited_ns: AtomicU64,
     tokens: AtomicU64,
+    /// The last rate reported, `f64` bits (0: none yet).
+    rate: AtomicU64,
 }
 
 /// Totals read from [`Counters`].
@@ -38,6 +40,13 @@ pub struct Counts {
 }
 
 impl Counters {
+    /// The bucket's rate at the last report, tokens per second; `None` before the rate
+    /// first changed.
+    pub fn rate(&self) -> Option<f64> {
+        let bits = self.rate.load(Relaxed);
+        (bits != 0).then(|| f64::from_bits(bits))
+    }
+
     /// The totals so far.
     pub fn get(&self) -> Counts {
         Counts {
@@ -75,5 +84,9 @@ impl Observer for Counters {
 
     fn tokens(&self, available: u32) {
         self.tokens.store(u64::from(available), Relaxed);
+    }
+
+    fn rate(&self, per_second: f64) {
+        self.rate.store(per_second.to_bits(), Relaxed);
     }
 }

@@ -16,6 +16,7 @@ use super::Observer;
 /// | `tower_throttle_paused_total` | counter |
 /// | `tower_throttle_wait_seconds` | histogram, delayed admissions only |
 /// | `tower_throttle_tokens_available` | gauge |
+/// | `tower_throttle_rate_per_second` | gauge, the rate enforced (see [`adaptive`](crate::adaptive)) |
 ///
 /// The handles are registered once, when the observer is made.
 #[derive(Debug, Clone)]
@@ -27,6 +28,7 @@ pub struct MetricsObserver {
     paused: Counter,
     wait: Histogram,
     tokens: Gauge,
+    rate: Gauge,
 }
 
 impl MetricsObserver {
@@ -48,6 +50,7 @@ impl MetricsObserver {
             paused: counter!("tower_throttle_paused_total", &limiter),
             wait: histogram!("tower_throttle_wait_seconds", &limiter),
             tokens: gauge!("tower_throttle_tokens_available", &limiter),
+            rate: gauge!("tower_throttle_rate_per_second", &limiter),
         }
     }
 }
@@ -75,5 +78,9 @@ impl Observer for MetricsObserver {
 
     fn tokens(&self, available: u32) {
         self.tokens.set(f64::from(available));
+    }
+
+    fn rate(&self, per_second: f64) {
+        self.rate.set(per_second);
     }
 }

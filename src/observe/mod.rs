@@ -64,4 +64,10 @@ pub trait Observer: Send + Sync + std::fmt::Debug + 'static {
     fn tokens(&self, available: u32) {
         let _ = available;
     }
+
+    /// The bucket's rate changed to `per_second` tokens a second (a server pushed back, or
+    /// the rate grew back; see [`adaptive`](crate::adaptive)).
+    fn rate(&self, per_second: f64) {
+        let _ = per_second;
+    }
 }

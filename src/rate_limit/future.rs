@@ -1,4 +1,4 @@
-//! [`CostFuture`].
+//! [`ResponseFuture`].
 
 use std::fmt;
 use std::future::Future;
@@ -23,7 +23,7 @@ pub(crate) enum Rest {
 pin_project! {
     /// Response future of a [`RateLimit`](super::RateLimit) with a per-request cost: waits for
     /// the rest of the request's cost, then calls the inner service.
-    pub struct CostFuture<S, Req>
+    pub struct ResponseFuture<S, Req>
     where
         S: Service<Req>,
     {
@@ -49,21 +49,21 @@ pin_project! {
     }
 }
 
-impl<S: Service<Req>, Req> CostFuture<S, Req> {
+impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     pub(crate) fn called(future: S::Future) -> Self {
-        CostFuture {
+        ResponseFuture {
             kind: Kind::Called { future },
         }
     }
 
     pub(crate) fn failed(error: BoxError) -> Self {
-        CostFuture {
+        ResponseFuture {
             kind: Kind::Failed { error: Some(error) },
         }
     }
 
     pub(crate) fn waiting(rest: Rest, svc: S, req: Req) -> Self {
-        CostFuture {
+        ResponseFuture {
             kind: Kind::Waiting {
                 rest,
                 sleep: Box::pin(tokio::time::sleep_until(tokio::time::Instant::now())),
@@ -74,7 +74,7 @@ impl<S: Service<Req>, Req> CostFuture<S, Req> {
     }
 }
 
-impl<S, Req> Future for CostFuture<S, Req>
+impl<S, Req> Future for ResponseFuture<S, Req>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
@@ -116,8 +116,13 @@ where
     }
 }
 
-impl<S: Service<Req>, Req> fmt::Debug for CostFuture<S, Req> {
+impl<S: Service<Req>, Req> fmt::Debug for ResponseFuture<S, Req> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CostFuture").finish_non_exhaustive()
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
+
+/// The response future of a [`RateLimit`](super::RateLimit) with a cost, renamed
+/// [`ResponseFuture`] as in every other middleware module.
+#[deprecated(note = "renamed `rate_limit::ResponseFuture`")]
+pub type CostFuture<S, Req> = ResponseFuture<S, Req>;

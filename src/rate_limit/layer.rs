@@ -51,10 +51,42 @@ impl<C> RateLimitLayer<C> {
     ///
     /// One token is reserved in `poll_ready` (so callers still wait their turn there); the
     /// rest of the cost is waited for in the response future before the request is sent, so
-    /// the bucket's bound holds for every request. A cost of zero returns the reserved token;
-    /// a cost above the burst fails with [`ExceedsBurst`](crate::ExceedsBurst) without
-    /// calling the inner service. The inner service must be `Clone` (the readied service
-    /// moves into the future while it waits).
+    /// the bucket's bound holds for every request. A cost of zero returns the reserved token.
+    ///
+    /// A cost above what one request may take (the burst, or a window's count) can never
+    /// fit: the call fails with [`Denied::ExceedsBurst`](crate::Denied::ExceedsBurst) and the
+    /// inner service is not called.
+    ///
+    /// The service's error is [`BoxError`](crate::BoxError), as for tower's own `Buffer` or
+    /// `Timeout`: keeping the inner service's error type is not possible, because a limit kept
+    /// in Redis can refuse while the request waits (its failure policy, a cost that can never
+    /// fit), and that refusal must reach the caller as an error rather than a silent bypass.
+    ///
+    /// The inner service must be `Clone`: the readied service moves into the response future
+    /// while the rest of the cost is waited for, as in tower's own middleware.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tower::{service_fn, Service, ServiceExt};
+    /// use tower_layer::Layer;
+    /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_throttle::BoxError> {
+    /// let bucket = Bucket::new(Quota::per_second(10).burst(10));
+    /// let layer = RateLimitLayer::new(bucket.clone()).cost(|batch: &Vec<u32>| batch.len() as u32);
+    /// let mut svc = layer.layer(service_fn(|batch: Vec<u32>| async move {
+    ///     Ok::<_, Infallible>(batch.len())
+    /// }));
+    ///
+    /// let start = tokio::time::Instant::now();
+    /// assert_eq!(svc.ready().await?.call(vec![1; 10]).await?, 10); // the whole burst
+    /// assert_eq!(svc.ready().await?.call(vec![1; 5]).await?, 5); // 5 more tokens: 500 ms
+    /// assert_eq!(start.elapsed(), Duration::from_millis(500));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn cost<F>(self, cost: F) -> RateLimitLayer<F> {
         RateLimitLayer {
             bucket: self.bucket,

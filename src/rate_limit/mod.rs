@@ -26,7 +26,9 @@ mod gate;
 mod layer;
 mod service;
 
+#[allow(deprecated)]
 pub use self::future::CostFuture;
+pub use self::future::ResponseFuture;
 pub use self::layer::RateLimitLayer;
 pub use self::service::RateLimit;
 

@@ -4,11 +4,11 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::future::{CostFuture, Rest};
+use super::future::{ResponseFuture, Rest};
 use super::gate::Gate;
 use super::UnitCost;
 use crate::bucket::{Backend, Permit, Reservation};
-use crate::{BoxError, Bucket};
+use crate::{BoxError, Bucket, Denied};
 
 /// Waits in `poll_ready` until the shared [`Bucket`] admits the next request.
 ///
@@ -75,7 +75,7 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = CostFuture<S, Req>;
+    type Future = ResponseFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         std::task::ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
@@ -84,8 +84,8 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         match self.gate.take() {
-            Ok(_spent) => CostFuture::called(self.inner.call(req)),
-            Err(refused) => CostFuture::failed(refused.into()),
+            Ok(_spent) => ResponseFuture::called(self.inner.call(req)),
+            Err(refused) => ResponseFuture::failed(refused.into()),
         }
     }
 }
@@ -98,7 +98,7 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = CostFuture<S, Req>;
+    type Future = ResponseFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         std::task::ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
@@ -108,32 +108,32 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let permit = match self.gate.take() {
             Ok(permit) => permit,
-            Err(refused) => return CostFuture::failed(refused.into()),
+            Err(refused) => return ResponseFuture::failed(refused.into()),
         };
         let bucket = self.gate.bucket();
         let n = (self.cost)(&req);
         if let Err(e) = bucket.check(n) {
             give_back(bucket, permit);
-            return CostFuture::failed(e.into());
+            return ResponseFuture::failed(Denied::from(e).into());
         }
         if n == 0 {
             give_back(bucket, permit);
         }
         if n <= 1 {
-            return CostFuture::called(self.inner.call(req));
+            return ResponseFuture::called(self.inner.call(req));
         }
         // The first token came with `poll_ready`; the rest of the cost is taken where the
         // limit is kept, before the request goes.
         let rest = match bucket.backend() {
             Backend::Local(local) => match local.reserve(n - 1, false) {
                 Ok(Reservation::Later(waiter)) => Rest::Local(waiter),
-                _ => return CostFuture::called(self.inner.call(req)),
+                _ => return ResponseFuture::called(self.inner.call(req)),
             },
             Backend::Remote(remote) => Rest::Remote(remote.acquire(n - 1)),
         };
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        CostFuture::waiting(rest, ready, req)
+        ResponseFuture::waiting(rest, ready, req)
     }
 }
 

@@ -128,11 +128,12 @@ pub(crate) struct Backend {
     scripts: Scripts,
     pub(crate) quota: Quota,
     pub(crate) algorithm: Algorithm,
-    /// Emission interval, µs (rounded up).
-    pub(crate) interval_us: u64,
+    /// Emission interval, µs (rounded up); a rate control may lengthen it
+    /// ([`set_interval`](Self::set_interval)).
+    interval_us: AtomicU64,
     pub(crate) burst: u32,
     /// GCRA tolerance, µs: `burst × interval` (token bucket) or `interval` (leaky bucket).
-    tolerance_us: u64,
+    tolerance_us: AtomicU64,
     /// The window (the quota's period), µs (rounded up), and the tokens per window.
     window_us: u64,
     limit: u32,
@@ -141,9 +142,9 @@ pub(crate) struct Backend {
     pub(crate) max_cost: u32,
     max_pause_us: u64,
     /// The largest time a valid reply can carry.
-    reply_limit_us: u64,
+    reply_limit_us: AtomicU64,
     /// How far ahead a waiter of the token or leaky bucket books its instant, µs.
-    reserve_us: u64,
+    reserve_us: AtomicU64,
     pub(crate) options: Options,
     /// Breaker: 0 = Redis healthy; else the instant (ns since `origin`, ≥ 1) until which
     /// decisions skip Redis after a failure.
@@ -224,15 +225,15 @@ impl Backend {
             scripts: Scripts::new(algorithm, options.lease.is_some()),
             quota,
             algorithm,
-            interval_us,
+            interval_us: AtomicU64::new(interval_us),
             burst,
-            tolerance_us,
+            tolerance_us: AtomicU64::new(tolerance_us),
             window_us,
             limit,
             max_cost: max_cost(quota, algorithm),
             max_pause_us,
-            reply_limit_us,
-            reserve_us,
+            reply_limit_us: AtomicU64::new(reply_limit_us),
+            reserve_us: AtomicU64::new(reserve_us),
             down_until: AtomicU64::new(0),
             failed_in_a_row: AtomicU32::new(0),
             outages: AtomicU64::new(0),
@@ -265,6 +266,11 @@ impl Backend {
         Ok(backend)
     }
 
+    /// A handle on the connection, for commands beside the scripts.
+    pub(crate) fn connection(&self) -> Conn {
+        self.conn.clone()
+    }
+
     pub(crate) fn policy(&self) -> &FailurePolicy {
         &self.options.policy
     }
@@ -283,13 +289,40 @@ impl Backend {
 
     /// Emission interval in ns, as the scripts see it (whole µs).
     pub(crate) fn interval_ns(&self) -> u64 {
-        self.interval_us * 1000
+        self.interval_us.load(Ordering::Acquire) * 1000
+    }
+
+    /// Decide at a longer emission `interval` from now on (a rate control lowering the
+    /// rate; the token and leaky bucket only, rounded up to whole µs and capped at what the
+    /// scripts can represent), never below the configured one.
+    pub(crate) fn set_interval(&self, interval: Duration) {
+        if !self.is_gcra() {
+            return;
+        }
+        let configured = micros_up(self.quota.interval());
+        let interval_us = micros_up(interval).max(configured);
+        // The tolerance, the booking horizon and replies scale with the interval: keep them
+        // within the span the scripts can represent.
+        let most =
+            (MAX_SPAN_US - self.max_pause_us - RESERVE_HORIZON_US) / 3 / u64::from(self.burst);
+        let interval_us = interval_us.min(most.max(configured));
+        let tau = interval_us * u64::from(self.burst);
+        let tolerance_us = match self.algorithm {
+            Algorithm::LeakyBucket { .. } => interval_us,
+            _ => tau,
+        };
+        let reserve_us = RESERVE_HORIZON_US.max(tolerance_us);
+        self.reserve_us.store(reserve_us, Ordering::Release);
+        self.reply_limit_us
+            .store(tau * 2 + self.max_pause_us + reserve_us, Ordering::Release);
+        self.tolerance_us.store(tolerance_us, Ordering::Release);
+        self.interval_us.store(interval_us, Ordering::Release);
     }
 
     /// The GCRA tolerance in ns, as the scripts see it: `burst × interval` (token bucket) or
     /// `interval` (leaky bucket).
     pub(crate) fn tolerance_ns(&self) -> u64 {
-        self.tolerance_us * 1000
+        self.tolerance_us.load(Ordering::Acquire) * 1000
     }
 
     /// Whether the algorithm is the token or leaky bucket (the state is "full again at").
@@ -339,7 +372,7 @@ impl Backend {
 
     /// How far ahead [`reserve`](Self::reserve) books an instant.
     pub(crate) fn reserve_horizon(&self) -> Duration {
-        Duration::from_micros(self.reserve_us)
+        Duration::from_micros(self.reserve_us.load(Ordering::Acquire))
     }
 
     /// Give back `n` tokens of an unused admission of the bucket at `key`.
@@ -371,11 +404,11 @@ impl Backend {
         let mut call = script.prepare_invoke();
         call.key(key)
             .key(format!("{key}:log"))
-            .arg(self.interval_us)
+            .arg(self.interval_us.load(Ordering::Acquire))
             .arg(self.burst)
             .arg(arg)
             .arg(self.max_pause_us)
-            .arg(self.tolerance_us)
+            .arg(self.tolerance_us.load(Ordering::Acquire))
             .arg(self.window_us)
             .arg(self.limit)
             .arg(book);
@@ -389,7 +422,11 @@ impl Backend {
             tokio::time::timeout(self.options.timeout, call.invoke_async::<Value>(&mut conn)).await;
         let received = Instant::now();
         let result = match result {
-            Ok(Ok(value)) => parse_grant(&value, self.reply_limit_us, max_grant),
+            Ok(Ok(value)) => parse_grant(
+                &value,
+                self.reply_limit_us.load(Ordering::Acquire),
+                max_grant,
+            ),
             Ok(Err(e)) => Err(RedisError::from_client(e)),
             Err(_) => Err(RedisError::new(RedisErrorKind::Timeout, "redis timed out")),
         };

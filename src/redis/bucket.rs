@@ -46,8 +46,11 @@ use crate::{Algorithm, Bucket, Denied, ExceedsBurst, Quota, Throttled};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 /// // In every process: the same URL and key mean the same bucket.
-/// let bucket =
-///     RedisBucket::connect("redis://127.0.0.1:6379", "github-api", Quota::per_second(10)).await?;
+/// let bucket = RedisBucket::builder(Quota::per_second(10))
+///     .url("redis://127.0.0.1:6379")
+///     .key("github-api")
+///     .build()
+///     .await?;
 ///
 /// bucket.acquire(1).await?; // waits for a token shared by all processes
 /// match bucket.try_acquire(1).await {
@@ -76,7 +79,8 @@ struct Inner {
 }
 
 impl RedisBucket {
-    /// A builder, for the key prefix, failure policy, timeouts and more.
+    /// The way to make a `RedisBucket`: a builder for the URL, key, failure policy, timeouts
+    /// and more; [`build`](RedisBucketBuilder::build) connects.
     pub fn builder(quota: Quota) -> RedisBucketBuilder {
         RedisBucketBuilder::new(quota)
     }
@@ -86,6 +90,7 @@ impl RedisBucket {
     ///
     /// # Errors
     /// As [`RedisBucketBuilder::build`].
+    #[deprecated(note = "use `RedisBucket::builder(quota).url(url).key(key).build()`")]
     pub async fn connect(url: &str, key: &str, quota: Quota) -> Result<Self, RedisError> {
         Self::builder(quota).url(url).key(key).build().await
     }
@@ -147,6 +152,10 @@ impl RedisBucket {
     /// given back.
     pub fn leased_tokens(&self) -> u32 {
         self.inner.lease.as_ref().map_or(0, Lease::tokens)
+    }
+
+    pub(super) fn backend(&self) -> &Backend {
+        &self.inner.backend
     }
 
     /// Whether `self` and `other` are clones of one handle.

@@ -53,8 +53,8 @@ macro_rules! shared_settings {
         /// Every process of a limit must use the same algorithm: a process with another one
         /// does not misread the key, it resets it to a fresh state of its own. The local
         /// fallback of [`FailurePolicy::Local`] uses the same algorithm.
-        /// `LeakyBucket { max_queue }` bounds only the waiters of an in-process bucket: the
-        /// Redis backend does not use `max_queue`.
+        /// `Algorithm::leaky_bucket(max_queue)` bounds only the waiters of an in-process
+        /// bucket: the Redis backend does not use `max_queue`.
         pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
             self.options.algorithm = algorithm;
             self

@@ -66,7 +66,8 @@ struct Inner {
 }
 
 impl RedisKeyed {
-    /// A builder, for the key prefix, failure policy, timeouts and more.
+    /// The way to make a `RedisKeyed`: a builder for the URL, key prefix, failure policy,
+    /// timeouts and more; [`build`](RedisKeyedBuilder::build) connects.
     pub fn builder(quota: Quota) -> RedisKeyedBuilder {
         RedisKeyedBuilder::new(quota)
     }
@@ -76,6 +77,7 @@ impl RedisKeyed {
     ///
     /// # Errors
     /// As [`RedisKeyedBuilder::build`].
+    #[deprecated(note = "use `RedisKeyed::builder(quota).url(url).key_prefix(prefix).build()`")]
     pub async fn connect(url: &str, key_prefix: &str, quota: Quota) -> Result<Self, RedisError> {
         Self::builder(quota)
             .url(url)

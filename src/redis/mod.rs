@@ -231,8 +231,8 @@
 //!   admitted): the token and leaky bucket move their instant back, the windows lower the
 //!   current window's count, the log removes the newest entry of that cost; never below
 //!   empty.
-//! - `LeakyBucket { max_queue }` bounds the waiters of an in-process bucket only: the Redis
-//!   backend does not use it (its waiters line up per process as for every algorithm).
+//! - `Algorithm::leaky_bucket(max_queue)` bounds the waiters of an in-process bucket only: the
+//!   Redis backend does not use it (its waiters line up per process as for every algorithm).
 //! - Waiting: with the token and leaky bucket each reply says when the next request fits,
 //!   so an admission costs one round trip; with the windows a process learns only from
 //!   refusals, so a waiter may need a second round trip.
@@ -241,12 +241,15 @@ mod backend;
 mod bucket;
 mod builder;
 mod conn;
+#[cfg(test)]
+mod differential;
 mod error;
 mod failure;
 mod key;
 mod keyed;
 mod lane;
 mod lease;
+mod rate;
 mod remote;
 mod script;
 

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{RedisBucket, RedisKeyed};
-use crate::bucket::{Remote, RemoteAcquire, RemoteDecision};
+use crate::adaptive::Cut;
+use crate::bucket::{Remote, RemoteAcquire, RemoteDecision, RemoteLearned};
 use crate::keyed::{KeyId, RemoteKeyed, RemoteKeys, StableKey};
-use crate::{Bucket, Denied, KeyedBucket};
+use crate::{Bucket, Denied, KeyedBucket, Quota};
 use tokio::time::Instant;
 
 /// Try now; if the refusal's wait is within `max_wait`, wait for the admission until then.
@@ -68,6 +69,20 @@ impl Remote for RedisBucket {
     fn pause(&self, cooldown: Duration) {
         let this = self.clone();
         detach(async move { this.pause(cooldown).await });
+    }
+
+    fn set_rate(&self, quota: Quota) {
+        RedisBucket::set_rate(self, quota);
+    }
+
+    fn publish(&self, cut: Cut) {
+        let this = self.clone();
+        detach(async move { Ok(this.publish(cut).await?) });
+    }
+
+    fn learned(&self) -> Option<RemoteLearned> {
+        let this = self.clone();
+        Some(Box::pin(async move { this.learned().await.ok().flatten() }))
     }
 }
 

@@ -4,7 +4,8 @@
 //! Each script is `lua/common.lua` (arguments, Redis clock, the stored value, TTL helpers),
 //! then the algorithm's `lua/<algorithm>/state.lua` (parse, clamp, save, and the model's
 //! `earliest` / `restart_at`), then the operation: `acquire.lua`, `pause.lua` or
-//! `release.lua`. The token and leaky bucket share `lua/gcra/`, told apart by a tag.
+//! `release.lua`. The token and leaky bucket share `lua/gcra/`, told apart by a tag; the
+//! windows share the operations in `lua/window/` (the log has its own acquire and release).
 //!
 //! # State, per algorithm (integers, µs of the Redis clock)
 //! | algorithm | `KEYS[1]` (string) | `KEYS[2]` (`<key>:log`) |
@@ -52,19 +53,19 @@ use crate::Algorithm;
 
 /// One script's source: `TAG`, the shared prelude, the algorithm's state, the operation.
 macro_rules! source {
-    ($tag:literal, $dir:literal, $op:literal) => {
+    ($tag:literal, $state:literal, $dir:literal, $op:literal) => {
         concat!(
             "local TAG = '",
             $tag,
             "'\n",
             include_str!("lua/common.lua"),
-            include_str!(concat!("lua/", $dir, "/state.lua")),
+            include_str!(concat!("lua/", $state, "/state.lua")),
             include_str!(concat!("lua/", $dir, "/", $op, ".lua"))
         )
     };
 }
 
-/// The sources of one algorithm: acquire, pause, release.
+/// The sources of one algorithm: acquire, pause, release, each from `lua/<dir>/<op>.lua`.
 ///
 /// - acquire: take `ARGV[3]` tokens if they fit. Returns `{admitted 0|1, wait µs, full_in µs}`.
 /// - pause: pause for `ARGV[3]` µs (at most P). Returns `{1, pause_in µs, full_in µs}`.
@@ -73,30 +74,34 @@ macro_rules! source {
 /// `full_in` is the time from the script's `now` until the state no longer matters: for the
 /// token and leaky bucket, until the bucket is full again.
 macro_rules! sources {
-    ($tag:literal, $dir:literal) => {
+    ($tag:literal, $state:literal, [$acquire:literal, $pause:literal, $release:literal]) => {
         [
-            source!($tag, $dir, "acquire"),
-            source!($tag, $dir, "pause"),
-            source!($tag, $dir, "release"),
+            source!($tag, $state, $acquire, "acquire"),
+            source!($tag, $state, $pause, "pause"),
+            source!($tag, $state, $release, "release"),
         ]
     };
 }
 
 /// The script sources of `algorithm`: acquire, pause, release.
+///
+/// The window models share their operations (`lua/window/`), written once against the
+/// functions every window `state.lua` defines (`earliest`, `restart_at`, `horizon`, `save`):
+/// the fixed and sliding windows all three, the sliding log its pause.
 pub(crate) fn sources(algorithm: Algorithm) -> [&'static str; 3] {
     match algorithm {
-        Algorithm::TokenBucket => sources!("", "gcra"),
-        Algorithm::LeakyBucket { .. } => sources!("K", "gcra"),
-        Algorithm::FixedWindow => sources!("", "fixed"),
-        Algorithm::SlidingWindow => sources!("", "sliding"),
-        Algorithm::SlidingLog => sources!("", "log"),
+        Algorithm::TokenBucket => sources!("", "gcra", ["gcra", "gcra", "gcra"]),
+        Algorithm::LeakyBucket { .. } => sources!("K", "gcra", ["gcra", "gcra", "gcra"]),
+        Algorithm::FixedWindow => sources!("", "fixed", ["window", "window", "window"]),
+        Algorithm::SlidingWindow => sources!("", "sliding", ["window", "window", "window"]),
+        Algorithm::SlidingLog => sources!("", "log", ["log", "window", "log"]),
     }
 }
 
 /// The token bucket's lease script: give back an expired lease's unused tokens, then take
 /// up to `ARGV[3]` tokens that fit now (at least `ARGV[9]`). Returns `{granted, wait µs,
 /// full_in µs}`.
-pub(crate) const LEASE_SOURCE: &str = source!("", "gcra", "lease");
+pub(crate) const LEASE_SOURCE: &str = source!("", "gcra", "gcra", "lease");
 
 /// The scripts of one algorithm, hashed once.
 #[derive(Debug)]

@@ -172,7 +172,7 @@ impl<K, E, O> RejectLayer<K, E, O> {
         self.with(Fallback::new(service))
     }
 
-    fn with<P>(self, on_reject: P) -> RejectLayer<K, E, P> {
+    pub(crate) fn with<P>(self, on_reject: P) -> RejectLayer<K, E, P> {
         RejectLayer {
             limits: self.limits,
             on_reject,

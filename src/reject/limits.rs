@@ -237,21 +237,14 @@ fn reserve<K: Hash + Eq>(
     }
 }
 
-/// A refusal by the limit `name` of `quota`: nothing left, the next token the refusal's wait
-/// away (reported as zero when waiting does not help).
+/// A refusal by the limit `name` of `quota`.
 pub(crate) fn refusal(
     by: RejectedBy,
     name: &'static str,
     quota: &crate::Quota,
     denied: Denied,
 ) -> Rejected {
-    let status = Status {
-        name,
-        quota: *quota,
-        remaining: 0,
-        reset: denied.wait().unwrap_or(Duration::ZERO),
-    };
-    Rejected::new(by, denied, status)
+    Rejected::new(by, denied, name, *quota)
 }
 
 /// A per-key limit right after `grant`, seen when it is due.

@@ -77,13 +77,21 @@ pub(crate) struct Status {
 }
 
 impl Rejected {
-    /// Refused by the limit `status` describes, for the reason `denied`.
-    pub(crate) fn new(by: RejectedBy, denied: Denied, status: Status) -> Self {
-        Rejected {
+    /// Refused by the limit `name` of `quota`, for the reason `denied`: nothing left, the
+    /// next token [`wait`](Self::wait) away (zero when waiting does not help).
+    pub(crate) fn new(by: RejectedBy, denied: Denied, name: &'static str, quota: Quota) -> Self {
+        let mut rejected = Rejected {
             by,
             denied: Some(denied),
-            status: Some(status),
-        }
+            status: None,
+        };
+        rejected.status = Some(Status {
+            name,
+            quota,
+            remaining: 0,
+            reset: rejected.wait().unwrap_or(Duration::ZERO),
+        });
+        rejected
     }
 
     /// No key, and keyless requests are rejected.
@@ -118,7 +126,7 @@ impl Rejected {
     /// The `Retry-After` value: the [`wait`](Self::wait) in whole seconds, rounded **up**, at
     /// least 1, saturating; `None` when waiting does not help.
     pub fn retry_after_secs(&self) -> Option<u64> {
-        self.wait().map(|w| crate::denied::ceil_secs(w).max(1))
+        self.wait().map(crate::denied::retry_after_secs)
     }
 
     /// The quota of the limit that turned the request away.

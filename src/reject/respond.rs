@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::header::CONTENT_TYPE;
-use http::{HeaderValue, Response};
+use http::{HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
@@ -42,16 +42,25 @@ pub trait OnReject<Req, Res, E> {
 ///
 /// Works for any response body that converts from a `&'static str` (axum's `Body`, `String`,
 /// `Full<Bytes>`…); for other bodies use [`on_reject`](super::RejectLayer::on_reject).
+///
+/// With the `grpc` feature, a gRPC request (`content-type: application/grpc…`) gets a gRPC
+/// answer instead: a trailers-only `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms` (see
+/// [`grpc::ResourceExhausted`](crate::grpc::ResourceExhausted)). Plain HTTP requests never
+/// carry that content type, so their answer does not change.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TooManyRequests;
 
-impl<Req, B, E> OnReject<Req, Response<B>, E> for TooManyRequests
+impl<ReqB, B, E> OnReject<Request<ReqB>, Response<B>, E> for TooManyRequests
 where
     B: From<&'static str>,
 {
     type Future = Ready<Result<Response<B>, E>>;
 
-    fn on_reject(&self, _: Req, rejected: &Rejected) -> Self::Future {
+    fn on_reject(&self, _req: Request<ReqB>, rejected: &Rejected) -> Self::Future {
+        #[cfg(feature = "grpc")]
+        if crate::grpc::is_grpc_request(&_req) {
+            return ready(Ok(crate::grpc::refusal(rejected, B::from(""))));
+        }
         let body = match rejected.by() {
             RejectedBy::MissingKey => "Bad Request\n",
             _ => "Too Many Requests\n",

@@ -28,6 +28,15 @@ use crate::observe::Observer;
 /// Cloning is cheap and shares every bucket. The inner service is cloned only when a request
 /// waits ([`max_wait`](super::RejectLayer::max_wait)): the clone takes the place of the
 /// readied service, which goes with the request, as in tower's own middleware.
+///
+/// # Why `S: Clone`, even when nothing waits
+/// Whether a request can wait is known only at run time: besides `max_wait`, a bucket kept
+/// in Redis (`Bucket::from(RedisBucket)`, `KeyedBucket::from(RedisKeyed)`) decides
+/// asynchronously, in the response future, behind the same [`Bucket`](crate::Bucket) and
+/// [`KeyedBucket`](crate::KeyedBucket) types; the readied service must then travel with the
+/// request. A `Service` impl without the bound would have to refuse, or decide for this
+/// process only, on those paths, which the crate does not do silently. Every axum, hyper and
+/// `tower::service_fn` service is `Clone`; wrap another in `tower::buffer::Buffer`.
 pub struct Reject<S, K = (), E = GlobalKey, O = TooManyRequests> {
     inner: S,
     config: Arc<Config<K, E, O>>,
@@ -50,20 +59,7 @@ impl<S, K, E, O> Reject<S, K, E, O> {
         Reject { inner, config }
     }
 
-    /// A reference to the inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// A mutable reference to the inner service.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!();
 
     /// The longest a request waits before it is refused (zero: it never waits).
     pub fn max_wait(&self) -> Duration {

@@ -37,7 +37,7 @@ type Cost = Arc<dyn Fn(&Request) -> u32 + Send + Sync>;
 /// # Errors
 /// A request that the bucket can never admit — its [`cost`](Self::cost) exceeds the burst, or
 /// a leaky bucket's queue is full — fails at once with a
-/// `reqwest_middleware::Error::Middleware` wrapping an [`AcquireError`](crate::AcquireError);
+/// `reqwest_middleware::Error::Middleware` wrapping a [`Denied`](crate::Denied);
 /// it is not sent.
 #[derive(Clone)]
 #[must_use]

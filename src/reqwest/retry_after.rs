@@ -104,11 +104,13 @@ impl Middleware for RetryAfterMiddleware {
         let mut previous_delay = Duration::ZERO;
         let mut req = req;
         loop {
+            let sent = Instant::now();
             let result = next.clone().run(req, extensions).await;
             let attempt = Attempt {
                 method: &method,
                 retries,
                 elapsed: started.elapsed(),
+                sent,
                 previous_delay,
                 replayable: copy.is_some(),
             };

@@ -30,6 +30,7 @@ pin_project! {
         policy: Arc<Policy>,
         retries: u32,
         started: Instant,
+        sent: Instant,
         previous_delay: Duration,
     }
 }
@@ -59,6 +60,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             policy,
             retries: 0,
             started: Instant::now(),
+            sent: Instant::now(),
             previous_delay: Duration::ZERO,
         }
     }
@@ -83,6 +85,7 @@ where
                         method: this.method,
                         retries: *this.retries,
                         elapsed: this.started.elapsed(),
+                        sent: *this.sent,
                         previous_delay: *this.previous_delay,
                         replayable: this.copy.is_some(),
                     };
@@ -126,6 +129,7 @@ where
                         Some(req) => req,
                         None => this.copy.take().expect("retry without a request copy"),
                     };
+                    *this.sent = Instant::now();
                     let future = this.svc.call(req);
                     this.state.set(State::Called { future });
                 }

@@ -65,11 +65,13 @@ impl RetryAfterLayer {
                 retry_non_idempotent: false,
                 read_quota_headers: true,
                 classify: Arc::new(Failure::classify),
+                #[cfg(feature = "grpc")]
+                grpc: Default::default(),
             }),
         }
     }
 
-    fn with(mut self, f: impl FnOnce(&mut Policy)) -> Self {
+    pub(crate) fn with(mut self, f: impl FnOnce(&mut Policy)) -> Self {
         f(Arc::make_mut(&mut self.policy));
         self
     }

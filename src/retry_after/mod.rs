@@ -62,9 +62,13 @@ pub use self::backoff::Jitter;
 pub use self::budget::RetryBudget;
 pub use self::future::ResponseFuture;
 pub use self::layer::RetryAfterLayer;
-pub use self::parse::*;
+#[allow(deprecated)]
+pub use self::parse::MAX_RETRY_AFTER;
+pub use self::parse::{from_headers, parse, parse_bytes, RetryAfterError, MAX_PARSED_WAIT};
 pub use self::policy::Failure;
-#[cfg(feature = "reqwest")]
+#[cfg(feature = "grpc")]
+pub(crate) use self::policy::Verdict;
+#[cfg(any(feature = "reqwest", feature = "grpc"))]
 pub(crate) use self::policy::{Action, Attempt, Policy};
 pub use self::replay::{HttpResponse, Replay};
 pub use self::service::RetryAfter;

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Parsing never panics and never overflows: values that are malformed are
-//! [`RetryAfterError::Invalid`], and waits longer than [`MAX_RETRY_AFTER`] (including numbers
+//! [`RetryAfterError::Invalid`], and waits longer than [`MAX_PARSED_WAIT`] (including numbers
 //! too large for any integer type) are [`RetryAfterError::TooLong`].
 //!
 //! [RFC 9110 §10.2.3]: https://www.rfc-editor.org/rfc/rfc9110#section-10.2.3
@@ -23,11 +23,18 @@ use std::time::{Duration, SystemTime};
 use http::header::{DATE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue};
 
-/// The longest wait a `Retry-After` value may ask for: 365 days.
+/// The longest wait the parser accepts as a valid `Retry-After` value: 365 days.
 ///
 /// Anything longer is almost certainly a server bug (or an attempt to park the client forever)
-/// and is reported as [`RetryAfterError::TooLong`] instead of being honoured.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+/// and is reported as [`RetryAfterError::TooLong`]. This bounds what is *valid*; how long a
+/// client is willing to *sleep* is the retry layer's
+/// [`max_retry_after`](super::RetryAfterLayer::max_retry_after) (5 minutes by default).
+pub const MAX_PARSED_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// The parser's bound on valid values, renamed [`MAX_PARSED_WAIT`] so that it is not taken
+/// for the retry layer's [`max_retry_after`](super::RetryAfterLayer::max_retry_after).
+#[deprecated(note = "renamed `MAX_PARSED_WAIT`")]
+pub const MAX_RETRY_AFTER: Duration = MAX_PARSED_WAIT;
 
 /// Why a `Retry-After` value was not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +42,7 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 pub enum RetryAfterError {
     /// The value is neither delta-seconds nor an HTTP-date.
     Invalid,
-    /// The value asks for a wait longer than [`MAX_RETRY_AFTER`].
+    /// The value asks for a wait longer than [`MAX_PARSED_WAIT`].
     TooLong,
 }
 
@@ -68,7 +75,7 @@ pub fn parse(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
 ///   time from `now` to that date; a date in the past is [`Duration::ZERO`].
 /// - Leading and trailing spaces and tabs are ignored.
 ///
-/// A wait longer than [`MAX_RETRY_AFTER`] is [`RetryAfterError::TooLong`]; anything else that
+/// A wait longer than [`MAX_PARSED_WAIT`] is [`RetryAfterError::TooLong`]; anything else that
 /// is not one of the forms above (empty, negative, fractional, signed, non-ASCII) is
 /// [`RetryAfterError::Invalid`].
 pub fn parse_bytes(value: &[u8], now: SystemTime) -> Result<Duration, RetryAfterError> {
@@ -83,7 +90,7 @@ pub fn parse_bytes(value: &[u8], now: SystemTime) -> Result<Duration, RetryAfter
             .duration_since(now)
             .unwrap_or(Duration::ZERO)
     };
-    if wait > MAX_RETRY_AFTER {
+    if wait > MAX_PARSED_WAIT {
         return Err(RetryAfterError::TooLong);
     }
     Ok(wait)
@@ -256,10 +263,10 @@ mod tests {
     #[test]
     fn cap_is_inclusive() {
         let now = SystemTime::now();
-        let max = MAX_RETRY_AFTER.as_secs();
+        let max = MAX_PARSED_WAIT.as_secs();
         assert_eq!(
             parse_bytes(max.to_string().as_bytes(), now),
-            Ok(MAX_RETRY_AFTER)
+            Ok(MAX_PARSED_WAIT)
         );
         assert_eq!(
             parse_bytes((max + 1).to_string().as_bytes(), now),

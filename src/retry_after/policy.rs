@@ -10,7 +10,7 @@ use http::{HeaderMap, Method, StatusCode};
 use super::backoff::{uniform, Backoff};
 use super::budget::RetryBudget;
 use super::replay::is_idempotent;
-use crate::headers::read_quota_hint;
+use crate::headers::{read_quota_hint, read_stated_rate};
 use crate::Bucket;
 
 /// Whether a failed request may have reached the server.
@@ -87,6 +87,8 @@ pub(crate) struct Policy {
     pub(crate) retry_non_idempotent: bool,
     pub(crate) read_quota_headers: bool,
     pub(crate) classify: Classify,
+    #[cfg(feature = "grpc")]
+    pub(crate) grpc: crate::grpc::GrpcPolicy,
 }
 
 impl fmt::Debug for Policy {
@@ -121,6 +123,8 @@ pub(crate) struct Attempt<'a> {
     pub(crate) retries: u32,
     /// Time since the first attempt.
     pub(crate) elapsed: Duration,
+    /// When this attempt was sent.
+    pub(crate) sent: tokio::time::Instant,
     pub(crate) previous_delay: Duration,
     /// Whether a copy of the request exists to send again.
     pub(crate) replayable: bool,
@@ -134,7 +138,7 @@ pub(crate) struct Verdict {
 }
 
 impl Policy {
-    fn may_retry(&self, a: &Attempt<'_>) -> bool {
+    pub(crate) fn may_retry(&self, a: &Attempt<'_>) -> bool {
         a.replayable && a.retries < self.max_retries
     }
 
@@ -151,7 +155,7 @@ impl Policy {
         }
     }
 
-    fn backoff(&self, a: &Attempt<'_>, floor: Option<Duration>) -> Action {
+    pub(crate) fn backoff(&self, a: &Attempt<'_>, floor: Option<Duration>) -> Action {
         if !self.budget.as_ref().map_or(true, RetryBudget::withdraw) {
             trace_event!(warn, "retry budget exhausted; returning the failure");
             return Action::Return;
@@ -170,6 +174,10 @@ impl Policy {
         headers: &HeaderMap,
         a: &Attempt<'_>,
     ) -> Verdict {
+        #[cfg(feature = "grpc")]
+        if let Some(verdict) = crate::grpc::on_response(self, status, headers, a) {
+            return verdict;
+        }
         let now = SystemTime::now();
         let hint = if self.read_quota_headers {
             read_quota_hint(headers, now)
@@ -177,6 +185,7 @@ impl Policy {
             None
         };
         let exhausted = hint.filter(|h| h.remaining == 0);
+        let stated = read_stated_rate(headers).filter(|_| self.read_quota_headers);
         if let Some(reset) = exhausted.and_then(|h| h.reset) {
             // Slow down before the 429: hold everyone until the quota resets.
             if !reset.is_zero() && reset <= self.max_retry_after {
@@ -187,7 +196,14 @@ impl Policy {
         let rate_limited_403 = status == StatusCode::FORBIDDEN && exhausted.is_some();
         let retry_after = super::from_headers(headers, now);
         if self.push_back.contains(&status) || rate_limited_403 {
-            return self.on_push_back(status, retry_after, exhausted.and_then(|h| h.reset), a);
+            let reset = exhausted.and_then(|h| h.reset);
+            return self.on_push_back(status, retry_after, reset, stated, a);
+        }
+        if status.is_success() {
+            match stated {
+                Some(rate) => self.bucket.record_stated(rate),
+                None => self.bucket.record_success(),
+            }
         }
         if status.is_server_error() {
             let floor = retry_after
@@ -212,11 +228,12 @@ impl Policy {
         }
     }
 
-    fn on_push_back(
+    pub(crate) fn on_push_back(
         &self,
         status: StatusCode,
         retry_after: Result<Option<Duration>, super::RetryAfterError>,
         reset: Option<Duration>,
+        stated: Option<f64>,
         a: &Attempt<'_>,
     ) -> Verdict {
         let cooldown = match retry_after {
@@ -239,7 +256,7 @@ impl Policy {
             };
         }
         trace_event!(warn, %status, ?cooldown, "server pushed back; pausing the bucket");
-        self.bucket.pause(cooldown);
+        self.bucket.pushed_back(cooldown, a.sent, stated);
         // 429 (and a rate-limit 403) mean the server refused the request: safe for any method.
         let refused = status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::FORBIDDEN;
         let allowed = refused || is_idempotent(a.method) || self.retry_non_idempotent;

@@ -26,20 +26,7 @@ impl<S> RetryAfter<S> {
         RetryAfter { inner, policy }
     }
 
-    /// A reference to the inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// A mutable reference to the inner service.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!();
 }
 
 impl<S, Req> Service<Req> for RetryAfter<S>

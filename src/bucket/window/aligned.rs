@@ -3,30 +3,28 @@
 
 use std::collections::VecDeque;
 
-use super::epoch_phase;
+use super::Align;
 
 /// Tokens committed per aligned window, from the window `base` on.
 #[derive(Debug)]
 pub(crate) struct Aligned {
     pub(crate) limit: u64,
     pub(crate) width: u64,
+    align: Align,
     phase: u64,
     base: u64,
     counts: VecDeque<u64>,
 }
 
 impl Aligned {
-    /// Windows aligned to multiples of `width` since the UNIX epoch; counts kept from
-    /// `keep` windows before the one of `now`.
-    pub(crate) fn new(limit: u64, width: u64, now: u64, keep: u64) -> Self {
-        Self::with_phase(limit, width, epoch_phase(width, now), now, keep)
-    }
-
-    pub(crate) fn with_phase(limit: u64, width: u64, phase: u64, now: u64, keep: u64) -> Self {
+    /// Windows aligned as `align` says; counts kept from `keep` windows before the one of
+    /// `now`.
+    pub(crate) fn new(limit: u64, width: u64, now: u64, keep: u64, align: Align) -> Self {
         let mut a = Aligned {
             limit,
             width,
-            phase,
+            align,
+            phase: align.phase(width, now),
             base: 0,
             counts: VecDeque::new(),
         };
@@ -34,22 +32,22 @@ impl Aligned {
         a
     }
 
-    /// The same windows (or new ones aligned to the epoch if the width changed), emptied.
+    /// The same windows (or new ones, aligned the same way, if the width changed), emptied.
     pub(crate) fn reset(&self, limit: u64, width: u64, now: u64, keep: u64) -> Self {
-        let phase = if width == self.width {
-            self.phase
-        } else {
-            epoch_phase(width, now)
-        };
-        Self::with_phase(limit, width, phase, now, keep)
+        let mut a = Self::new(limit, width, now, keep, self.align);
+        if width == self.width {
+            a.phase = self.phase;
+            a.base = a.index(now).saturating_sub(keep);
+        }
+        a
     }
 
     pub(crate) fn index(&self, t: u64) -> u64 {
-        (t + self.phase) / self.width
+        ((u128::from(t) + u128::from(self.phase)) / u128::from(self.width)) as u64
     }
 
     pub(crate) fn start(&self, w: u64) -> u64 {
-        (w * self.width).saturating_sub(self.phase)
+        w.saturating_mul(self.width).saturating_sub(self.phase)
     }
 
     pub(crate) fn count(&self, w: u64) -> u64 {
@@ -59,7 +57,18 @@ impl Aligned {
             .unwrap_or(0)
     }
 
+    /// The count of window `w`, created if need be. Windows before `w − 1` are forgotten
+    /// first, so the counts kept stay O(1) however far `w` lies (commits are never in the
+    /// future: those windows can no longer matter).
     pub(crate) fn slot(&mut self, w: u64) -> Option<&mut u64> {
+        let first = w.saturating_sub(1);
+        while self.base < first && !self.counts.is_empty() {
+            self.counts.pop_front();
+            self.base += 1;
+        }
+        if self.counts.is_empty() {
+            self.base = self.base.max(first);
+        }
         let i = usize::try_from(w.checked_sub(self.base)?).ok()?;
         if i >= self.counts.len() {
             self.counts.resize(i + 1, 0);
@@ -84,17 +93,10 @@ impl Aligned {
     /// Forget the windows more than `keep` before the one of `now`.
     pub(crate) fn prune(&mut self, now: u64, keep: u64) {
         let first = self.index(now).saturating_sub(keep);
-        while self.base < first {
+        while self.base < first && !self.counts.is_empty() {
             self.counts.pop_front();
             self.base += 1;
         }
-    }
-
-    /// Raise the count of the window of `t` to at least `floor`.
-    pub(crate) fn fill(&mut self, t: u64, floor: u64) {
-        let w = self.index(t);
-        if let Some(c) = self.slot(w) {
-            *c = (*c).max(floor);
-        }
+        self.base = self.base.max(first);
     }
 }

@@ -1,6 +1,7 @@
 //! Fixed windows, aligned to the clock.
 
 use super::aligned::Aligned;
+use super::Align;
 use super::Window;
 
 /// At most `limit` tokens per aligned window.
@@ -8,13 +9,8 @@ use super::Window;
 pub(crate) struct Fixed(Aligned);
 
 impl Fixed {
-    pub(crate) fn new(limit: u64, width: u64, now: u64) -> Self {
-        Fixed(Aligned::new(limit, width, now, 0))
-    }
-
-    #[cfg(test)]
-    fn with_phase(limit: u64, width: u64, phase: u64, now: u64) -> Self {
-        Fixed(Aligned::with_phase(limit, width, phase, now, 0))
+    pub(crate) fn new(limit: u64, width: u64, now: u64, align: Align) -> Self {
+        Fixed(Aligned::new(limit, width, now, 0, align))
     }
 }
 
@@ -55,13 +51,15 @@ impl Window for Fixed {
         }
     }
 
-    fn restart_at(&mut self, end: u64) {
-        // What is left of the window at `end`, in proportion to the time left in it.
-        let a = &mut self.0;
-        let left = a.start(a.index(end) + 1) - end;
-        let cap = (u128::from(a.limit) * u128::from(left) / u128::from(a.width)) as u64;
-        let floor = a.limit - cap.clamp(1, a.limit);
-        a.fill(end, floor);
+    fn restart_at(&mut self, _end: u64) {
+        // Nothing to forget: the ramp bounds what goes after the pause.
+    }
+
+    fn ramp_until(&self, end: u64) -> u64 {
+        // The first window boundary a whole period after the pause: the rest of a window is
+        // never let through at once.
+        let a = &self.0;
+        a.start(a.index(end.saturating_add(a.width - 1)).saturating_add(1))
     }
 
     fn set_limit(&mut self, limit: u64, width: u64, now: u64) {
@@ -77,7 +75,7 @@ mod tests {
 
     #[test]
     fn fills_windows_in_order() {
-        let mut f = Fixed::with_phase(3, 100, 0, 0);
+        let mut f = Fixed::new(3, 100, 0, Align::At(0));
         for _ in 0..3 {
             let t = f.earliest(1, 10);
             assert_eq!(t, 10);

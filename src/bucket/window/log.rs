@@ -113,16 +113,19 @@ impl Window for Log {
             .map_or(0, |e| (e.0 + self.width).saturating_sub(now))
     }
 
-    fn restart_at(&mut self, end: u64) {
-        // As an empty bucket refilling at limit/width: one token at `end`, the others
-        // coming back one per width/limit. Admissions still in the window at `end` stand for
-        // the first of those entries.
-        let live = self.limit - self.available(end).min(self.limit);
-        let step = (self.width / self.limit).max(1);
-        let first = (end + step).saturating_sub(self.width);
-        for k in live..self.limit - 1 {
-            self.commit(1, first + k * step);
-        }
+    fn restart_at(&mut self, _end: u64) {
+        // Restart empty: entries from before the pause must not expire into a burst after
+        // it (the ramp spaces the first period after the pause).
+        self.entries.clear();
+        self.total = 0;
+    }
+
+    fn ramp_until(&self, end: u64) -> u64 {
+        end.saturating_add(self.width)
+    }
+
+    fn slack(&self) -> u64 {
+        self.width / self.limit
     }
 
     fn set_limit(&mut self, limit: u64, width: u64, now: u64) {

@@ -7,11 +7,13 @@
 mod aligned;
 mod fixed;
 mod log;
+mod ramp;
 mod sliding;
 
 pub(crate) use self::fixed::Fixed;
 pub(crate) use self::log::Log;
-pub(crate) use self::sliding::Sliding;
+pub(crate) use self::ramp::Ramp;
+pub(crate) use self::sliding::{carried, fits, Sliding};
 
 /// A window model. Times are nanoseconds on the bucket's clock.
 pub(crate) trait Window: Send + std::fmt::Debug {
@@ -27,11 +29,44 @@ pub(crate) trait Window: Send + std::fmt::Debug {
     fn available(&self, now: u64) -> u64;
     /// Time from `now` until nothing committed at or before `now` counts any more.
     fn clear_in(&self, now: u64) -> u64;
-    /// Restart after a pause ending at `end` as from an empty bucket: little enough capacity
-    /// at `end` that the end of a cooldown brings no burst.
+    /// Restart after a pause ending at `end`: forget what would let admissions from before
+    /// the pause come back as a burst after it. The bucket lays a [`Ramp`] over the model
+    /// from `end` to [`ramp_until`](Window::ramp_until). O(1) time and memory.
     fn restart_at(&mut self, end: u64);
+    /// When the ramp after a pause ending at `end` hands over to the model's own bound.
+    fn ramp_until(&self, end: u64) -> u64;
+    /// How long before the present a waiter woken late may be counted as admitted (the
+    /// lateness of a timer), so late wake-ups do not add up to a lower rate: one token's
+    /// worth, or none for windows whose boundaries do not move (the bucket raises a nonzero
+    /// slack to the timer's granularity).
+    fn slack(&self) -> u64 {
+        0
+    }
     /// Change the limit and the period; never raise what is available at `now`.
     fn set_limit(&mut self, limit: u64, width: u64, now: u64);
+}
+
+/// Where a bucket's window boundaries fall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Align {
+    /// At multiples of the period since the UNIX epoch (a minute window resets on the minute).
+    Epoch,
+    /// At this instant of the bucket's clock (nanoseconds, before its origin if negative) and
+    /// every period from it.
+    At(i128),
+}
+
+impl Align {
+    /// The offset `phase` of the boundaries: they fall where `(t + phase) % width == 0`.
+    pub(crate) fn phase(self, width: u64, clock_now: u64) -> u64 {
+        match self {
+            Align::Epoch => epoch_phase(width, clock_now),
+            Align::At(origin) => {
+                let width = i128::from(width);
+                u64::try_from((-origin).rem_euclid(width)).unwrap_or(0)
+            }
+        }
+    }
 }
 
 /// Windows aligned to multiples of `width` since the UNIX epoch: the offset, in the bucket's

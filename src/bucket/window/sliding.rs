@@ -1,7 +1,45 @@
 //! Sliding window, estimated from two aligned fixed windows.
+//!
+//! The arithmetic of the estimate ([`carried`], [`fits`]) is written once here and used by
+//! both the bucket's [`Sliding`] model and the keyed store's per-key windows.
 
 use super::aligned::Aligned;
+use super::Align;
 use super::Window;
+
+/// `prev · left / width`, rounded up: the share of the previous window's `prev` tokens the
+/// estimate still counts with `left` ns of the current window to go.
+#[inline]
+pub(crate) fn carried(prev: u64, left: u64, width: u64) -> u64 {
+    // At most `prev` (left ≤ width), so the narrowing is exact.
+    (u128::from(prev) * u128::from(left)).div_ceil(u128::from(width)) as u64
+}
+
+/// The earliest instant `≥ not_before` in the window `[start, end)` (of `width` ns, `limit`
+/// tokens) at which `tokens` more fit, with `cur` tokens counted in it and `prev` in the
+/// window before; `None` when they do not fit in this window. `prev = 0` is a fixed window.
+#[inline]
+pub(crate) fn fits(
+    (limit, width): (u64, u64),
+    (start, end): (u64, u64),
+    (cur, prev): (u64, u64),
+    tokens: u64,
+    not_before: u64,
+) -> Option<u64> {
+    if cur + tokens > limit {
+        return None;
+    }
+    let t = not_before.max(start);
+    let room = limit - cur - tokens;
+    if carried(prev, end.saturating_sub(t), width) <= room {
+        return Some(t);
+    }
+    // The carried share falls linearly: ceil(prev · (end − t) / width) ≤ room
+    // ⇔ t ≥ end − ⌊room · width / prev⌋ (prev > 0 here: else nothing is carried).
+    let reach = (u128::from(room) * u128::from(width) / u128::from(prev)) as u64;
+    let t = end.saturating_sub(reach).max(t);
+    (t < end).then_some(t)
+}
 
 /// The estimate at `t` in window `w` is `count(w − 1) · (1 − f) + count(w)`, with `f` the
 /// elapsed fraction of `w`.
@@ -9,21 +47,21 @@ use super::Window;
 pub(crate) struct Sliding(Aligned);
 
 impl Sliding {
-    pub(crate) fn new(limit: u64, width: u64, now: u64) -> Self {
-        Sliding(Aligned::new(limit, width, now, 1))
-    }
-
-    #[cfg(test)]
-    fn with_phase(limit: u64, width: u64, phase: u64, now: u64) -> Self {
-        Sliding(Aligned::with_phase(limit, width, phase, now, 1))
+    pub(crate) fn new(limit: u64, width: u64, now: u64, align: Align) -> Self {
+        Sliding(Aligned::new(limit, width, now, 1, align))
     }
 
     /// `count(w−1) · (window time left at t) / width`, rounded up.
     fn carried(&self, w: u64, t: u64) -> u64 {
         let a = &self.0;
-        let prev = u128::from(w.checked_sub(1).map_or(0, |p| a.count(p)));
-        let left = u128::from(a.start(w + 1).saturating_sub(t));
-        (prev * left).div_ceil(u128::from(a.width)) as u64
+        let prev = w.checked_sub(1).map_or(0, |p| a.count(p));
+        carried(prev, a.start(w + 1).saturating_sub(t), a.width)
+    }
+
+    /// The tokens counted in window `w` and carried from the one before.
+    fn counts(&self, w: u64) -> (u64, u64) {
+        let a = &self.0;
+        (a.count(w), w.checked_sub(1).map_or(0, |p| a.count(p)))
     }
 }
 
@@ -32,22 +70,15 @@ impl Window for Sliding {
         let a = &self.0;
         let mut w = a.index(not_before);
         loop {
-            let cur = a.count(w);
-            if cur + tokens <= a.limit {
-                let t = not_before.max(a.start(w));
-                let room = a.limit - cur - tokens;
-                if self.carried(w, t) <= room {
-                    return t;
-                }
-                // The carried share falls linearly: ceil(prev · (end − t) / width) ≤ room
-                // ⇔ t ≥ end − ⌊room · width / prev⌋.
-                let prev = u128::from(a.count(w - 1));
-                let end = a.start(w + 1);
-                let reach = (u128::from(room) * u128::from(a.width) / prev) as u64;
-                let t = end.saturating_sub(reach).max(t);
-                if t < end {
-                    return t;
-                }
+            let window = (a.start(w), a.start(w + 1));
+            if let Some(t) = fits(
+                (a.limit, a.width),
+                window,
+                self.counts(w),
+                tokens,
+                not_before,
+            ) {
+                return t;
             }
             w += 1;
         }
@@ -83,12 +114,12 @@ impl Window for Sliding {
         }
     }
 
-    fn restart_at(&mut self, end: u64) {
-        // Fill the window of `end` so that one token fits then (counting the share the
-        // previous window still carries) and the rest come back as the estimate slides.
-        let w = self.0.index(end);
-        let floor = (self.0.limit - 1).saturating_sub(self.carried(w, end));
-        self.0.fill(end, floor);
+    fn restart_at(&mut self, _end: u64) {
+        // Nothing to forget: the ramp bounds what goes after the pause.
+    }
+
+    fn ramp_until(&self, end: u64) -> u64 {
+        end.saturating_add(self.0.width)
     }
 
     fn set_limit(&mut self, limit: u64, width: u64, now: u64) {
@@ -104,7 +135,7 @@ mod tests {
 
     #[test]
     fn the_previous_window_fades_linearly() {
-        let mut s = Sliding::with_phase(10, 1000, 0, 0);
+        let mut s = Sliding::new(10, 1000, 0, Align::At(0));
         s.commit(10, 0);
         assert_eq!(s.earliest(1, 0), 1000 + 100);
         assert_eq!(s.earliest(5, 0), 1500);

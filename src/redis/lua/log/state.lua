@@ -44,6 +44,7 @@ local gone = redis.call('ZRANGEBYSCORE', log, '-inf', cut)
 if #gone > 0 then
   total = total - sum(gone)
   redis.call('ZREMRANGEBYSCORE', log, '-inf', cut)
+  dirty = true -- the total must follow the entries, on a refusal too
 end
 -- Entries after `base` no legitimate state holds (a clock stepped back after a failover, a
 -- stray write): they are moved to `base`, at most L tokens, and the clamp is written.

@@ -1,4 +1,4 @@
--- acquire: take n = ARGV[3] tokens (1..L) if the sliding estimate lets them in now.
+-- acquire: take n = ARGV[3] tokens (1..L) if the window model (`earliest`) lets them in now.
 -- Returns {admitted 0|1, wait µs until they fit, µs until the state no longer matters}.
 local n = x
 if n < 1 or n > L then return redis.error_reply('ERR tower-throttle: bad arguments') end

@@ -1,0 +1,272 @@
+//! [`Control`]: one bucket's [`Law`], applied to the bucket through `set_quota`.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::law::Law;
+use super::Cut;
+use crate::bucket::Shared;
+use crate::Quota;
+
+/// A new rate is applied to the bucket when it differs from the one in force by this
+/// fraction or more (or at once after a push-back or a stated quota).
+const APPLY_STEP: f64 = 0.01;
+
+/// The rate control of one bucket, shared by its clones.
+#[derive(Debug)]
+pub(crate) struct Control {
+    state: Mutex<State>,
+    /// The rate in force, in tokens per second (`f64` bits), for lock-free reads.
+    rate: AtomicU64,
+    /// When this control last asked a remote limit what other processes learned (ns since
+    /// `origin`; 0: never).
+    synced: AtomicU64,
+    origin: Instant,
+}
+
+/// How often, at most, a bucket asks a remote limit what other processes learned.
+const SYNC_EVERY: Duration = Duration::from_millis(250);
+
+#[derive(Debug)]
+struct State {
+    /// The configured quota: the ceiling, and the shape (count, period, burst) of every
+    /// effective quota.
+    configured: Quota,
+    /// `None`: the rate stays at the configured one (pauses only).
+    law: Option<Law>,
+    /// The rate applied to the bucket last.
+    applied: f64,
+    /// The latest rates applied, with their instants: the rate a refused request was sent at.
+    history: VecDeque<(Instant, f64)>,
+    /// The rate a server stated last: taken once, when it first says it (a push-back at
+    /// that rate then lowers the rate as any push-back does).
+    stated: Option<f64>,
+}
+
+/// Rates remembered, for requests still in flight.
+const HISTORY: usize = 64;
+
+impl State {
+    /// The rate in force at `at`; the oldest remembered when `at` is older still.
+    fn rate_at(&self, at: Instant) -> f64 {
+        self.history
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= at)
+            .or(self.history.front())
+            .map_or(self.applied, |(_, r)| *r)
+    }
+}
+
+/// How a bucket's rate reacts to push-back: chosen on the builder.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Mode {
+    /// Lower on push-back, back up on success, never above the configured rate.
+    Converge,
+    /// Always the configured rate.
+    Fixed,
+    /// Search from `start` tokens per second, never below `floor`.
+    Search { start: f64, floor: f64 },
+}
+
+/// The lowest rate a push-back can lead to when nothing else says: one token an hour.
+pub(crate) const DEFAULT_FLOOR: f64 = 1.0 / 3600.0;
+
+impl Control {
+    pub(crate) fn new(configured: Quota, mode: Mode) -> Self {
+        let ceiling = configured.per_second_f64();
+        let law = match mode {
+            Mode::Converge => Some(Law::capped(ceiling, DEFAULT_FLOOR)),
+            Mode::Fixed => None,
+            Mode::Search { start, floor } => Some(Law::search(start, ceiling, floor)),
+        };
+        let rate = law.as_ref().map_or(ceiling, Law::rate);
+        Control {
+            state: Mutex::new(State {
+                configured,
+                law,
+                applied: ceiling,
+                history: VecDeque::new(),
+                stated: None,
+            }),
+            rate: AtomicU64::new(rate.to_bits()),
+            synced: AtomicU64::new(0),
+            origin: Instant::now(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No code path panics while holding the lock; recover the data if one ever did.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The configured quota (the ceiling).
+    pub(crate) fn configured(&self) -> Quota {
+        self.lock().configured
+    }
+
+    /// The rate in force, tokens per second.
+    pub(crate) fn rate(&self) -> f64 {
+        f64::from_bits(self.rate.load(Ordering::Acquire))
+    }
+
+    /// The rate the server refused (or stated) last, if any.
+    pub(crate) fn limit(&self) -> Option<f64> {
+        self.lock().law.as_ref().and_then(Law::limit)
+    }
+
+    /// Apply the start rate, when it is not the configured one (a search).
+    pub(crate) fn start(&self, shared: &Shared) {
+        let mut st = self.lock();
+        if let Some(rate) = st.law.as_ref().map(Law::rate) {
+            if rate != st.applied {
+                self.apply(&mut st, shared, rate, true);
+            }
+        }
+    }
+
+    /// A server pushed back for `cooldown` on a request sent at `sent`: lower the rate,
+    /// before the bucket is paused. Returns the cut, for other processes, if it made one.
+    pub(crate) fn pushed_back(
+        &self,
+        shared: &Shared,
+        cooldown: Duration,
+        sent: Instant,
+    ) -> Option<Cut> {
+        let mut st = self.lock();
+        let refused = st.rate_at(sent).min(self.rate());
+        let rate = st
+            .law
+            .as_mut()
+            .and_then(|l| l.pushed_back(Instant::now(), cooldown, refused))?;
+        trace_event!(info, rate, "server pushed back; lowering the rate");
+        self.apply(&mut st, shared, rate, true);
+        let resume = SystemTime::now().checked_add(cooldown)?;
+        Some(Cut { refused, resume })
+    }
+
+    /// Another process acted on a push-back: follow the same curve, unless this one already
+    /// acted on that cooldown or a later one.
+    pub(crate) fn adopt(&self, shared: &Shared, cut: Cut) {
+        let now = Instant::now();
+        let since = match cut.resume.duration_since(SystemTime::now()) {
+            Ok(ahead) => now.checked_add(ahead),
+            Err(past) => now.checked_sub(past.duration()),
+        };
+        let Some(since) = since else { return };
+        let mut st = self.lock();
+        if let Some(rate) = st.law.as_mut().and_then(|l| l.adopt(cut.refused, since)) {
+            trace_event!(
+                info,
+                rate,
+                "another process was pushed back; lowering the rate"
+            );
+            self.apply(&mut st, shared, rate, true);
+        }
+    }
+
+    /// Whether it is time to ask a remote limit what other processes learned (and if so,
+    /// the clock starts again).
+    pub(crate) fn sync_due(&self) -> bool {
+        if self.lock().law.is_none() {
+            return false;
+        }
+        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let last = self.synced.load(Ordering::Acquire);
+        let every = SYNC_EVERY.as_nanos() as u64;
+        (last == 0 || now.saturating_sub(last) >= every)
+            && self
+                .synced
+                .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    /// A request succeeded; `stated`: the rate the server's quota fields give, if any.
+    pub(crate) fn succeeded(&self, shared: &Shared, stated: Option<f64>) {
+        let mut st = self.lock();
+        let stated = stated.filter(|s| st.stated != Some(*s));
+        let Some(law) = st.law.as_mut() else { return };
+        let rate = match stated {
+            Some(stated) => law.stated(stated),
+            None => law.succeeded(Instant::now()),
+        };
+        if stated.is_some() {
+            st.stated = stated;
+        }
+        // A stated quota is applied exactly; a growing rate in steps.
+        let exact = stated.is_some() && rate != st.applied;
+        self.apply(&mut st, shared, rate, exact);
+    }
+
+    /// A new configured quota (from [`Bucket::set_quota`](crate::Bucket::set_quota)): the
+    /// rate restarts at it, as the ceiling, forgetting what was learned (a search ends).
+    pub(crate) fn reset(&self, quota: Quota) {
+        let mut st = self.lock();
+        let ceiling = quota.per_second_f64();
+        st.configured = quota;
+        st.applied = ceiling;
+        st.history.clear();
+        st.stated = None;
+        if let Some(law) = st.law.as_mut() {
+            *law = Law::capped(ceiling, law.floor());
+        }
+        self.rate.store(ceiling.to_bits(), Ordering::Release);
+    }
+
+    fn apply(&self, st: &mut State, shared: &Shared, rate: f64, always: bool) {
+        self.rate.store(rate.to_bits(), Ordering::Release);
+        let step = (rate - st.applied).abs() / st.applied;
+        if !always && step < APPLY_STEP {
+            return;
+        }
+        let Some(quota) = effective(st.configured, rate) else {
+            return;
+        };
+        st.applied = rate;
+        if st.history.len() == HISTORY {
+            st.history.pop_front();
+        }
+        st.history.push_back((Instant::now(), rate));
+        shared.set_rate(quota);
+        if let Some(o) = &shared.observer {
+            o.rate(rate);
+        }
+    }
+}
+
+/// The configured quota's shape at `rate` tokens per second: the same count and burst over
+/// a longer period. `None` when it cannot be built (a rate too low to represent).
+pub(crate) fn effective(configured: Quota, rate: f64) -> Option<Quota> {
+    let ceiling = configured.per_second_f64();
+    if rate.is_nan() || rate <= 0.0 || rate >= ceiling {
+        return Some(configured);
+    }
+    let period = configured.period().as_nanos() as f64 * ceiling / rate;
+    if !period.is_finite() || period >= u64::MAX as f64 {
+        return None;
+    }
+    let period = Duration::from_nanos(period.round() as u64).max(configured.period());
+    Quota::try_new(configured.count(), period)
+        .and_then(|q| q.try_burst(configured.burst_size()))
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effective_quota_keeps_the_shape_and_never_exceeds_the_ceiling() {
+        let q = Quota::per_second(100).burst(10);
+        let half = effective(q, 50.0).unwrap();
+        assert_eq!(half.interval(), Duration::from_millis(20));
+        assert_eq!((half.count(), half.burst_size()), (100, 10));
+        assert_eq!(effective(q, 500.0), Some(q));
+        assert_eq!(effective(q, f64::NAN), Some(q));
+        assert_eq!(effective(q, 1e-300), None);
+    }
+}

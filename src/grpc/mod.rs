@@ -1,0 +1,107 @@
+//! gRPC: tonic servers answer over-limit calls with `RESOURCE_EXHAUSTED` and a push-back,
+//! and tonic clients honour it, with gRFC A6's retry rules and retry throttling.
+//!
+//! gRPC does not speak `429` and `Retry-After`. An over-limit call is `RESOURCE_EXHAUSTED`
+//! (`grpc-status: 8`) in an HTTP 200 *trailers-only* response, and the server's cooldown is
+//! the `grpc-retry-pushback-ms` metadata of [gRFC A6]. tonic clients and servers are tower
+//! stacks, so the crate's layers sit in the right place; this module teaches them the words.
+//!
+//! **Server.** A [`RejectLayer`](crate::RejectLayer) answers a gRPC request (`content-type:
+//! application/grpc…`) with a trailers-only `RESOURCE_EXHAUSTED` carrying
+//! `grpc-retry-pushback-ms` (the real wait, rounded up to the millisecond). Detection is by
+//! content type, so it is automatic and leaves plain HTTP alone: the default rejection does
+//! it for bodies that convert from text (axum), and [`RejectLayer::grpc`](crate::RejectLayer::grpc)
+//! does it for tonic's body. Keys come from metadata as from headers (gRPC metadata *are*
+//! HTTP/2 headers): [`HeaderKey::x_api_key`](crate::keyed::HeaderKey::x_api_key),
+//! [`HeaderKey::authorization`](crate::keyed::HeaderKey::authorization).
+//!
+//! **Client.** [`RetryAfterLayer::grpc`](crate::RetryAfterLayer::grpc) wraps a tonic
+//! `Channel`: a trailers-only `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a push-back pauses
+//! the shared bucket for it — every worker holds — and the call is retried after it; a
+//! negative or malformed push-back is not retried; without one, the exponential backoff
+//! applies; the [`RetryThrottle`] stops retries while the server keeps failing.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tonic::body::Body;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), tower_throttle::BoxError> {
+//! // A server that pushes back the first call for 2 s, in a trailers-only response.
+//! let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+//! let server = service_fn({
+//!     let calls = calls.clone();
+//!     move |_req: http::Request<Body>| {
+//!         let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+//!         async move {
+//!             let mut res = http::Response::new(Body::empty());
+//!             res.headers_mut().insert("content-type", "application/grpc".parse().unwrap());
+//!             if first {
+//!                 res.headers_mut().insert("grpc-status", "8".parse().unwrap());
+//!                 res.headers_mut().insert("grpc-retry-pushback-ms", "2000".parse().unwrap());
+//!             }
+//!             Ok::<_, std::io::Error>(res)
+//!         }
+//!     }
+//! });
+//! let bucket = Bucket::new(Quota::per_second(10));
+//! let client = ServiceBuilder::new()
+//!     .layer(RetryAfterLayer::new(bucket.clone()).retry_after_jitter(Duration::ZERO).grpc())
+//!     .layer(RateLimitLayer::new(bucket.clone()))
+//!     .service(server); // a tonic `Channel` in real life
+//!
+//! let start = tokio::time::Instant::now();
+//! let call = http::Request::builder()
+//!     .header("content-type", "application/grpc")
+//!     .body(Body::empty())?;
+//! let res = client.oneshot(call).await?;
+//! assert!(res.headers().get("grpc-status").is_none()); // the retry went through
+//! assert_eq!(start.elapsed(), Duration::from_secs(2)); // exactly the server's push-back
+//! assert_eq!(bucket.snapshot().paused_until, None); // the pause is over
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ```text
+//! tonic::client::Grpc ─► GrpcRetry ─► RateLimit ─► Channel ══► Server ─► Reject ─► service
+//!                           │ push-back: pause()  │ wait for a token       │ RESOURCE_EXHAUSTED
+//!                           └────────► Bucket ◄───┘                        │ + push-back
+//! ```
+//!
+//! Design notes:
+//! - **HTTP fields, not tonic internals.** The module reads and writes HTTP fields (content
+//!   type, `grpc-status`, push-back), so the server side works for any gRPC server on `http`
+//!   1 (tonic, or gRPC routes in an axum app). From tonic it takes only the status codes
+//!   ([`tonic::Code`]) and its body type, which the client's request copies are made of; the
+//!   dependency is tonic without default features (no transport, no codegen).
+//! - **Retry only what was not committed.** As A6 says, only a trailers-only response is
+//!   retried; a streamed request is sent once (see [`GrpcRequest`]) — stricter than A6, which
+//!   may replay a client stream it still holds whole: a stream's messages may already have
+//!   been acted on. Retries carry A6's `grpc-previous-rpc-attempts`.
+//! - **Which calls may be resent.** gRPC has no idempotency marker (every call is a POST): as
+//!   in A6, the [retryable set](crate::RetryAfterLayer::grpc_retryable) is the promise that
+//!   the server did not act on a call, so a code in it is retried for any call.
+//! - **Push-back is a refusal.** A push-back of a retryable code pauses the shared bucket,
+//!   exactly like a `429`'s `Retry-After` (floor, jitter added, capped by
+//!   [`max_retry_after`](crate::RetryAfterLayer::max_retry_after)). A retryable code without a
+//!   push-back gets the exponential backoff (A6's rule) and pauses no one: it says the server
+//!   failed, not that the client is too fast.
+//!
+//! [gRFC A6]: https://github.com/grpc/proposal/blob/master/A6-client-retries.md
+
+mod classify;
+mod client;
+mod reject;
+mod request;
+mod throttle;
+mod wire;
+
+pub(crate) use self::classify::{on_response, GrpcPolicy};
+pub(crate) use self::reject::{is_grpc_request, refusal};
+
+pub use self::client::{GrpcRetry, GrpcRetryLayer, ToHttp};
+pub use self::reject::ResourceExhausted;
+pub use self::request::GrpcRequest;
+pub use self::throttle::{RetryThrottle, RetryThrottleError};

@@ -1,0 +1,280 @@
+//! Differential test: for every algorithm, the in-process [`Bucket`] and the Redis scripts
+//! make the same decisions — admit or refuse, and the wait — for thousands of random
+//! sequences of arrivals, costs and pauses, so the two implementations cannot drift apart.
+//! The per-key engine of [`KeyedBucket`] (a third implementation) is held to the same
+//! decisions where it can be lined up: the token and leaky bucket and the sliding log (the
+//! fixed and sliding windows of a keyed store take their own phase from the wall clock when
+//! it is built), until the first pause (a keyed store has none).
+//!
+//! # How the two clocks are lined up
+//! The in-process bucket runs on tokio's paused clock (nanoseconds), the scripts on Redis
+//! `TIME` (microseconds). The test runs the production scripts with two lines changed:
+//! - `now` is read from an extra argument (`ARGV[8]`) instead of `TIME`, so both sides see
+//!   the same instants;
+//! - every TTL is ten minutes: Redis expires keys in real time, which here runs apart from
+//!   the test's time, and the scripts never rely on expiry for a decision (a state past its
+//!   horizon reads as fresh by arithmetic alone).
+//!
+//! Both sides start on a window boundary (the in-process one found from the bucket's
+//! snapshot, the Redis one a multiple of the window since the UNIX epoch), and every instant
+//! is a whole number of microseconds after that start. Quotas have whole-microsecond
+//! intervals. Then the decisions must be identical, and the in-process wait rounded up to
+//! whole microseconds must equal the script's.
+//!
+//! A failure names the algorithm, the seed, the operation and the instant. To replay one
+//! sequence with every decision and the stored state printed: `DIFF_ONLY=<index>
+//! DIFF_TRACE=1 cargo test --all-features --lib differential::<algorithm>`.
+
+use std::time::Duration;
+
+use ::redis::{Script, Value};
+
+use super::script::sources;
+
+/// The Redis integration tests' helpers: the same server and key prefixes.
+#[path = "../../tests/redis_support/mod.rs"]
+mod redis_support;
+use crate::{Algorithm, Bucket, Denied, KeyedBucket, Quota};
+
+/// Sequences per algorithm, operations per sequence.
+const SEQUENCES: usize = 600;
+const OPS: usize = 24;
+/// The longest pause the scripts accept, µs.
+const MAX_PAUSE_US: u64 = 10_000_000;
+
+const CLOCK: &str = "local clock = redis.call('TIME')\n\
+                     local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])";
+const TTL: &str = "local ms = math.ceil((horizon - now) / 1000)";
+
+/// The production script of `algorithm` and operation `op` (0 acquire, 1 pause), with the
+/// clock taken from `ARGV[8]` and ten-minute TTLs.
+fn script(algorithm: Algorithm, op: usize) -> Script {
+    let source = sources(algorithm)[op];
+    assert!(
+        source.contains(CLOCK) && source.contains(TTL),
+        "the scripts changed"
+    );
+    let source = source
+        .replace(CLOCK, "local now = tonumber(ARGV[8])")
+        .replace(TTL, "local ms = 600000");
+    Script::new(&source)
+}
+
+/// splitmix64: a small seeded generator, so a failure names its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+/// One limit on both sides.
+struct Pair<'a> {
+    bucket: Bucket,
+    /// Compared until the first pause, for the algorithms without windows to line up.
+    keyed: Option<KeyedBucket<u8>>,
+    algorithm: Algorithm,
+    quota: Quota,
+    conn: &'a mut ::redis::Connection,
+    acquire: Script,
+    pause: Script,
+    key: String,
+    /// Redis time of the start, µs.
+    origin_us: u64,
+    /// Test time since the start, µs.
+    t_us: u64,
+}
+
+impl Pair<'_> {
+    fn args(&self, arg: u64) -> [u64; 8] {
+        let q = &self.quota;
+        let interval = q.interval_ns() / 1000;
+        let burst = u64::from(q.burst_size());
+        let tau = match self.algorithm {
+            Algorithm::LeakyBucket { .. } => interval,
+            _ => interval * burst,
+        };
+        let now = self.origin_us + self.t_us;
+        let (window, limit) = (q.period_ns() / 1000, u64::from(q.count()));
+        [interval, burst, arg, MAX_PAUSE_US, tau, window, limit, now]
+    }
+
+    fn run(&mut self, pause: bool, arg: u64) -> (bool, u64) {
+        let script = if pause { &self.pause } else { &self.acquire };
+        let mut call = script.prepare_invoke();
+        call.key(&self.key).key(format!("{}:log", self.key));
+        for a in self.args(arg) {
+            call.arg(a);
+        }
+        let reply: Value = call.invoke(self.conn).expect("script runs");
+        let Value::Array(items) = reply else {
+            panic!("reply {reply:?}")
+        };
+        let int = |v: &Value| match v {
+            Value::Int(i) => u64::try_from(*i).expect("non-negative"),
+            other => panic!("reply item {other:?}"),
+        };
+        (int(&items[0]) == 1, int(&items[1]))
+    }
+}
+
+/// Runs one random sequence and compares every decision.
+async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u64, key: String) {
+    let mut rng = Rng(seed);
+    let interval_us = [250, 1_000, 3_000, 20_000][rng.range(0, 3) as usize];
+    let count = rng.range(1, 6) as u32;
+    let burst = rng.range(1, 6) as u32;
+    let period = Duration::from_micros(interval_us * u64::from(count));
+    let quota = Quota::new(count, period).burst(burst);
+    if std::env::var("DIFF_TRACE").is_ok() {
+        eprintln!("{algorithm:?} seed {seed:#x}: {quota:?}");
+    }
+    let width_us = quota.period_ns() / 1000;
+    let bucket = Bucket::with_algorithm(quota, algorithm);
+    let aligned = matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow);
+    let keyed = (!aligned).then(|| KeyedBucket::builder(quota).algorithm(algorithm).build());
+
+    // Line both sides up on a window boundary, at least two windows after anything the
+    // probe left behind.
+    if algorithm.is_window() {
+        bucket.try_acquire(1).unwrap();
+        let mut end = bucket.snapshot().full_in;
+        if algorithm == Algorithm::SlidingWindow {
+            end = end.saturating_sub(period);
+        }
+        tokio::time::advance(end + 2 * period).await;
+    }
+    let epoch_us = 1_700_000_000_000_000u64;
+    let mut pair = Pair {
+        bucket,
+        keyed,
+        algorithm,
+        quota,
+        conn,
+        acquire: script(algorithm, 0),
+        pause: script(algorithm, 1),
+        key,
+        origin_us: epoch_us - epoch_us % width_us + width_us,
+        t_us: 0,
+    };
+    let max_cost = if algorithm.is_window() { count } else { burst };
+    let span = width_us.max(interval_us * u64::from(burst));
+
+    for op in 0..OPS {
+        // Gaps: often none (a burst), often short, sometimes longer than a window.
+        let gap = match rng.range(0, 9) {
+            0..=2 => 0,
+            3..=6 => rng.range(1, interval_us),
+            7 | 8 => rng.range(1, span),
+            _ => rng.range(span, 3 * span),
+        };
+        tokio::time::advance(Duration::from_micros(gap)).await;
+        pair.t_us += gap;
+        let at = format!("{algorithm:?} seed {seed:#x} op {op} at {} µs", pair.t_us);
+        if rng.range(0, 19) == 0 {
+            let d = rng.range(1, 2 * span);
+            pair.bucket.pause(Duration::from_micros(d));
+            pair.keyed = None;
+            let (ok, _) = pair.run(true, d);
+            if std::env::var("DIFF_TRACE").is_ok() {
+                eprintln!("{at}: pause {d}");
+            }
+            assert!(ok, "{at}: pause");
+            continue;
+        }
+        let n = rng.range(1, u64::from(max_cost)) as u32;
+        let local = pair.bucket.try_acquire(n);
+        if let Some(keyed) = &pair.keyed {
+            assert_eq!(
+                keyed.try_acquire(&7, n),
+                local,
+                "{at}: keyed and bucket for {n}"
+            );
+        }
+        let (admitted, wait_us) = pair.run(false, u64::from(n));
+        if std::env::var("DIFF_TRACE").is_ok() {
+            let state: Option<String> =
+                ::redis::cmd("GET").arg(&pair.key).query(pair.conn).unwrap();
+            let log: Vec<String> = ::redis::cmd("ZRANGE")
+                .arg(format!("{}:log", pair.key))
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query(pair.conn)
+                .unwrap();
+            eprintln!(
+                "{at}: n={n} local={local:?} redis=({admitted}, {wait_us}) {state:?} {log:?}"
+            );
+        }
+        match local {
+            Ok(()) => assert!(admitted, "{at}: {n} admitted here, refused by redis"),
+            Err(Denied::Throttled(t)) => {
+                assert!(!admitted, "{at}: {n} refused here, admitted by redis");
+                let local_us = t.wait().as_nanos().div_ceil(1000) as u64;
+                assert_eq!(local_us, wait_us, "{at}: waits for {n}");
+            }
+            Err(other) => panic!("{at}: {other}"),
+        }
+    }
+    let _: () = ::redis::cmd("DEL")
+        .arg(&pair.key)
+        .arg(format!("{}:log", pair.key))
+        .query(pair.conn)
+        .expect("cleanup");
+}
+
+fn connection() -> ::redis::Connection {
+    let url = redis_support::redis_url();
+    ::redis::Client::open(url.as_str())
+        .and_then(|c| c.get_connection())
+        .unwrap_or_else(|e| panic!("redis at {url} (set TOWER_THROTTLE_REDIS_URL): {e}"))
+}
+
+async fn algorithm_agrees(algorithm: Algorithm, salt: u64) {
+    let run = redis_support::unique_prefix("differential");
+    let mut conn = connection();
+    let only: Option<usize> = std::env::var("DIFF_ONLY").ok().and_then(|v| v.parse().ok());
+    for i in 0..SEQUENCES {
+        if only.is_some_and(|o| o != i) {
+            continue;
+        }
+        let seed = salt << 32 | i as u64;
+        let key = format!("{{{run}:{algorithm:?}:{i}}}");
+        sequence(&mut conn, algorithm, seed, key).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn token_bucket_agrees_with_redis() {
+    algorithm_agrees(Algorithm::TokenBucket, 1).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_agrees_with_redis() {
+    algorithm_agrees(Algorithm::leaky_bucket(16), 2).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_window_agrees_with_redis() {
+    algorithm_agrees(Algorithm::FixedWindow, 3).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn sliding_window_agrees_with_redis() {
+    algorithm_agrees(Algorithm::SlidingWindow, 4).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn sliding_log_agrees_with_redis() {
+    algorithm_agrees(Algorithm::SlidingLog, 5).await;
+}

@@ -1,0 +1,131 @@
+//! What the processes of a [`RedisBucket`] learned of a server's rate, kept in Redis beside
+//! the bucket, and the rate the shared limit decides at.
+//!
+//! A process that acts on a push-back writes the cut to `<key>:rate` as
+//! `"<rate refused, tokens/s>:<end of the cooldown, Unix ms>"` (expiring after
+//! [`LEARNED_TTL`]); the others read it back (at most every 250 ms, while requests succeed)
+//! and follow the same curve from the same instant (see [`adaptive`](crate::adaptive)), so
+//! every process lands on the same rate. Each process decides in Redis at the rate in
+//! force. Clock skew between machines only shifts that curve by the skew.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use std::sync::Arc;
+
+use super::error::RedisError;
+use super::RedisBucket;
+use crate::adaptive::{Adaptive, Cut};
+use crate::bucket::Remote;
+use crate::{Bucket, Quota};
+
+/// How long what the processes learned stays in Redis without a new push-back.
+pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(600);
+
+impl RedisBucket {
+    /// A [`Bucket`] on this shared limit that discovers the server's rate, as
+    /// [`Bucket::adaptive`] does, with this bucket's quota as the ceiling: every process
+    /// searches from `settings`' start rate and learns from the push-backs of all.
+    ///
+    /// (`Bucket::from(redis)` makes one whose configured rate is the ceiling and the start.)
+    pub fn adaptive(self, settings: Adaptive) -> Bucket {
+        Bucket::builder(self.quota())
+            .algorithm(self.algorithm())
+            .remote(Arc::new(self) as Arc<dyn Remote>)
+            .adaptive(settings)
+            .build()
+    }
+
+    /// The Redis key beside the bucket's that holds what its processes learned of the
+    /// server's rate (the rate refused at the last push-back, and when its cooldown ends).
+    pub fn learned_key(&self) -> String {
+        format!("{}:rate", self.redis_key())
+    }
+
+    /// Decide at `quota`'s rate from now on (never above the configured quota).
+    pub(crate) fn set_rate(&self, quota: Quota) {
+        self.backend().set_interval(quota.interval());
+    }
+
+    /// Write a cut for every process.
+    pub(crate) async fn publish(&self, cut: Cut) -> Result<(), RedisError> {
+        let ms = cut
+            .resume
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let value = format!("{}:{ms}", cut.refused);
+        let mut conn = self.backend().connection();
+        let mut cmd = ::redis::cmd("SET");
+        cmd.arg(self.learned_key())
+            .arg(value)
+            .arg("PX")
+            .arg(LEARNED_TTL.as_millis() as u64);
+        self.bounded(cmd.query_async::<()>(&mut conn)).await
+    }
+
+    /// The cut the processes published last, if any (malformed values are ignored).
+    pub(crate) async fn learned(&self) -> Result<Option<Cut>, RedisError> {
+        let mut conn = self.backend().connection();
+        let mut cmd = ::redis::cmd("GET");
+        cmd.arg(self.learned_key());
+        let value = self
+            .bounded(cmd.query_async::<Option<String>>(&mut conn))
+            .await?;
+        Ok(value.as_deref().and_then(parse))
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, ::redis::RedisError>>,
+    ) -> Result<T, RedisError> {
+        match tokio::time::timeout(self.backend().options.timeout, call).await {
+            Ok(result) => result.map_err(RedisError::from_client),
+            Err(_) => Err(RedisError::new(
+                super::RedisErrorKind::Timeout,
+                "redis timed out",
+            )),
+        }
+    }
+}
+
+/// `"<rate>:<unix ms>"`, a positive finite rate.
+fn parse(value: &str) -> Option<Cut> {
+    let (rate, ms) = value.split_once(':')?;
+    let refused: f64 = rate.parse().ok()?;
+    let ms: u64 = ms.parse().ok()?;
+    let resume = UNIX_EPOCH.checked_add(Duration::from_millis(ms))?;
+    (refused.is_finite() && refused > 0.0).then_some(Cut { refused, resume })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> std::time::SystemTime {
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn learned_values_parse_or_are_ignored() {
+        assert_eq!(
+            parse("47.5:1700000000123"),
+            Some(Cut {
+                refused: 47.5,
+                resume: at(1_700_000_000_123)
+            })
+        );
+        for bad in [
+            "",
+            "47.5",
+            "x:1",
+            "47.5:x",
+            "-1:5",
+            "NaN:5",
+            "inf:5",
+            "0:5",
+            "1:99999999999999999999",
+        ] {
+            assert_eq!(parse(bad), None, "{bad}");
+        }
+    }
+}

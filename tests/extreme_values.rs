@@ -1,0 +1,168 @@
+//! Any value a constructor accepts is safe afterwards: the largest and smallest quotas, every
+//! pause length up to `Duration::MAX`, costs of 0, 1, the burst and one more, for every
+//! algorithm. Each case runs in a child process (this test binary, re-executed) under a
+//! virtual memory cap and a time limit, so an abort, an unbounded allocation or a hang fails
+//! the test instead of taking the suite down.
+//!
+//! In release builds too: `cargo test --release --all-features --test extreme_values`.
+
+use std::process::Command;
+use std::time::Duration;
+
+use tokio::time::timeout;
+use tower_throttle::{Algorithm, Bucket, Quota};
+
+/// Set in the child to the name of the case it runs.
+const CHILD: &str = "TOWER_THROTTLE_EXTREME_CASE";
+/// The child's address-space cap, in KiB (1 GiB: far below what any unbounded path asks).
+const CAP_KIB: u64 = 1 << 20;
+/// The child's time limit, in seconds.
+const LIMIT_S: u64 = 120;
+
+/// Runs `body` in a child process under the caps, or runs it here if this is that child.
+fn isolated(name: &str, body: impl FnOnce()) {
+    if std::env::var(CHILD).as_deref() == Ok(name) {
+        body();
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let script = format!(
+        "ulimit -v {CAP_KIB} && exec timeout {LIMIT_S} \"$0\" --exact {name} --test-threads=1 --nocapture"
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(&exe)
+        .env(CHILD, name)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name}: the child failed ({}) under a {CAP_KIB} KiB cap:\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The child really ran the case (and did not just filter it out).
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
+}
+
+fn algorithms() -> [Algorithm; 5] {
+    [
+        Algorithm::TokenBucket,
+        Algorithm::leaky_bucket(16),
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ]
+}
+
+/// The longest period a quota accepts (burst × interval must stay below 2^62 ns).
+fn longest() -> Duration {
+    Duration::from_nanos(u64::MAX / 4 - 1)
+}
+
+/// Every extreme quota that construction accepts.
+fn quotas() -> Vec<Quota> {
+    let mut q = vec![
+        Quota::new(u32::MAX, Duration::from_secs(1)),
+        Quota::new(u32::MAX, Duration::from_nanos(1)),
+        Quota::new(1, Duration::from_nanos(1)),
+        Quota::with_period(longest()),
+        Quota::per_second(u32::MAX).burst(u32::MAX),
+    ];
+    q.extend(Quota::try_new(u32::MAX, longest()).ok());
+    q.extend(Quota::per_second(1).try_burst(u32::MAX).ok());
+    q
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+/// Costs 0, 1, the burst and one more, by `try_acquire` and by `acquire` (bounded by a
+/// timeout on the paused clock).
+async fn costs(bucket: &Bucket) {
+    let burst = bucket.quota().burst_size().max(bucket.quota().count());
+    for n in [0, 1, burst, burst.saturating_add(1), u32::MAX] {
+        let _ = bucket.try_acquire(n);
+        let _ = timeout(Duration::from_secs(1), bucket.acquire(n)).await;
+        let _ = bucket.snapshot();
+    }
+}
+
+#[test]
+fn extreme_quotas_and_costs() {
+    isolated("extreme_quotas_and_costs", || {
+        runtime().block_on(async {
+            for algorithm in algorithms() {
+                for quota in quotas() {
+                    let bucket = Bucket::with_algorithm(quota, algorithm);
+                    costs(&bucket).await;
+                    for other in quotas() {
+                        bucket.set_quota(other);
+                        costs(&bucket).await;
+                    }
+                }
+            }
+        });
+    });
+}
+
+#[test]
+fn pauses_of_any_length() {
+    isolated("pauses_of_any_length", || {
+        runtime().block_on(async {
+            let pauses = [
+                Duration::ZERO,
+                Duration::from_nanos(1),
+                Duration::from_secs(1),
+                Duration::from_secs(3600),
+                Duration::from_secs(u64::MAX / 4),
+                Duration::MAX,
+            ];
+            for algorithm in algorithms() {
+                for quota in quotas() {
+                    let bucket = Bucket::with_algorithm(quota, algorithm);
+                    // A waiter in line while the pauses come.
+                    let waiter = {
+                        let b = bucket.clone();
+                        tokio::spawn(async move {
+                            let _ = timeout(Duration::from_secs(2), b.acquire(1)).await;
+                        })
+                    };
+                    let _ = bucket.try_acquire(quota.burst_size().min(quota.count()));
+                    for pause in pauses {
+                        bucket.pause(pause);
+                        costs(&bucket).await;
+                    }
+                    bucket.set_quota(Quota::per_second(1));
+                    waiter.await.unwrap();
+                    let s = bucket.snapshot();
+                    assert!(s.paused_until.is_some());
+                }
+            }
+        });
+    });
+}
+
+#[test]
+fn a_window_after_an_hour_idle_on_a_1_ms_period() {
+    isolated("a_window_after_an_hour_idle_on_a_1_ms_period", || {
+        runtime().block_on(async {
+            for algorithm in algorithms() {
+                let bucket =
+                    Bucket::with_algorithm(Quota::new(5, Duration::from_millis(1)), algorithm);
+                bucket.try_acquire(1).unwrap();
+                tokio::time::advance(Duration::from_secs(3600)).await;
+                bucket.pause(Duration::from_secs(3600));
+                tokio::time::advance(Duration::from_secs(3600)).await;
+                assert!(bucket.try_acquire(1).is_ok(), "{algorithm:?}");
+            }
+        });
+    });
+}

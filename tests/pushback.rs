@@ -1,0 +1,240 @@
+//! Push-back that converges: a client above a server's real rate settles below it, and an
+//! adaptive client discovers an unknown rate, against a stand-in server with a hidden,
+//! no-burst GCRA limit (a request closer than `1/rate` to the previous admitted one gets
+//! `429` + `Retry-After: 1`). Paused clock: every figure is exact.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use tokio::time::Instant;
+use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
+use tower_throttle::adaptive::Adaptive;
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+
+/// What the stand-in saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Instants of admitted requests, since the start.
+    ok: Vec<Duration>,
+    /// Instants of refused requests, since the start.
+    refused: Vec<Duration>,
+}
+
+/// The stand-in server: a hidden no-burst GCRA limit that can change mid-run.
+#[derive(Clone)]
+struct StandIn {
+    start: Instant,
+    /// Hidden emission interval, ns.
+    interval: Arc<AtomicU64>,
+    /// State a `RateLimit-Policy` field with the hidden rate on every response.
+    states_policy: bool,
+    last: Arc<Mutex<Option<Instant>>>,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl StandIn {
+    fn new(per_second: u64) -> Self {
+        StandIn {
+            start: Instant::now(),
+            interval: Arc::new(AtomicU64::new(1_000_000_000 / per_second)),
+            states_policy: false,
+            last: Default::default(),
+            seen: Default::default(),
+        }
+    }
+
+    fn set_rate(&self, per_second: u64) {
+        self.interval
+            .store(1_000_000_000 / per_second, Ordering::SeqCst);
+    }
+
+    fn answer(&self) -> Response<String> {
+        let now = Instant::now();
+        let interval = Duration::from_nanos(self.interval.load(Ordering::SeqCst));
+        let mut last = self.last.lock().unwrap();
+        let admitted = last.map_or(true, |l| now.duration_since(l) >= interval);
+        let at = now.duration_since(self.start);
+        let mut resp = Response::new(String::new());
+        if admitted {
+            *last = Some(now);
+            self.seen.lock().unwrap().ok.push(at);
+        } else {
+            self.seen.lock().unwrap().refused.push(at);
+            *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            resp.headers_mut()
+                .insert("retry-after", "1".parse().unwrap());
+        }
+        if self.states_policy {
+            let per_second = 1_000_000_000 / interval.as_nanos();
+            let value = format!("\"hidden\";q={per_second};w=1");
+            resp.headers_mut()
+                .insert("ratelimit-policy", value.parse().unwrap());
+        }
+        resp
+    }
+
+    /// `requests` requests through the client stack on `bucket`, from `workers` workers, each
+    /// answered after `latency`. Returns when all have succeeded.
+    async fn run(&self, bucket: &Bucket, requests: u64, workers: usize, latency: Duration) {
+        let server = self.clone();
+        let api = service_fn(move |_req: Request<String>| {
+            let server = server.clone();
+            async move {
+                tokio::time::sleep(latency).await;
+                Ok::<_, std::io::Error>(server.answer())
+            }
+        });
+        let client = ServiceBuilder::new()
+            .layer(
+                RetryAfterLayer::new(bucket.clone())
+                    .max_retries(u32::MAX)
+                    .budget(None)
+                    .retry_after_jitter(Duration::ZERO),
+            )
+            .layer(RateLimitLayer::new(bucket.clone()))
+            .service(api);
+        let left = Arc::new(AtomicU64::new(requests));
+        let tasks: Vec<_> = (0..workers)
+            .map(|_| {
+                let (client, left) = (client.clone(), left.clone());
+                tokio::spawn(async move {
+                    while left
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok()
+                    {
+                        let resp = client.clone().oneshot(Request::new(String::new())).await?;
+                        assert_eq!(resp.status(), StatusCode::OK);
+                    }
+                    Ok::<_, BoxError>(())
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap()
+    }
+}
+
+/// Admitted requests per second over `[from, to)`.
+fn rate_between(ok: &[Duration], from: Duration, to: Duration) -> f64 {
+    let n = ok.iter().filter(|t| **t >= from && **t < to).count();
+    n as f64 / (to - from).as_secs_f64()
+}
+
+#[tokio::test(start_paused = true)]
+async fn configured_at_twice_the_hidden_rate_finishes_within_130_percent_of_ideal() {
+    // Each push-back costs a whole second of cooldown: 300 requests at 20/s take 15 s at
+    // best, and the client spends two or three cooldowns finding the rate.
+    let server = StandIn::new(20);
+    let bucket = Bucket::new(Quota::per_second(40).burst(1));
+    let start = Instant::now();
+    server.run(&bucket, 300, 16, Duration::from_millis(2)).await;
+    let took = start.elapsed();
+    let ideal = Duration::from_secs(15);
+    let seen = server.seen();
+    println!(
+        "300 requests in {took:?} (ideal {ideal:?}), {} refused, rate now {:.1}/s",
+        seen.refused.len(),
+        bucket.rate()
+    );
+    assert!(took <= ideal.mul_f64(1.3), "{took:?}");
+    assert!(bucket.rate() <= 20.0);
+    // The configured rate stays the ceiling, and what the bucket reports.
+    assert_eq!(bucket.quota(), Quota::per_second(40).burst(1));
+    assert_eq!(bucket.snapshot().quota, Quota::per_second(40).burst(1));
+    assert!(bucket.snapshot().effective.per_second_f64() <= 20.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_rate_bucket_still_collapses_above_the_hidden_rate() {
+    // The behaviour the rate control replaces: pause, restart at the configured rate, refused.
+    let server = StandIn::new(50);
+    let bucket = Bucket::builder(Quota::per_second(100).burst(1))
+        .fixed_rate()
+        .build();
+    let start = Instant::now();
+    server.run(&bucket, 30, 16, Duration::from_millis(2)).await;
+    assert!(
+        start.elapsed() >= Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn adaptive_without_a_rate_converges_within_10_percent_of_the_hidden_rate() {
+    for hidden in [50, 5, 200] {
+        let server = StandIn::new(hidden);
+        let bucket = Bucket::adaptive(Adaptive::new());
+        let requests = hidden * 40;
+        server
+            .run(&bucket, requests, 16, Duration::from_millis(2))
+            .await;
+        let seen = server.seen();
+        let end = *seen.ok.last().unwrap();
+        // Converged by 10 s: the admitted rate from then on, and its refusals.
+        let settled = Duration::from_secs(10);
+        let rate = rate_between(&seen.ok, settled, end);
+        let late_ok = seen.ok.iter().filter(|t| **t >= settled).count();
+        let late_refused = seen.refused.iter().filter(|t| **t >= settled).count();
+        let share = late_refused as f64 / (late_ok + late_refused) as f64;
+        println!(
+            "hidden {hidden}/s: {requests} in {end:?}, {} refused ({late_refused} after 10 s), \
+             settled at {rate:.1}/s, bucket at {:.1}/s, learned {:?}",
+            seen.refused.len(),
+            bucket.rate(),
+            bucket.learned_rate(),
+        );
+        let hidden = hidden as f64;
+        assert!(rate >= 0.9 * hidden && rate <= hidden, "{rate}");
+        assert!(share <= 0.01, "{share}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_that_halves_its_rate_mid_run_is_followed() {
+    let server = StandIn::new(100);
+    let bucket = Bucket::adaptive(Adaptive::new());
+    let halve = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            server.set_rate(50);
+        })
+    };
+    server
+        .run(&bucket, 100 * 20 + 50 * 20, 16, Duration::from_millis(2))
+        .await;
+    halve.await.unwrap();
+    let seen = server.seen();
+    let end = *seen.ok.last().unwrap();
+    let before = rate_between(&seen.ok, Duration::from_secs(10), Duration::from_secs(20));
+    let after = rate_between(&seen.ok, Duration::from_secs(30), end);
+    println!(
+        "before {before:.1}/s, after {after:.1}/s, {} refused, end {end:?}",
+        seen.refused.len()
+    );
+    assert!(before >= 90.0, "{before}");
+    assert!((45.0..=50.0).contains(&after), "{after}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stated_quota_sets_the_rate_on_the_first_response_with_no_429() {
+    let mut server = StandIn::new(40);
+    server.states_policy = true;
+    let bucket = Bucket::adaptive(Adaptive::new());
+    let start = Instant::now();
+    server.run(&bucket, 400, 16, Duration::from_millis(2)).await;
+    let seen = server.seen();
+    assert_eq!(seen.refused.len(), 0);
+    assert_eq!(bucket.rate(), 40.0);
+    assert_eq!(bucket.learned_rate(), Some(40.0));
+    // The first request at once; its answer (2 ms later) sets the rate: one every 25 ms.
+    assert_eq!(start.elapsed(), Duration::from_millis(2 + 399 * 25 + 2));
+}
