@@ -107,7 +107,7 @@
 //! # Supported Rust versions
 //! The minimum supported Rust version is 1.75.
 
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
