@@ -77,6 +77,8 @@ impl CooldownJitter {
 pub(crate) struct Policy {
     pub(crate) bucket: Bucket,
     pub(crate) push_back: Vec<StatusCode>,
+    /// Push-back statuses declared safe to resend for any method.
+    pub(crate) unprocessed: Vec<StatusCode>,
     pub(crate) max_retries: u32,
     pub(crate) backoff: Backoff,
     pub(crate) default_cooldown: Duration,
@@ -93,6 +95,7 @@ impl fmt::Debug for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Policy")
             .field("push_back", &self.push_back)
+            .field("unprocessed", &self.unprocessed)
             .field("max_retries", &self.max_retries)
             .field("backoff", &self.backoff)
             .field("default_cooldown", &self.default_cooldown)
@@ -187,7 +190,8 @@ impl Policy {
         let rate_limited_403 = status == StatusCode::FORBIDDEN && exhausted.is_some();
         let retry_after = super::from_headers(headers, now);
         if self.push_back.contains(&status) || rate_limited_403 {
-            return self.on_push_back(status, retry_after, exhausted.and_then(|h| h.reset), a);
+            let reset = exhausted.and_then(|h| h.reset);
+            return self.on_push_back(status, retry_after, reset, rate_limited_403, a);
         }
         if status.is_server_error() {
             let floor = retry_after
@@ -212,13 +216,30 @@ impl Policy {
         }
     }
 
+    /// Whether a push-back response says the server did not process the request, so that
+    /// sending it again is safe whatever the method: a 429; a 503 that names its
+    /// `Retry-After` (`asked`); a 403 that reports an exhausted quota (`rate_limited_403`);
+    /// and the statuses the user declared so with
+    /// [`push_back_unprocessed`](super::RetryAfterLayer::push_back_unprocessed). Any other
+    /// push-back status (a 403 added with [`push_back`](super::RetryAfterLayer::push_back),
+    /// say) may come after the server acted on the request: it is resent only when the method
+    /// is idempotent.
+    fn not_processed(&self, status: StatusCode, asked: bool, rate_limited_403: bool) -> bool {
+        status == StatusCode::TOO_MANY_REQUESTS
+            || (status == StatusCode::SERVICE_UNAVAILABLE && asked)
+            || rate_limited_403
+            || self.unprocessed.contains(&status)
+    }
+
     fn on_push_back(
         &self,
         status: StatusCode,
         retry_after: Result<Option<Duration>, super::RetryAfterError>,
         reset: Option<Duration>,
+        rate_limited_403: bool,
         a: &Attempt<'_>,
     ) -> Verdict {
+        let asked = matches!(retry_after, Ok(Some(_)));
         let cooldown = match retry_after {
             Ok(Some(d)) => d,
             Ok(None) => reset.unwrap_or(self.default_cooldown),
@@ -240,9 +261,9 @@ impl Policy {
         }
         trace_event!(warn, %status, ?cooldown, "server pushed back; pausing the bucket");
         self.bucket.pause(cooldown);
-        // 429 (and a rate-limit 403) mean the server refused the request: safe for any method.
-        let refused = status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::FORBIDDEN;
-        let allowed = refused || is_idempotent(a.method) || self.retry_non_idempotent;
+        let allowed = self.not_processed(status, asked, rate_limited_403)
+            || is_idempotent(a.method)
+            || self.retry_non_idempotent;
         let action = if allowed && self.may_retry(a) {
             self.retry_after(a, cooldown + self.cooldown_jitter.sample(cooldown))
         } else {
