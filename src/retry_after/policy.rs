@@ -143,7 +143,7 @@ impl Policy {
 
     fn within_deadline(&self, a: &Attempt<'_>, delay: Duration) -> bool {
         self.deadline
-            .map_or(true, |d| a.elapsed.saturating_add(delay) <= d)
+            .is_none_or(|d| a.elapsed.saturating_add(delay) <= d)
     }
 
     fn retry_after(&self, a: &Attempt<'_>, delay: Duration) -> Action {
@@ -155,7 +155,7 @@ impl Policy {
     }
 
     fn backoff(&self, a: &Attempt<'_>, floor: Option<Duration>) -> Action {
-        if !self.budget.as_ref().map_or(true, RetryBudget::withdraw) {
+        if !self.budget.as_ref().is_none_or(RetryBudget::withdraw) {
             trace_event!(warn, "retry budget exhausted; returning the failure");
             return Action::Return;
         }

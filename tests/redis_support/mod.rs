@@ -121,6 +121,8 @@ fn shared_private_url() -> String {
         }
     }
     let port = free_port();
+    // Not waited for: the watchdog outlives this process, to serve the next test binaries.
+    #[allow(clippy::zombie_processes)]
     Command::new("sh")
         .args(["-c", WATCHDOG, "watchdog"])
         .arg(&dir)
