@@ -109,9 +109,12 @@ def main():
     runs = int(os.environ.get("RUNS", "3"))
     redis = "--no-redis" not in sys.argv
     results = []
+    loads = []
     for i in range(runs):
         print(f"run {i + 1} of {runs}", file=sys.stderr, flush=True)
+        before = os.getloadavg()[0]
         results.append(one_run(redis))
+        loads.append((before, os.getloadavg()[0]))
 
     ns = lambda v: f"{v:.1f} ns" if v < 100 else f"{v:.0f} ns"
     x = lambda v: f"{v:.2f}×"
@@ -127,7 +130,11 @@ def main():
         per_run, sp = spread(values, fmt)
         print(f"| {label} | {per_run} | **{sp}** |")
 
-    print(f"\n{runs} run(s); per-run values, then the spread (min–max)\n")
+    rustc = subprocess.run(["rustc", "-V"], capture_output=True, text=True).stdout.strip()
+    print(f"\n{runs} run(s) on {os.cpu_count()} CPUs, {rustc}; per-run values, then the spread")
+    print("1-minute load average at the start and end of each run (above the CPU count, other")
+    print("work shared the machine, and every figure moves with it): " +
+          ", ".join(f"{a:.1f}→{b:.1f}" for a, b in loads) + "\n")
     print("| figure | each run | spread |\n|---|---|---|")
     s = lambda k: (lambda r: r[k])
     row("`try_acquire(1)`, tokio clock", s("single_thread/ours_try_acquire"), ns)
