@@ -182,10 +182,17 @@ def main():
     for k in accuracy:
         name = k.split("/", 1)[1]
         row(f"accuracy, {name}: admitted (ideal 3010)", lambda r, k=k: r[k]["admitted"], num)
+        row(f"accuracy, {name}: admitted / ideal", lambda r, k=k: r[k]["admitted"] / 3010,
+            lambda v: f"{100 * v:.1f} %")
         row(f"accuracy, {name}: max in 100 ms (ideal ≤ 110)", lambda r, k=k: r[k]["max100"], num)
         row(f"accuracy, {name}: wake-ups per admission", lambda r, k=k: r[k]["wakeups"],
             lambda v: f"{v:.2f}")
         row(f"accuracy, {name}: CPU ms", lambda r, k=k: r[k]["cpu_ms"], num)
+    ours_acq = "accuracy/ours `Bucket::acquire(1)`"
+    row("accuracy: governor's CPU / ours", lambda r: r["accuracy/governor 0.10 `until_ready()`"]["cpu_ms"]
+        / r[ours_acq]["cpu_ms"], x)
+    row("accuracy: ours CPU / the 1 ms interval's", lambda r: r[ours_acq]["cpu_ms"]
+        / r["accuracy/(reference) 1 task on `tokio::time::interval(1 ms)`"]["cpu_ms"], x)
     if redis:
         row("Redis: decision / PING, mean", s("redis/decision_per_ping_mean"), x)
         row("Redis: decision / PING, p50", s("redis/decision_per_ping_p50"), x)
