@@ -6,18 +6,22 @@ mod properties;
 
 use proptest::prelude::*;
 
-/// Inputs built from random bytes and the given fragments.
-fn input(fragments: &'static [&'static str]) -> impl Strategy<Value = Vec<u8>> {
+/// Inputs built from four random bytes (read as the time by every property), then fragments
+/// of the syntax, with a random byte now and then.
+fn input(fragments: &'static [&'static str], pieces: usize) -> impl Strategy<Value = Vec<u8>> {
     let piece = prop_oneof![
-        2 => any::<u8>().prop_map(|b| vec![b]),
-        3 => proptest::sample::select(fragments).prop_map(|s| s.as_bytes().to_vec()),
+        1 => any::<u8>().prop_map(|b| vec![b]),
+        8 => proptest::sample::select(fragments).prop_map(|s| s.as_bytes().to_vec()),
     ];
-    proptest::collection::vec(piece, 0..40).prop_map(|pieces| pieces.concat())
+    (
+        proptest::collection::vec(any::<u8>(), 4),
+        proptest::collection::vec(piece, 0..=pieces),
+    )
+        .prop_map(|(now, pieces)| [now, pieces.concat()].concat())
 }
 
-const RETRY_AFTER: &[&str] = &[
-    "\n\x01",
-    "\n\x00",
+/// One `Retry-After` value: short runs of these.
+const RETRY_AFTER_VALUE: &[&str] = &[
     "0",
     "1",
     "9",
@@ -27,6 +31,28 @@ const RETRY_AFTER: &[&str] = &[
     "Sun, 06 Nov 1994 08:49:37 GMT",
     "Sunday, 06-Nov-94 08:49:37 GMT",
     "Sun Nov  6 08:49:37 1994",
+    "Thu, 01 Jan 1970 00:00:10 GMT",
+    "99999999999999999999",
+    "31536000",
+    "31536001",
+];
+
+/// `Retry-After` and `Date` lines.
+const RETRY_AFTER: &[&str] = &[
+    "\n\x01",
+    "\n\x00",
+    "\n\x01120",
+    "\n\x00Sun, 06 Nov 1994 08:49:37 GMT",
+    "0",
+    "1",
+    "9",
+    "120",
+    " ",
+    "\t",
+    "Sun, 06 Nov 1994 08:49:37 GMT",
+    "Sunday, 06-Nov-94 08:49:37 GMT",
+    "Sun Nov  6 08:49:37 1994",
+    "Thu, 01 Jan 1970 00:00:10 GMT",
     "Mon, ",
     "Feb ",
     "2030",
@@ -37,7 +63,9 @@ const RETRY_AFTER: &[&str] = &[
     "31536001",
 ];
 
+/// Rate-limit field lines (the byte after `\n` picks the field).
 const RATELIMIT: &[&str] = &[
+    "\n\x00\"default\";r=5;t=3",
     "\n\x00",
     "\n\x01",
     "\n\x02",
@@ -45,6 +73,8 @@ const RATELIMIT: &[&str] = &[
     "\n\x04",
     "\n\x05",
     "\n\x09",
+    "\n\x0312",
+    "\n\x041700000000",
     "\"default\"",
     ";r=",
     ";t=",
@@ -63,13 +93,15 @@ const RATELIMIT: &[&str] = &[
     "Tue, 14 Nov 2023 22:13:20 GMT",
 ];
 
+/// `X-Forwarded-For` (`\n\x00`) and `Forwarded` (`\n\x01`) lines.
 const FORWARDED: &[&str] = &[
     "\n\x00",
     "\n\x01",
+    "\n\x00203.0.113.9, 10.0.0.7",
+    "\n\x01for=\"[2001:db8::7]:80\"",
     "for=",
     "\"[",
     "]\"",
-    "for=\"[2001:db8::7]:80\"",
     ";proto=https",
     ", ",
     "203.0.113.9",
@@ -85,23 +117,25 @@ const FORWARDED: &[&str] = &[
 ];
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
     #[test]
-    fn retry_after_parse(data in input(RETRY_AFTER)) {
+    fn retry_after_parse(data in input(RETRY_AFTER_VALUE, 3)) {
         properties::retry_after_parse(&data);
     }
 
     #[test]
-    fn retry_after_from_headers(data in input(RETRY_AFTER)) {
+    fn retry_after_from_headers(data in input(RETRY_AFTER, 12)) {
         properties::retry_after_from_headers(&data);
     }
 
     #[test]
-    fn ratelimit_field(data in input(RATELIMIT)) {
+    fn ratelimit_field(data in input(RATELIMIT, 12)) {
         properties::ratelimit_field(&data);
     }
 
     #[test]
-    fn client_ip(data in input(FORWARDED)) {
+    fn client_ip(data in input(FORWARDED, 12)) {
         properties::client_ip(&data);
     }
 }
