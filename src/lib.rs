@@ -116,9 +116,10 @@
 //!   decisions and waits on one timeline.
 //!
 //! # Supported Rust versions
-//! The minimum supported Rust version is 1.75.
+//! The minimum supported Rust version is 1.85 (tokio's); the `reqwest` and `redis` features
+//! need 1.88 (their dependencies').
 
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -210,7 +210,7 @@ impl LocalTable {
             let now = Instant::now();
             let due = t
                 .last_sweep
-                .map_or(true, |at| now.duration_since(at) >= Duration::from_secs(1));
+                .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1));
             if due {
                 t.last_sweep = Some(now);
                 let full = self.full;
