@@ -133,6 +133,11 @@
 //!   until the pause ends. The process that pauses drops its own lease at once.
 //! - **A process that dies** holds its lease's tokens until the bucket refills: the others
 //!   lose at most one lease.
+//! - **Failures.** A lease request is one call like any other: when it fails, the
+//!   [`FailurePolicy`] answers. Tokens a process already holds were granted by Redis and
+//!   are still admitted until their lease ends, so an outage's bound (see
+//!   [`FailurePolicy`]) grows by at most one lease per process; tokens that a failed
+//!   request was giving back stay charged (never admitted twice).
 //! - **Fairness** across processes holds per lease, not per request: a process admits from
 //!   its lease before others that must ask Redis.
 //! - The token bucket only (the leaky bucket spaces every request, the windows count them),
