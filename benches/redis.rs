@@ -4,6 +4,9 @@
 //! hot limit (one round trip per decision, and with leases of 16), and `redis-benchmark`'s
 //! figures for the same script (`EVALSHA`) and for `PING`.
 //!
+//! Then 4 OS processes (this benchmark again) × 64 tasks on one hot limit with leases of 16
+//! for 10 s: what they admitted against the stated bound, `burst + rate·t + 4 × 16`.
+//!
 //! With `--features redis-cluster`, also keyed decisions (64 tasks, keys spread evenly)
 //! on a private 3-primary Redis Cluster started by the benchmark, next to the same on one
 //! primary, with each shard's share.
@@ -244,7 +247,128 @@ fn redis_benchmark(host: &str, port: &str, args: &[&str]) -> Option<String> {
         .map(|l| l.trim().to_owned())
 }
 
+/// Set in the worker processes of [`processes_on_one_hot_limit`]: "<prefix> <start µs>".
+const WORKER_ENV: &str = "TOWER_THROTTLE_BENCH_LEASE_WORKER";
+const PROCESSES: usize = 4;
+const HOT_FOR: Duration = Duration::from_secs(10);
+
+/// The hot limit the processes share: a rate their 4 × 64 tasks exceed, leases of 16.
+fn hot_quota() -> Quota {
+    Quota::per_second(20_000).burst(200)
+}
+
+fn unix_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+/// One of the processes: 64 tasks take tokens of the hot limit (leases of 16) for
+/// `HOT_FOR` from the common start; prints what it admitted and when it last did.
+fn lease_worker(spec: &str) {
+    let mut it = spec.split(' ');
+    let prefix = it.next().unwrap().to_owned();
+    let start_us: u64 = it.next().unwrap().parse().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (admitted, last_us) = rt.block_on(async move {
+        let bucket = RedisBucket::builder(hot_quota())
+            .url(url())
+            .key_prefix(&prefix)
+            .key("hot")
+            .timeout(Duration::from_secs(1))
+            .lease(LEASE)
+            .build()
+            .await
+            .unwrap();
+        let now = unix_us();
+        tokio::time::sleep(Duration::from_micros(start_us.saturating_sub(now))).await;
+        let deadline = tokio::time::Instant::now() + HOT_FOR;
+        let admitted = Arc::new(AtomicU64::new(0));
+        let last = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let (b, admitted, last) = (bucket.clone(), admitted.clone(), last.clone());
+                tokio::spawn(async move {
+                    while tokio::time::Instant::now() < deadline {
+                        match tokio::time::timeout_at(deadline, b.acquire(1)).await {
+                            Ok(Ok(())) => {
+                                admitted.fetch_add(1, Ordering::Relaxed);
+                                last.fetch_max(unix_us(), Ordering::Relaxed);
+                            }
+                            Ok(Err(e)) => panic!("{e}"),
+                            Err(_) => break,
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let s = bucket.stats();
+        assert_eq!((s.failures, s.fallbacks), (0, 0), "{s:?}");
+        (
+            admitted.load(Ordering::Relaxed),
+            last.load(Ordering::Relaxed),
+        )
+    });
+    println!("WORKER {admitted} {last_us}");
+}
+
+/// `PROCESSES` OS processes (this benchmark again) on one hot limit with leases of 16, for
+/// `HOT_FOR`: what they admitted against `burst + rate·t + processes × lease`.
+fn processes_on_one_hot_limit(prefix: &str) {
+    let start_us = unix_us() + 1_500_000;
+    let spec = format!("{prefix}-procs {start_us}");
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .env(WORKER_ENV, &spec)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("start a worker process")
+        })
+        .collect();
+    let (mut admitted, mut last_us) = (0u64, 0u64);
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("WORKER "))
+            .unwrap_or_else(|| panic!("no report from a worker: {text}"));
+        let mut f = line.split(' ').map(|v| v.parse::<u64>().unwrap());
+        admitted += f.next().unwrap();
+        last_us = last_us.max(f.next().unwrap());
+    }
+    let q = hot_quota();
+    let t = last_us.saturating_sub(start_us) as f64 / 1e6;
+    let bound =
+        f64::from(q.burst_size()) + q.per_second_f64() * t + (PROCESSES as f64) * f64::from(LEASE);
+    println!(
+        "\n{PROCESSES} processes × {TASKS} tasks, one hot limit ({}/s, burst {}), leases of {LEASE}, {:?}:",
+        q.per_second_f64(),
+        q.burst_size(),
+        HOT_FOR
+    );
+    println!(
+        "  admitted {admitted} in {t:.3} s; bound burst + rate·t + {PROCESSES} × {LEASE} = {bound:.0}: {} ({:.3} of the rate)",
+        if admitted as f64 <= bound { "within" } else { "EXCEEDED" },
+        admitted as f64 / (q.per_second_f64() * t + f64::from(q.burst_size()))
+    );
+    assert!(admitted as f64 <= bound, "the stated bound does not hold");
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var(WORKER_ENV) {
+        lease_worker(&spec);
+        return;
+    }
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -369,6 +493,8 @@ fn main() {
         with_leases
     });
 
+    processes_on_one_hot_limit(&prefix);
+
     #[cfg(feature = "redis-cluster")]
     rt.block_on(cluster_throughput(&prefix));
 
@@ -442,7 +568,7 @@ fn main() {
 }
 
 /// Keyed decisions per second, 64 tasks over 10 000 keys, on one primary and on a
-/// 3-primary cluster; each shard's share from its count of `EVALSHA` calls.
+/// 3-primary cluster; each shard's share from the keys whose slot it owns.
 #[cfg(feature = "redis-cluster")]
 async fn cluster_throughput(prefix: &str) {
     use tower_throttle::redis::RedisKeyed;
@@ -458,20 +584,6 @@ async fn cluster_throughput(prefix: &str) {
         })
         .await
     }
-    async fn commands(url: &str) -> u64 {
-        let client = redis::Client::open(url).unwrap();
-        let mut c = client.get_multiplexed_async_connection().await.unwrap();
-        let info: String = redis::cmd("INFO")
-            .arg("stats")
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("total_commands_processed:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    }
-
     let single = RedisKeyed::builder(quota())
         .url(url())
         .key_prefix(format!("{prefix}-keyed"))
@@ -489,26 +601,24 @@ async fn cluster_throughput(prefix: &str) {
         .build()
         .await
         .unwrap();
-    let mut before = Vec::new();
-    for u in nodes.urls() {
-        before.push(commands(&u).await);
-    }
-    let t0 = Instant::now();
     let three = keyed_rate(keyed.clone()).await;
-    let secs = t0.elapsed().as_secs_f64();
     let s = keyed.stats();
     assert_eq!((s.failures, s.fallbacks), (0, 0), "{s:?}");
+    // Each shard's share: the keys (used in turn, equally often) whose slot it owns.
+    let mut per_shard = [0u32; 3];
+    for k in 0..10_000u64 {
+        per_shard[nodes.node_of(&keyed.redis_key(k))] += 1;
+    }
     println!("\nkeyed decisions, one process, {TASKS} tasks, 10 000 keys:");
     println!("  one primary               {one:>10.0} decisions/s");
     println!(
         "  3-primary cluster         {three:>10.0} decisions/s   {:.2}× one primary",
         three / one
     );
-    for (i, u) in nodes.urls().iter().enumerate() {
-        let done = commands(u).await - before[i];
+    for (i, keys) in per_shard.iter().enumerate() {
         println!(
-            "    shard {i}: {:>10.0} decisions/s (EVALSHA calls, whole run incl. warm-up)",
-            done as f64 / secs
+            "    shard {i}: {:>10.0} decisions/s ({keys} of the 10 000 keys)",
+            three * f64::from(*keys) / 10_000.0
         );
     }
 }
