@@ -145,8 +145,10 @@
 //!
 //! Measured on one 2-core machine (`cargo bench --features redis --bench redis`), 64 tasks
 //! of one process on one hot limit: one round trip per decision 69 000–109 000 decisions/s,
-//! leases of 16 about 870 000 (12.7× in the same run; 16 decisions per round trip), and
-//! `redis-benchmark -c 64` of the decision script (`EVALSHA`) 55 000–76 000 a second.
+//! leases of 16 824 000–1 288 000 (12–15× in the same run; 14–16 decisions per round
+//! trip), and `redis-benchmark -c 64` of the decision script (`EVALSHA`) 54 000–76 000 a
+//! second. Four processes × 64 tasks on a 20 000/s limit (burst 200) with leases of 16 for
+//! 10 s admitted 200 232 against a bound of 200 429.
 //!
 //! # Redis Cluster
 //!
@@ -193,11 +195,12 @@
 //!   off it, use [leases](#leases).
 //!
 //! Measured on one 2-core machine (`cargo bench --features redis-cluster --bench redis`),
-//! one client process with 64 tasks over 10 000 keys: one primary 65 000 keyed decisions/s,
-//! a 3-primary cluster 69 000 (about 23 000 per shard). The client process and the three
-//! servers share the same two cores, so this machine cannot show the cluster's scaling:
-//! the cluster pays off when its primaries have cores (machines) of their own, each then
-//! making what one primary makes.
+//! one client process with 64 tasks over 10 000 keys: one primary 64 000–98 000 keyed
+//! decisions/s, a 3-primary cluster 59 000–73 000 (0.75–1.06×; about 24 000 per shard, each
+//! owning a third of the keys). The client process and the three servers share the same
+//! two cores, so this machine cannot show a cluster's scaling, which needs primaries with
+//! cores (machines) of their own (not measured here); what it shows is that the keys spread
+//! evenly and that the cluster client costs about what one connection does.
 //!
 //! # When to use which
 //!
