@@ -1,31 +1,14 @@
 //! Leases: a process takes a batch of tokens of a [`RedisBucket`](super::RedisBucket) in one
-//! round trip and admits locally from them.
+//! round trip and admits locally from them (the semantics, bound and figures are in the
+//! [module docs](super#leases)).
 //!
-//! A hot limit otherwise costs one round trip per admission. With a lease of up to `max`
-//! tokens, one script takes as many tokens as fit now (up to the lease's size, at least the
-//! request's), charging the bucket exactly as that many one-token requests would; the
-//! process then admits from them without asking Redis until they run out or the lease
-//! period ends.
+//! This file holds the local side: the tokens held and until when, the size of the next
+//! lease (doubling while leases are used up within their period, else what the last period
+//! used, at most `max`), and the one refill in flight (the others wait on a [`Notify`]
+//! and then all take from what it brought, rather than queueing one by one). What a lease
+//! holds when it is replaced or ends is handed to the caller to give back to Redis.
 //!
-//! - **Sizing from demand.** The first lease is the size of the request. A lease used up
-//!   within its period doubles the next one (up to `max`); a lease that expires sizes the
-//!   next one to what was used during its period. A quiet process holds few tokens.
-//! - **Giving back.** When a lease expires, its unused tokens go back to Redis (a timer
-//!   gives them back, or the next lease's script does, whichever comes first); so do the
-//!   tokens of a lease replaced before its end, and those held when the last handle is
-//!   dropped. A process that dies holds its lease's tokens until the bucket refills: it
-//!   loses at most one lease.
-//! - **Pauses.** A lease expires `period` after its request was sent, so a pause made by
-//!   any process reaches every other within one lease period: after that, a process must
-//!   ask Redis again, and Redis refuses until the pause ends. The process that pauses drops
-//!   its own lease at once.
-//! - **The bound.** Tokens leased are charged to the bucket when leased, so over any
-//!   interval of length `t` the tokens leased stay within `burst + rate·t`; what is
-//!   admitted within the interval adds at most the tokens the processes held at its start:
-//!   `admitted ≤ burst + rate·t + Σ outstanding leases ≤ burst + rate·t + processes × max`.
-//! - **Fairness.** While a lease lasts, its process admits before processes that must ask
-//!   Redis: first come, first served across processes holds per batch, not per request.
-//!   When Redis refuses a lease, a waiter books its admission instant as without leases.
+//! [`Notify`]: tokio::sync::Notify
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
