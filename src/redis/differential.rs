@@ -1,6 +1,8 @@
 //! Differential test: for every algorithm, the in-process [`Bucket`] and the Redis scripts
 //! make the same decisions — admit or refuse, and the wait — for thousands of random
-//! sequences of arrivals, costs and pauses, so the two implementations cannot drift apart.
+//! sequences of arrivals, costs, pauses (and the ramps after them) and releases (an
+//! admission given back at once, as when another limit refused it), so the two
+//! implementations cannot drift apart.
 //! The per-key engine of [`KeyedBucket`] (a third implementation) is held to the same
 //! decisions where it can be lined up: the token and leaky bucket and the sliding log (the
 //! fixed and sliding windows of a keyed store take their own phase from the wall clock when
@@ -34,6 +36,7 @@ use super::script::sources;
 /// The Redis integration tests' helpers: the same server and key prefixes.
 #[path = "../../tests/redis_support/mod.rs"]
 mod redis_support;
+use crate::bucket::Reservation;
 use crate::{Algorithm, Bucket, Denied, KeyedBucket, Quota};
 
 /// Sequences per algorithm, operations per sequence.
@@ -46,7 +49,7 @@ const CLOCK: &str = "local clock = redis.call('TIME')\n\
                      local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])";
 const TTL: &str = "local ms = math.ceil((horizon - now) / 1000)";
 
-/// The production script of `algorithm` and operation `op` (0 acquire, 1 pause), with the
+/// The production script of `algorithm` and operation `op` (0 acquire, 1 pause, 2 release), with the
 /// clock taken from `ARGV[8]` and ten-minute TTLs.
 fn script(algorithm: Algorithm, op: usize) -> Script {
     let source = sources(algorithm)[op];
@@ -86,8 +89,8 @@ struct Pair<'a> {
     algorithm: Algorithm,
     quota: Quota,
     conn: &'a mut ::redis::Connection,
-    acquire: Script,
-    pause: Script,
+    /// Acquire, pause, release.
+    scripts: [Script; 3],
     key: String,
     /// Redis time of the start, µs.
     origin_us: u64,
@@ -109,9 +112,9 @@ impl Pair<'_> {
         [interval, burst, arg, MAX_PAUSE_US, tau, window, limit, now]
     }
 
-    fn run(&mut self, pause: bool, arg: u64) -> (bool, u64) {
-        let script = if pause { &self.pause } else { &self.acquire };
-        let mut call = script.prepare_invoke();
+    /// Run script `op` (0 acquire, 1 pause, 2 release): (admitted, µs).
+    fn run(&mut self, op: usize, arg: u64) -> (bool, u64) {
+        let mut call = self.scripts[op].prepare_invoke();
         call.key(&self.key).key(format!("{}:log", self.key));
         for a in self.args(arg) {
             call.arg(a);
@@ -161,8 +164,7 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
         algorithm,
         quota,
         conn,
-        acquire: script(algorithm, 0),
-        pause: script(algorithm, 1),
+        scripts: [0, 1, 2].map(|op| script(algorithm, op)),
         key,
         origin_us: epoch_us - epoch_us % width_us + width_us,
         t_us: 0,
@@ -185,7 +187,7 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
             let d = rng.range(1, 2 * span);
             pair.bucket.pause(Duration::from_micros(d));
             pair.keyed = None;
-            let (ok, _) = pair.run(true, d);
+            let (ok, _) = pair.run(1, d);
             if std::env::var("DIFF_TRACE").is_ok() {
                 eprintln!("{at}: pause {d}");
             }
@@ -193,6 +195,25 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
             continue;
         }
         let n = rng.range(1, u64::from(max_cost)) as u32;
+        if rng.range(0, 5) == 0 {
+            // An admission given back at once (another limit refused it).
+            let local = match pair.bucket.reserve(n, false).expect("unbounded") {
+                Reservation::Now(permit) => Some(permit),
+                Reservation::Later(_) => None,
+            };
+            pair.keyed = None;
+            let (admitted, _) = pair.run(0, u64::from(n));
+            if std::env::var("DIFF_TRACE").is_ok() {
+                eprintln!("{at}: n={n} then release, local={local:?} redis={admitted}");
+            }
+            assert_eq!(local.is_some(), admitted, "{at}: {n} before a release");
+            if let Some(permit) = local {
+                pair.bucket.give_back(permit);
+                let (ok, _) = pair.run(2, u64::from(n));
+                assert!(ok, "{at}: release");
+            }
+            continue;
+        }
         let local = pair.bucket.try_acquire(n);
         if let Some(keyed) = &pair.keyed {
             assert_eq!(
@@ -201,7 +222,7 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
                 "{at}: keyed and bucket for {n}"
             );
         }
-        let (admitted, wait_us) = pair.run(false, u64::from(n));
+        let (admitted, wait_us) = pair.run(0, u64::from(n));
         if std::env::var("DIFF_TRACE").is_ok() {
             let state: Option<String> =
                 ::redis::cmd("GET").arg(&pair.key).query(pair.conn).unwrap();
