@@ -421,18 +421,47 @@ async fn a_pause_holds_every_process_then_restarts_without_a_burst() {
             held >= Duration::from_millis(290),
             "{algorithm:?}: held {held:?}"
         );
-        let most = match algorithm {
-            // The share of the window left when the pause ends (at least 1).
-            Algorithm::FixedWindow => {
-                let left = 2_000_000 - end % 2_000_000;
-                u32::try_from((10 * left / 2_000_000).max(1)).unwrap() + 1
-            }
-            _ => 1,
-        };
-        assert!(
-            (1..=most).contains(&admitted),
-            "{algorithm:?}: {admitted} admitted right after the pause (at most {most})"
+        // Every algorithm, windows included, restarts with one token (the next is due an
+        // interval later), wherever the pause ends in a window.
+        assert_eq!(
+            admitted,
+            1,
+            "{algorithm:?}: {admitted} admitted right after the pause ending at {end} µs"
         );
+    }
+}
+
+/// After a pause, a window on Redis restarts on the ramp the in-process windows use: one
+/// token when the pause ends, then one per interval, whichever process asks and however
+/// little of the window was used before the pause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_restarts_on_a_ramp_after_a_pause() {
+    let quota = Quota::new(10, Duration::from_secs(2)).burst(10);
+    let interval = Duration::from_millis(200);
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let prefix = unique_prefix("ramp");
+        let a = handle(&prefix, quota, algorithm).await;
+        let b = handle(&prefix, quota, algorithm).await;
+        a.try_acquire(1).await.unwrap();
+        a.pause(Duration::from_millis(100)).await.unwrap();
+        let held = wait_of(b.try_acquire(1).await);
+        tokio::time::sleep(held + Duration::from_millis(2)).await;
+        b.try_acquire(1).await.unwrap();
+        for step in 0..4 {
+            // Nine tokens of the window are left, yet the next one waits about an interval.
+            let h = if step % 2 == 0 { &a } else { &b };
+            let wait = wait_of(h.try_acquire(1).await);
+            assert!(
+                wait > interval / 2 && wait <= interval,
+                "{algorithm:?} step {step}: waits {wait:?} on the ramp"
+            );
+            tokio::time::sleep(wait + Duration::from_millis(2)).await;
+            h.try_acquire(1).await.unwrap();
+        }
     }
 }
 
