@@ -720,6 +720,46 @@ async fn a_far_future_window_state_is_clamped_and_written_back_on_a_refusal() {
 }
 
 #[tokio::test]
+async fn a_far_future_ramp_is_clamped_and_written_back_on_a_refusal() {
+    let mut conn = raw(&redis_url()).await;
+    let quota = Quota::new(3, Duration::from_millis(200));
+    for (algorithm, window) in [
+        (Algorithm::FixedWindow, "F0:0"),
+        (Algorithm::SlidingWindow, "S0:0:0"),
+        (Algorithm::SlidingLog, "L0:0"),
+    ] {
+        let prefix = unique_prefix("far-ramp");
+        let a = handle(&prefix, quota, algorithm).await;
+        let key = a.redis_key().to_owned();
+        // A ramp that lets nothing through for a day.
+        let day = redis_now_us(&mut conn).await + 86_400_000_000;
+        let value = format!("{window}R{day}:{day}");
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&value)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        // Clamped: the next request goes within L·T (3 intervals), the ramp ends within 2·W.
+        let wait = wait_of(a.try_acquire(1).await);
+        assert!(
+            wait <= Duration::from_millis(201),
+            "{algorithm:?}: {wait:?}"
+        );
+        assert_ne!(get(&mut conn, &key).await.unwrap(), value, "{algorithm:?}");
+        assert_ttls(
+            &mut conn,
+            &key,
+            2 * 200 + 2,
+            &format!("{algorithm:?} ramp clamp"),
+        )
+        .await;
+        tokio::time::sleep(wait).await;
+        a.try_acquire(1).await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn switching_the_algorithm_of_a_key_resets_it_cleanly() {
     let mut conn = raw(&redis_url()).await;
     let prefix = unique_prefix("switch");
