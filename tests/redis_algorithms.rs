@@ -424,8 +424,7 @@ async fn a_pause_holds_every_process_then_restarts_without_a_burst() {
         // Every algorithm, windows included, restarts with one token (the next is due an
         // interval later), wherever the pause ends in a window.
         assert_eq!(
-            admitted,
-            1,
+            admitted, 1,
             "{algorithm:?}: {admitted} admitted right after the pause ending at {end} µs"
         );
     }
