@@ -228,7 +228,7 @@ async fn main() {
             let (latencies, bar, seen) = (latencies.clone(), bar.clone(), seen_429.clone());
             let bucket = bucket.clone();
             tokio::spawn(async move {
-                while deadline.map_or(true, |d| Instant::now() < d)
+                while deadline.is_none_or(|d| Instant::now() < d)
                     && next.fetch_add(1, Ordering::Relaxed) < requests
                 {
                     let req = http::Request::get(url.clone())

@@ -37,7 +37,7 @@ const X_RATELIMIT_RESET: &str = "x-ratelimit-reset";
 /// Reset values above this many seconds (about 31.7 years) are Unix timestamps, not delays.
 const EPOCH_THRESHOLD: u64 = 1_000_000_000;
 
-/// The largest integer a structured field may carry (RFC 8941 §3.3.1: at most 15 digits).
+/// The largest integer a structured field may carry (RFC 9651 §3.3.1: at most 15 digits).
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 
 /// What a response says about the client's remaining quota.
@@ -60,8 +60,9 @@ pub struct QuotaHint {
 /// 1. The IETF draft `RateLimit` field, a structured field list such as
 ///    `"default";r=0;t=30`: `r` is the remaining quota and `t` the seconds until more is
 ///    available. When it lists several policies, the most restrictive one is used (the
-///    smallest `r`, then the largest `t`). A single malformed member makes the whole field
-///    malformed.
+///    smallest `r`, then the largest `t`). Other parameters are ignored, whatever their
+///    RFC 9651 type (dates such as `@1700000000` and display strings such as `%"caf%c3%a9"`
+///    included). A single malformed member makes the whole field malformed.
 /// 2. The older draft's separate `RateLimit-Remaining` and `RateLimit-Reset` fields.
 /// 3. `X-RateLimit-Remaining` and `X-RateLimit-Reset`.
 ///
@@ -236,8 +237,26 @@ type ParamValue = Option<u64>;
 /// The parameters of one list member, as keys and values.
 type Params<'a> = Vec<(&'a [u8], ParamValue)>;
 
-/// Just enough of an RFC 8941 structured field parser for a list of items whose parameters
-/// carry integers. Every method returns `None` on a syntax error.
+/// A number read by [`Parser::number`]: an integer (`None` when negative), or a decimal.
+enum Number {
+    Integer(ParamValue),
+    Decimal,
+}
+
+/// The value of a lowercase hexadecimal digit.
+fn lower_hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    }
+}
+
+/// Just enough of an RFC 9651 structured field parser for a list of items whose parameters
+/// carry integers. Every bare item type is read (integers, decimals, strings, tokens, byte
+/// sequences, booleans, dates and display strings), so a parameter this crate does not know,
+/// whatever its type, is skipped rather than making the field malformed. Every method returns
+/// `None` on a syntax error.
 struct Parser<'a>(&'a [u8]);
 
 impl<'a> Parser<'a> {
@@ -281,19 +300,14 @@ impl<'a> Parser<'a> {
 
     fn bare_item(&mut self) -> Option<ParamValue> {
         match self.peek()? {
-            b'-' | b'0'..=b'9' => self.number(),
+            b'-' | b'0'..=b'9' => match self.number()? {
+                Number::Integer(value) => Some(value),
+                Number::Decimal => Some(None),
+            },
             b'"' => {
                 self.bump();
-                loop {
-                    match self.bump()? {
-                        b'"' => return Some(None),
-                        b'\\' => {
-                            self.bump().filter(|b| matches!(b, b'"' | b'\\'))?;
-                        }
-                        b' '..=b'~' => {}
-                        _ => return None,
-                    }
-                }
+                self.string()?;
+                Some(None)
             }
             b'*' | b'A'..=b'Z' | b'a'..=b'z' => {
                 self.take_while(|b| is_tchar(b) || b == b':' || b == b'/');
@@ -310,11 +324,55 @@ impl<'a> Parser<'a> {
                 self.bump().filter(|b| matches!(b, b'0' | b'1'))?;
                 Some(None)
             }
+            b'@' => {
+                // A date: an integer number of seconds since the epoch (RFC 9651 §3.3.7).
+                self.bump();
+                matches!(self.number()?, Number::Integer(_)).then_some(None)
+            }
+            b'%' => {
+                self.bump();
+                self.eat(b'"')?;
+                self.display_string()?;
+                Some(None)
+            }
             _ => None,
         }
     }
 
-    fn number(&mut self) -> Option<ParamValue> {
+    /// The rest of a string, after its opening quote.
+    fn string(&mut self) -> Option<()> {
+        loop {
+            match self.bump()? {
+                b'"' => return Some(()),
+                b'\\' => {
+                    self.bump().filter(|b| matches!(b, b'"' | b'\\'))?;
+                }
+                b' '..=b'~' => {}
+                _ => return None,
+            }
+        }
+    }
+
+    /// The rest of a display string, after `%"`: visible ASCII and `%xx` escapes (lowercase
+    /// hex) that decode to UTF-8 (RFC 9651 §3.3.8).
+    fn display_string(&mut self) -> Option<()> {
+        let mut bytes = Vec::new();
+        loop {
+            match self.bump()? {
+                b'"' => return std::str::from_utf8(&bytes).is_ok().then_some(()),
+                b'%' => {
+                    let hi = self.bump().and_then(lower_hex)?;
+                    let lo = self.bump().and_then(lower_hex)?;
+                    bytes.push(hi << 4 | lo);
+                }
+                b @ b' '..=b'~' => bytes.push(b),
+                _ => return None,
+            }
+        }
+    }
+
+    /// An integer (at most 15 digits) or a decimal (at most 12 digits, then 1 to 3).
+    fn number(&mut self) -> Option<Number> {
         let negative = self.eat(b'-').is_some();
         let int = self.take_while(|b| b.is_ascii_digit());
         if int.is_empty() {
@@ -322,14 +380,14 @@ impl<'a> Parser<'a> {
         }
         if self.eat(b'.').is_some() {
             let frac = self.take_while(|b| b.is_ascii_digit());
-            return (int.len() <= 12 && (1..=3).contains(&frac.len())).then_some(None);
+            return (int.len() <= 12 && (1..=3).contains(&frac.len())).then_some(Number::Decimal);
         }
         if int.len() > 15 {
             return None;
         }
         // At most 15 digits: no overflow.
         let value = int.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
-        Some((!negative || value == 0).then_some(value))
+        Some(Number::Integer((!negative || value == 0).then_some(value)))
     }
 
     fn peek(&self) -> Option<u8> {
@@ -408,6 +466,80 @@ mod tests {
         );
         // A repeated parameter: the last one counts.
         assert_eq!(read(&[("ratelimit", "\"p\";r=9;r=4")]), hint(4, None));
+    }
+
+    #[test]
+    fn ratelimit_field_reads_every_rfc_9651_value() {
+        // An unknown parameter of any bare item type is skipped, not fatal.
+        assert_eq!(
+            read(&[("ratelimit", "\"default\";r=5;t=3;acme-reset-at=@1700000000")]),
+            hint(5, Some(3))
+        );
+        for other in [
+            "x=42",
+            "x=-42",
+            "x=4.125",
+            "x=-0.5",
+            "x=\"str \\\" \\\\ ing\"",
+            "x=tok/en:1",
+            "x=*tok",
+            "x=:aGVsbG8=:",
+            "x=?0",
+            "x",
+            "x=@1700000000",
+            "x=@-62135596800",
+            "x=%\"caf%c3%a9\"",
+            "x=%\"100%25 \\ ok\"",
+            "x=%\"\"",
+        ] {
+            let value = format!("\"default\";r=5;{other};t=3");
+            let mut headers = HeaderMap::new();
+            headers.insert(RATELIMIT, HeaderValue::from_str(&value).unwrap());
+            assert_eq!(
+                read_quota_hint(&headers, SystemTime::now()),
+                hint(5, Some(3)),
+                "{value}"
+            );
+        }
+        // The list member itself may be any bare item too.
+        assert_eq!(read(&[("ratelimit", "%\"caf%c3%a9\";r=1")]), hint(1, None));
+        assert_eq!(
+            read(&[("ratelimit", "@1700000000;r=2;t=1")]),
+            hint(2, Some(1))
+        );
+    }
+
+    #[test]
+    fn invalid_rfc_9651_values_are_malformed() {
+        for other in [
+            "x=@1.5", // a date is an integer
+            "x=@",    // with digits
+            "x=@1234567890123456",
+            "x=%\"caf%C3%A9\"", // escapes are lowercase hex
+            "x=%\"%ff\"",       // and decode to UTF-8
+            "x=%\"%c3\"",       // a truncated sequence
+            "x=%\"%4\"",        // two digits
+            "x=%\"open",
+            "x=%caf", // a display string is quoted
+            "x=\"bad\\escape\"",
+            "x=1.",
+            "x=1.2345",
+            "x=1234567890123.5",
+            "X=1",
+        ] {
+            let value = format!("\"default\";r=5;{other};t=3");
+            let mut headers = HeaderMap::new();
+            headers.insert(RATELIMIT, HeaderValue::from_str(&value).unwrap());
+            assert_eq!(
+                read_quota_hint(&headers, SystemTime::now()),
+                None,
+                "{value}"
+            );
+        }
+        // A remaining count or reset that is not a non-negative integer is malformed too.
+        for value in ["\"d\";r=@5", "\"d\";r=5;t=@3", "\"d\";r=%\"5\""] {
+            assert_eq!(read(&[("ratelimit", value)]), None, "{value}");
+        }
     }
 
     #[test]

@@ -116,9 +116,10 @@
 //!   decisions and waits on one timeline.
 //!
 //! # Supported Rust versions
-//! The minimum supported Rust version is 1.75.
+//! The minimum supported Rust version is 1.85 (tokio's); the `reqwest` and `redis` features
+//! need 1.88 (their dependencies').
 
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -146,10 +147,8 @@ pub mod retry_after;
 
 #[allow(deprecated)]
 pub use crate::bucket::AcquireError;
-pub use crate::bucket::{
-    Acquire, Algorithm, BackendError, Bucket, BucketBuilder, Denied, ExceedsBurst, QueueFull,
-    Snapshot, Throttled,
-};
+pub use crate::bucket::{Acquire, Algorithm, Bucket, BucketBuilder, Snapshot};
+pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
 pub use crate::keyed::KeyedBucket;
 pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};

@@ -54,7 +54,7 @@ impl StandIn {
         let now = Instant::now();
         let interval = Duration::from_nanos(self.interval.load(Ordering::SeqCst));
         let mut last = self.last.lock().unwrap();
-        let admitted = last.map_or(true, |l| now.duration_since(l) >= interval);
+        let admitted = last.is_none_or(|l| now.duration_since(l) >= interval);
         let at = now.duration_since(self.start);
         let mut resp = Response::new(String::new());
         if admitted {

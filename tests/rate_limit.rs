@@ -3,6 +3,8 @@
 mod support;
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -178,38 +180,43 @@ async fn per_request_cost_is_charged_before_sending() {
         [0, 300, 400, 700].map(Duration::from_millis)
     );
     assert_rate_bound(&e, quota);
-    // More than the burst is charged the whole burst: it waits for a full bucket, empties
-    // it, and goes (the service keeps its `Infallible` error type).
-    svc.ready().await.unwrap().call(6).await.unwrap();
-    let e = rec.admissions();
-    assert_eq!(e.len(), 5);
-    assert_eq!(e[4].0, Duration::from_millis(1200), "a full bucket again");
-    assert_eq!(bucket.snapshot().available, 0);
+    // More than the burst can never fit: an error, and the inner service is not called.
+    let err = svc.ready().await.unwrap().call(6).await.unwrap_err();
+    assert!(
+        matches!(
+            err.downcast_ref::<tower_throttle::Denied>(),
+            Some(tower_throttle::Denied::ExceedsBurst(_))
+        ),
+        "{err}"
+    );
+    assert_eq!(rec.admissions().len(), 4);
     settle().await;
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_cost_left_above_a_shrunk_burst_waits_for_what_fits_then_goes() {
+async fn a_cost_left_above_a_shrunk_burst_fails_without_calling_the_service() {
+    let calls = Arc::new(AtomicUsize::new(0));
     let bucket = Bucket::new(Quota::per_second(10).burst(5));
+    let counted = calls.clone();
     let mut svc = RateLimitLayer::new(bucket.clone())
         .cost(|size: &u32| *size)
-        .layer(service_fn(|_: u32| async {
-            Ok::<_, Infallible>(Instant::now())
+        .layer(service_fn(move |_: u32| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, Infallible>(()) }
         }));
     bucket.try_acquire(5).unwrap(); // empty: the first token is due in 100 ms
-    let start = Instant::now();
-    let mut call = Box::pin(async { svc.ready().await.unwrap().call(4).await.unwrap() });
+    let mut call = Box::pin(async { svc.ready().await.unwrap().call(4).await });
     assert!(futures::poll!(call.as_mut()).is_pending());
     advance(Duration::from_millis(150)).await; // the first token is spent; 3 more wait
     assert!(futures::poll!(call.as_mut()).is_pending());
     bucket.set_quota(Quota::per_second(10).burst(2)); // 3 can never fit any more
-    let sent = call.await;
-    // Charged what the new burst allows (one more token after the first), not stuck, no error.
-    assert!(sent - start >= Duration::from_millis(150));
+    let err = call.await.unwrap_err();
     assert!(
-        sent - start <= Duration::from_millis(400),
-        "{:?}",
-        sent - start
+        matches!(
+            err.downcast_ref::<tower_throttle::Denied>(),
+            Some(tower_throttle::Denied::ExceedsBurst(_))
+        ),
+        "{err}"
     );
-    assert!(bucket.try_acquire(1).is_err(), "the rest was charged");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
 }

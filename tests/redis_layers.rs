@@ -137,7 +137,10 @@ async fn rejecting_layers_of_two_processes_share_one_redis_limit() {
     assert_eq!(admitted, 6);
 }
 
-async fn keyed_process(prefix: &str, quota: Quota) -> tower_throttle::KeyedBucket<u64> {
+async fn keyed_process(
+    prefix: &str,
+    quota: Quota,
+) -> tower_throttle::KeyedBucket<tower_throttle::keyed::KeyDigest> {
     let redis = tower_throttle::redis::RedisKeyed::builder(quota)
         .url(redis_url())
         .key_prefix(prefix)

@@ -546,3 +546,49 @@ async fn missing_or_invalid_retry_after_uses_the_default_cooldown() {
     }
     let _ = HeaderMap::new();
 }
+
+/// Only a push-back that means "not processed" is resent for a non-idempotent method.
+#[tokio::test(start_paused = true)]
+async fn only_unprocessed_push_backs_resend_a_post() {
+    let bucket = Bucket::new(Quota::per_second(100));
+    let with_403 = || {
+        quiet(&bucket).push_back([
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::FORBIDDEN,
+        ])
+    };
+    let sends = |layer: RetryAfterLayer, status: u16, headers: &[(&'static str, &str)], req| {
+        let script = Script::new([reply(status, headers)]);
+        let svc = stack(&bucket, layer, &script);
+        async move {
+            let resp = svc.oneshot(req).await.unwrap();
+            (resp.status().as_u16(), script.times().len())
+        }
+    };
+    // A 403 added to the push-back set: a POST is final, a GET is resent.
+    assert_eq!(sends(with_403(), 403, &[], post()).await, (403, 1));
+    // ... though the 403 still paused the bucket (1 s default cooldown) for everyone.
+    assert_eq!(
+        bucket.snapshot().paused_until,
+        Some(Instant::now() + Duration::from_secs(1))
+    );
+    assert_eq!(sends(with_403(), 403, &[], get()).await, (200, 2));
+    // The explicit opt-in: a 403 this server only sends unprocessed requests.
+    let opted = quiet(&bucket).push_back_unprocessed([StatusCode::FORBIDDEN]);
+    assert_eq!(sends(opted, 403, &[], post()).await, (200, 2));
+    // So does retry_non_idempotent, for every push-back.
+    let all = with_403().retry_non_idempotent(true);
+    assert_eq!(sends(all, 403, &[], post()).await, (200, 2));
+    // 429: never processed, resent for any method.
+    assert_eq!(sends(quiet(&bucket), 429, &[], post()).await, (200, 2));
+    // 503 with Retry-After: the server names when to come back, resent for any method.
+    let ra = [("retry-after", "1")];
+    assert_eq!(sends(quiet(&bucket), 503, &ra, post()).await, (200, 2));
+    // 503 without it may be a failure after processing: only idempotent methods.
+    assert_eq!(sends(quiet(&bucket), 503, &[], post()).await, (503, 1));
+    assert_eq!(sends(quiet(&bucket), 503, &[], get()).await, (200, 2));
+    // An unparseable Retry-After is not a Retry-After.
+    let bad = [("retry-after", "soon")];
+    assert_eq!(sends(quiet(&bucket), 503, &bad, post()).await, (503, 1));
+}

@@ -64,3 +64,27 @@ async fn a_burst_change_keeps_the_tokens_as_go_does() {
     bucket.set_quota(Quota::per_second(10).burst(10));
     assert_eq!(bucket.try_acquire(1).unwrap_err().wait(), Some(350 * MS));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_new_rate_during_a_pause_neither_shortens_nor_stretches_it() {
+    for per_second in [5, 10, 20] {
+        let bucket = Bucket::new(Quota::per_second(10).burst(10));
+        bucket.pause(Duration::from_millis(350));
+        tokio::time::advance(50 * MS).await;
+        bucket.set_quota(Quota::per_second(per_second).burst(10));
+        // The pause still ends at 350 ms, from an empty bucket at the new rate.
+        assert_eq!(
+            bucket.try_acquire(1).unwrap_err().wait(),
+            Some(300 * MS),
+            "{per_second}/s"
+        );
+        tokio::time::advance(300 * MS).await;
+        bucket.try_acquire(1).unwrap();
+        let interval = Duration::from_secs(1) / per_second;
+        assert_eq!(
+            bucket.try_acquire(1).unwrap_err().wait(),
+            Some(interval),
+            "{per_second}/s"
+        );
+    }
+}

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
-use super::{Bucket, Denied, RemoteAcquire, Reservation, Waiter};
+use super::{Backend, Bucket, Denied, RemoteAcquire, Reservation, Waiter};
 
 /// Waits for tokens of a [`Bucket`]: the future of [`Bucket::acquire`].
 ///
@@ -51,15 +51,17 @@ impl Future for Acquire<'_> {
                         this.state = State::Done;
                         return Poll::Ready(Ok(()));
                     }
-                    if let Some(remote) = this.bucket.remote() {
-                        this.state = State::Remote(remote.acquire(this.n));
-                        continue;
-                    }
-                    let reserved = this
-                        .bucket
-                        .check(this.n)
-                        .map_err(Denied::from)
-                        .and_then(|()| Ok(this.bucket.reserve(this.n, true)?));
+                    let reserved = match this.bucket.backend() {
+                        Backend::Remote(remote) => {
+                            this.state = State::Remote(remote.acquire(this.n));
+                            continue;
+                        }
+                        Backend::Local(local) => this
+                            .bucket
+                            .check(this.n)
+                            .map_err(Denied::from)
+                            .and_then(|()| Ok(local.reserve(this.n, true)?)),
+                    };
                     match reserved {
                         Err(e) => {
                             this.state = State::Done;

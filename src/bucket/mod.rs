@@ -22,6 +22,7 @@
 
 mod acquire;
 mod algorithm;
+mod backend;
 mod builder;
 mod clock;
 mod gcra;
@@ -38,6 +39,7 @@ use tokio::time::Instant;
 
 pub use self::acquire::Acquire;
 pub use self::algorithm::Algorithm;
+pub(crate) use self::backend::{Backend, Local};
 pub use self::builder::BucketBuilder;
 pub(crate) use self::clock::Clock;
 pub(crate) use self::gcra::schedule;
@@ -49,7 +51,7 @@ pub(crate) use self::window::{epoch_phase, Log, Window};
 use crate::adaptive::{Adaptive, Control};
 #[allow(deprecated)]
 pub use crate::denied::AcquireError;
-pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
+pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
 use crate::Quota;
 
 /// A token bucket shared by every clone of this handle.
@@ -178,7 +180,7 @@ impl Bucket {
     /// rate in force then. `stated`: the rate the server's quota fields give, if any.
     pub(crate) fn pushed_back(&self, cooldown: Duration, sent: Instant, stated: Option<f64>) {
         let cut = self.control.pushed_back(&self.shared, cooldown, sent);
-        if let (Some(cut), Some(remote)) = (cut, self.remote()) {
+        if let (Some(cut), Some(remote)) = (cut, self.shared.remote()) {
             remote.publish(cut);
         }
         if let Some(rate) = stated {
@@ -203,7 +205,9 @@ impl Bucket {
     /// Follow what other processes sharing a remote limit learned: at most every 250 ms,
     /// in the background (outside a runtime, never).
     fn sync_learned(&self) {
-        let Some(remote) = self.remote() else { return };
+        let Some(remote) = self.shared.remote() else {
+            return;
+        };
         if !self.control.sync_due() {
             return;
         }
@@ -229,21 +233,35 @@ impl Bucket {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
-    /// Take `n` tokens now, or say how long until they fit.
+    /// Take `n` tokens now, or say how long until they fit: the decision of a bucket kept in
+    /// this process.
     ///
     /// Never waits and never queues. Fair to waiters: while requests wait in
     /// [`acquire`](Bucket::acquire), this refuses.
     ///
+    /// A bucket kept in a shared store (made from a Redis bucket) cannot be asked without
+    /// waiting for a reply: for it this refuses, every time, with [`Denied::Undecided`]. Ask
+    /// it with [`try_acquire_shared`](Bucket::try_acquire_shared), which works for both.
+    ///
     /// # Errors
     /// [`Denied::Throttled`], carrying the wait until `n` tokens fit, or
-    /// [`Denied::ExceedsBurst`] when `n` exceeds the burst (it can never fit).
+    /// [`Denied::ExceedsBurst`] when `n` exceeds the burst (it can never fit);
+    /// [`Denied::Undecided`] for a bucket kept in a shared store.
     #[inline]
     pub fn try_acquire(&self, n: u32) -> Result<(), Denied> {
+        match self.backend() {
+            Backend::Local(local) => self.try_acquire_local(local, n),
+            Backend::Remote(_) => Err(Denied::Undecided(Undecided)),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn try_acquire_local(&self, local: Local<'_>, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
         self.shared.check(n)?;
-        match self.shared.try_admit(n) {
+        match local.try_admit(n) {
             Ok(_) => {
                 self.shared.observe_admitted(n, 0);
                 Ok(())
@@ -257,6 +275,35 @@ impl Bucket {
                 Err(Throttled::after(wait).into())
             }
         }
+    }
+
+    /// Take `n` tokens now, or say how long until they fit, asking the store the limit is
+    /// kept in: this process for an in-memory bucket (as [`try_acquire`](Bucket::try_acquire),
+    /// without waiting), the shared store for one made from a Redis bucket (one round trip).
+    ///
+    /// # Errors
+    /// [`Denied::Throttled`] or [`Denied::ExceedsBurst`], as
+    /// [`try_acquire`](Bucket::try_acquire); [`Denied::Backend`] when the shared store fails
+    /// and its failure policy refuses.
+    pub async fn try_acquire_shared(&self, n: u32) -> Result<(), Denied> {
+        match self.backend() {
+            Backend::Local(local) => self.try_acquire_local(local, n),
+            Backend::Remote(remote) => {
+                if n == 0 {
+                    return Ok(());
+                }
+                self.shared.check(n)?;
+                remote.try_acquire(n, Duration::ZERO).await
+            }
+        }
+    }
+
+    /// Whether this bucket's limit is kept in a store shared with other processes (a
+    /// bucket made from a Redis bucket): its decisions are asynchronous, and
+    /// [`try_acquire`](Bucket::try_acquire) and [`snapshot`](Bucket::snapshot) cannot see
+    /// them.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend(), Backend::Remote(_))
     }
 
     /// Wait until `n` tokens are available, then take them.
@@ -287,9 +334,11 @@ impl Bucket {
     ///
     /// Any `cooldown`, up to [`Duration::MAX`], takes constant time and memory.
     pub fn pause(&self, cooldown: Duration) {
+        // Both backends hold this process at once; a shared store also holds the others.
         self.shared.pause(cooldown);
-        if let Some(remote) = self.shared.remote() {
-            remote.pause(cooldown);
+        match self.backend() {
+            Backend::Local(_) => {}
+            Backend::Remote(remote) => remote.pause(cooldown),
         }
     }
 
@@ -312,6 +361,10 @@ impl Bucket {
     }
 
     /// A read-only view of the bucket now, for headers and metrics.
+    ///
+    /// For a bucket kept in a shared store this is this process's view only (its local state
+    /// at the same quota, which holds pauses but no admission):
+    /// [`Snapshot::local_view`] says so.
     pub fn snapshot(&self) -> Snapshot {
         let (level, paused_in, waiting, effective) = self.shared.level();
         let now = Instant::now();
@@ -323,6 +376,7 @@ impl Bucket {
             full_in: Duration::from_nanos(level.full_in),
             paused_until: (paused_in > 0).then(|| now + Duration::from_nanos(paused_in)),
             waiting,
+            local_view: self.is_shared(),
         }
     }
 
@@ -330,25 +384,8 @@ impl Bucket {
         self.shared.check(n)
     }
 
-    /// Admit now, or queue: callers check the size first. `bounded`: honour a leaky
-    /// bucket's queue limit.
-    pub(crate) fn reserve(&self, n: u32, bounded: bool) -> Result<Reservation, QueueFull> {
-        self.shared.reserve(n, bounded)
-    }
-
-    /// The hot path of the layers: admit now without the lock, or `None`.
-    #[inline]
-    pub(crate) fn admit_now(&self, n: u32) -> Option<Permit> {
-        self.shared.admit_now(n)
-    }
-
     pub(crate) fn give_back(&self, permit: Permit) {
         self.shared.give_back(permit);
-    }
-
-    /// The shared limit this bucket defers to (Redis), if any.
-    pub(crate) fn remote(&self) -> Option<&std::sync::Arc<dyn Remote>> {
-        self.shared.remote()
     }
 }
 
@@ -382,4 +419,7 @@ pub struct Snapshot {
     pub paused_until: Option<Instant>,
     /// Requests waiting in [`acquire`](Bucket::acquire) (or in a waiting layer).
     pub waiting: usize,
+    /// Whether the bucket's limit is kept in a shared store ([`Bucket::is_shared`]): then
+    /// this is this process's view only, and admissions of the shared limit are not in it.
+    pub local_view: bool,
 }

@@ -22,8 +22,11 @@ pub(crate) type RemoteDecision = Pin<Box<dyn Future<Output = Result<(), Denied>>
 pub(crate) trait Remote: Send + Sync + fmt::Debug {
     /// Wait until `n` tokens are admitted by the shared limit.
     fn acquire(&self, n: u32) -> RemoteAcquire;
-    /// Decide now whether `n` tokens fit, without waiting.
-    fn try_acquire(&self, n: u32) -> RemoteDecision;
+    /// Decide whether `n` tokens fit: now, or within `max_wait` (zero: without waiting). A
+    /// refusal carries the wait the store announced.
+    fn try_acquire(&self, n: u32, max_wait: Duration) -> RemoteDecision;
+    /// Give back `n` tokens of an admission that was not used (fire and forget).
+    fn release(&self, n: u32);
     /// Hold every process for `cooldown` (fire and forget: the local bucket holds this
     /// process at once).
     fn pause(&self, cooldown: Duration);

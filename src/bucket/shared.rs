@@ -481,7 +481,11 @@ impl Shared {
         match st.window.as_mut() {
             None => {
                 let (interval, tolerance) = engine_params(&quota, self.algorithm);
-                self.gcra.set_params(interval, tolerance, now);
+                // Keep the tokens held at the end of a pause in force (an empty bucket then):
+                // a pause's debt is time, not tokens, so a new rate neither shortens nor
+                // stretches it.
+                let paused = self.paused_until.load(Ordering::Acquire);
+                self.gcra.set_params(interval, tolerance, now.max(paused));
             }
             Some(w) => w.set_limit(u64::from(quota.count()), quota.period_ns(), now),
         }

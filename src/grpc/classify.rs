@@ -77,6 +77,7 @@ pub(crate) fn on_response(
                 Ok(Some(cooldown)),
                 None,
                 None,
+                false,
                 a,
             );
             if throttled {

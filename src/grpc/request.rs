@@ -200,7 +200,7 @@ impl http_body::Body for Resumed {
         self.chunks.is_empty()
             && self.error.is_none()
             && self.trailers.is_none()
-            && self.rest.as_ref().map_or(true, |r| r.is_end_stream())
+            && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -1,13 +1,13 @@
 //! [`KeyExtractor`]: what a request is limited by.
 
-use std::collections::hash_map::DefaultHasher;
 use std::fmt;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::net::IpAddr;
 
 use http::{HeaderName, Request};
 
 use super::ip::{peer_addr, Grouping};
+use super::stable::KeyDigest;
 
 /// Finds the key a request is limited by: an API key, a user, a client address…
 ///
@@ -61,11 +61,11 @@ impl<B> KeyExtractor<B> for GlobalKey {
 
 /// Keys requests by the value of one header, such as `X-Api-Key`.
 ///
-/// The value is not stored: it is reduced to a 64-bit SipHash digest with fixed keys, so a
-/// key costs 8 bytes whatever its length, and every process names a value alike (limits
-/// shared through Redis depend on it). The keyed store hashes digests again with a random
-/// seed, so clients cannot pick values that collide in its table. Two distinct values share a
-/// bucket only by a 64-bit coincidence.
+/// The value is not stored: the key is its [`KeyDigest`] (128 bits of SHA-1 over the value's
+/// bytes), so a key costs 16 bytes whatever its length, and every process, build and
+/// platform names a value alike: a limit shared through Redis names the value `k1` exactly
+/// as `RedisKeyed::try_acquire("k1")` does. The keyed store hashes digests again with a
+/// random seed, so clients cannot pick values that collide in its table.
 ///
 /// A request without the header, with an empty value or with the header repeated has no key
 /// (see [`MissingKey`](super::MissingKey)).
@@ -112,19 +112,15 @@ impl HeaderKey {
 }
 
 impl<B> KeyExtractor<B> for HeaderKey {
-    type Key = u64;
+    type Key = KeyDigest;
 
-    fn extract(&self, req: &Request<B>) -> Option<u64> {
+    fn extract(&self, req: &Request<B>) -> Option<KeyDigest> {
         let mut values = req.headers().get_all(&self.name).iter();
         let value = values.next()?;
         if values.next().is_some() || value.is_empty() {
             return None;
         }
-        // A fixed-key digest: the same in every process, so limits shared through Redis
-        // name a key alike everywhere. (The keyed store re-hashes it with a random seed.)
-        let mut h = DefaultHasher::new();
-        value.as_bytes().hash(&mut h);
-        Some(h.finish())
+        Some(KeyDigest::of_bytes(value.as_bytes()))
     }
 }
 

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | [`PeerIp`] | connection address (IPv6 by /64) | servers facing clients directly |
 //! | [`ClientIp`] | client address behind trusted proxies | behind a load balancer / CDN |
-//! | [`HeaderKey`] | a header's value (digest) | API keys, tenant ids |
+//! | [`HeaderKey`] | a header's value ([`KeyDigest`]) | API keys, tenant ids |
 //! | [`GlobalKey`] | one key for all | a single shared bucket |
 //! | any `Fn(&Request<B>) -> Option<K>` | yours | users, routes… |
 //!
@@ -53,15 +53,17 @@ mod layer;
 mod log;
 mod remote;
 mod rule;
+mod stable;
 mod store;
 mod table;
 mod window;
 
-pub(crate) use self::remote::{key_id, KeyId, RemoteKeyed, KEYLESS};
+pub(crate) use self::remote::{KeyId, RemoteKeyed, RemoteKeys, KEYLESS};
 pub(crate) use self::store::Grant;
 
 pub use self::client_ip::{ClientIp, ProxyHeaders};
 pub use self::extractor::{GlobalKey, HeaderKey, KeyExtractor, PeerIp};
 pub use self::ip::{Cidr, CidrError};
 pub use self::layer::{KeyedLayer, MissingKey};
+pub use self::stable::{KeyDigest, StableKey, KEY_SCHEME_VERSION};
 pub use self::store::{KeyedBucket, KeyedBucketBuilder, DEFAULT_MAX_KEYS};

@@ -12,11 +12,11 @@ use tokio::time::Instant;
 use super::core::{Core, Place};
 use super::gcra::GcraRule;
 use super::log::LogRule;
-use super::remote::RemoteKeyed;
+use super::remote::RemoteKeys;
 use super::rule::{Admit, Rule};
 use super::window::WindowRule;
 use crate::bucket::Clock;
-use crate::{Algorithm, Denied, ExceedsBurst, Quota, Snapshot, Throttled};
+use crate::{Algorithm, Denied, ExceedsBurst, Quota, Snapshot, Throttled, Undecided};
 
 /// The default cap on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -92,7 +92,7 @@ struct Shared<K> {
     max_keys: usize,
     engine: Engine<K>,
     /// Decisions made by a limit shared with other processes (Redis).
-    remote: Option<Arc<dyn RemoteKeyed>>,
+    remote: Option<RemoteKeys<K>>,
 }
 
 /// The store, specialised to the algorithm's per-key state.
@@ -138,14 +138,14 @@ pub struct KeyedBucketBuilder<K> {
     shards: Option<usize>,
     clock: Clock,
     algorithm: Algorithm,
-    remote: Option<Arc<dyn RemoteKeyed>>,
+    remote: Option<RemoteKeys<K>>,
     _key: PhantomData<fn() -> K>,
 }
 
 impl<K> KeyedBucketBuilder<K> {
     /// Defer the rejecting layer's decisions to a limit shared with other processes.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn remote(mut self, remote: Arc<dyn RemoteKeyed>) -> Self {
+    pub(crate) fn remote(mut self, remote: RemoteKeys<K>) -> Self {
         self.remote = Some(remote);
         self
     }
@@ -252,15 +252,49 @@ where
         }
     }
 
-    /// Take `n` tokens from the bucket of `key` now, or say how long until they fit.
+    /// Take `n` tokens from the bucket of `key` now, or say how long until they fit: the
+    /// decision of buckets kept in this process.
     ///
-    /// A refused request takes nothing.
+    /// A refused request takes nothing. For keyed buckets kept in a shared store (made from
+    /// a Redis keyed limit) nothing can be decided without waiting for a reply: this refuses
+    /// with [`Denied::Undecided`]; ask with
+    /// [`try_acquire_shared`](KeyedBucket::try_acquire_shared).
     ///
     /// # Errors
     /// [`Denied::Throttled`] with the wait, or [`Denied::ExceedsBurst`] when `n` exceeds what
     /// one request may take (the burst, or a window's count): it can never fit.
     #[inline]
     pub fn try_acquire(&self, key: &K, n: u32) -> Result<(), Denied> {
+        if self.shared.remote.is_some() {
+            return Err(Denied::Undecided(Undecided));
+        }
+        self.try_acquire_local(key, n)
+    }
+
+    /// Take `n` tokens from the bucket of `key`, asking the store the limit is kept in:
+    /// this process (as [`try_acquire`](KeyedBucket::try_acquire), without waiting), or the
+    /// shared store (one round trip, the key named by its [`StableKey`](super::StableKey)
+    /// digest).
+    ///
+    /// # Errors
+    /// [`Denied::Throttled`] or [`Denied::ExceedsBurst`], as
+    /// [`try_acquire`](KeyedBucket::try_acquire); [`Denied::Backend`] when the shared store
+    /// fails and its failure policy refuses.
+    pub async fn try_acquire_shared(&self, key: &K, n: u32) -> Result<(), Denied> {
+        match &self.shared.remote {
+            None => self.try_acquire_local(key, n),
+            Some(remote) => {
+                if n == 0 {
+                    return Ok(());
+                }
+                let id = (remote.name)(key);
+                remote.store.try_acquire(id, n, Duration::ZERO).await
+            }
+        }
+    }
+
+    #[inline]
+    fn try_acquire_local(&self, key: &K, n: u32) -> Result<(), Denied> {
         let s = &*self.shared;
         let tokens = u64::from(n);
         // The store's decision, inlined per rule: nothing of the grant is kept.
@@ -294,6 +328,7 @@ where
             full_in: Duration::from_nanos(view.full_in),
             paused_until: None,
             waiting: 0,
+            local_view: self.is_shared(),
         }
     }
 
@@ -352,8 +387,16 @@ impl<K: Hash + Eq> KeyedBucket<K> {
 
 impl<K> KeyedBucket<K> {
     /// The shared limit this keyed bucket defers to (Redis), if any.
-    pub(crate) fn remote(&self) -> Option<&Arc<dyn RemoteKeyed>> {
+    pub(crate) fn remote(&self) -> Option<&RemoteKeys<K>> {
         self.shared.remote.as_ref()
+    }
+
+    /// Whether the limit of each key is kept in a store shared with other processes (a
+    /// keyed bucket made from a Redis keyed limit): its decisions are asynchronous, and
+    /// [`try_acquire`](KeyedBucket::try_acquire) and [`snapshot`](KeyedBucket::snapshot)
+    /// cannot see them.
+    pub fn is_shared(&self) -> bool {
+        self.shared.remote.is_some()
     }
 
     /// The quota of every key's bucket.

@@ -1,4 +1,4 @@
-//! [`ResponseFuture`] of a [`RateLimit`](super::RateLimit) with a per-request cost.
+//! [`ResponseFuture`].
 
 use std::fmt;
 use std::future::Future;
@@ -9,8 +9,16 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
-use crate::bucket::{Reservation, Waiter};
-use crate::Bucket;
+use crate::bucket::{RemoteAcquire, Waiter};
+use crate::{BoxError, Denied};
+
+/// The rest of a request's cost, being taken where the limit is kept.
+pub(crate) enum Rest {
+    /// A place in this process's queue.
+    Local(Waiter),
+    /// An admission a shared store (Redis) is making.
+    Remote(RemoteAcquire),
+}
 
 pin_project! {
     /// Response future of a [`RateLimit`](super::RateLimit) with a per-request cost: waits for
@@ -32,12 +40,12 @@ pin_project! {
     {
         Called { #[pin] future: S::Future },
         Waiting {
-            waiter: Waiter,
-            bucket: Bucket,
+            rest: Rest,
             sleep: Pin<Box<Sleep>>,
             svc: Option<S>,
             req: Option<Req>,
         },
+        Failed { error: Option<BoxError> },
     }
 }
 
@@ -48,11 +56,16 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         }
     }
 
-    pub(crate) fn waiting(waiter: Waiter, bucket: Bucket, svc: S, req: Req) -> Self {
+    pub(crate) fn failed(error: BoxError) -> Self {
+        ResponseFuture {
+            kind: Kind::Failed { error: Some(error) },
+        }
+    }
+
+    pub(crate) fn waiting(rest: Rest, svc: S, req: Req) -> Self {
         ResponseFuture {
             kind: Kind::Waiting {
-                waiter,
-                bucket,
+                rest,
                 sleep: Box::pin(tokio::time::sleep_until(tokio::time::Instant::now())),
                 svc: Some(svc),
                 req: Some(req),
@@ -64,30 +77,31 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
 impl<S, Req> Future for ResponseFuture<S, Req>
 where
     S: Service<Req>,
+    S::Error: Into<BoxError>,
 {
-    type Output = Result<S::Response, S::Error>;
+    type Output = Result<S::Response, BoxError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
             let next = match self.as_mut().project().kind.project() {
-                KindProj::Called { future } => return future.poll(cx),
+                KindProj::Called { future } => return future.poll(cx).map_err(Into::into),
+                KindProj::Failed { error } => {
+                    return Poll::Ready(Err(error.take().expect("polled after completion")))
+                }
                 KindProj::Waiting {
-                    waiter,
-                    bucket,
+                    rest,
                     sleep,
                     svc,
                     req,
                 } => {
-                    if let Err(shrunk) = std::task::ready!(waiter.poll(sleep.as_mut(), cx)) {
-                        // `set_quota` shrank the capacity below the rest of the cost while it
-                        // waited: wait for what fits now, the first token being spent already.
-                        let rest = shrunk.requested().min(shrunk.burst().saturating_sub(1));
-                        if rest > 0 {
-                            if let Ok(Reservation::Later(w)) = bucket.reserve(rest, false) {
-                                *waiter = w;
-                                continue;
-                            }
-                        }
+                    let taken = match rest {
+                        Rest::Local(waiter) => std::task::ready!(waiter.poll(sleep.as_mut(), cx))
+                            .map(drop)
+                            .map_err(Denied::from),
+                        Rest::Remote(fut) => std::task::ready!(fut.as_mut().poll(cx)),
+                    };
+                    if let Err(e) = taken {
+                        return Poll::Ready(Err(e.into()));
                     }
                     let mut svc = svc.take().expect("polled after completion");
                     let req = req.take().expect("polled after completion");

@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
-use crate::bucket::{Bucket, Permit, RemoteAcquire, Reservation, Waiter};
+use crate::bucket::{Backend, Bucket, Denied, Permit, RemoteAcquire, Reservation, Waiter};
 
 /// What one service instance holds between `poll_ready` and `call`.
 ///
@@ -25,6 +25,8 @@ enum State {
     /// Waiting on a shared, remote limit (Redis).
     Remote(RemoteAcquire),
     Ready(Permit),
+    /// The shared store refused to decide (its failure policy): the next call fails.
+    Refused(Denied),
 }
 
 impl Gate {
@@ -43,8 +45,8 @@ impl Gate {
     /// Ready once a token of the shared bucket is reserved for the next call.
     #[inline]
     pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if let State::Idle = self.state {
-            if let Some(p) = self.bucket.admit_now(1) {
+        if let (State::Idle, Backend::Local(local)) = (&self.state, self.bucket.backend()) {
+            if let Some(p) = local.admit_now(1) {
                 self.state = State::Ready(p);
                 return Poll::Ready(());
             }
@@ -55,23 +57,25 @@ impl Gate {
     fn poll_slow(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             match &mut self.state {
-                State::Ready(_) => return Poll::Ready(()),
-                State::Idle if self.bucket.remote().is_some() => {
-                    let remote = self.bucket.remote().map(|r| r.acquire(1));
-                    self.state = remote.map_or(State::Idle, State::Remote);
-                }
+                State::Ready(_) | State::Refused(_) => return Poll::Ready(()),
                 State::Remote(fut) => {
-                    // One token always fits; a remote limit answers only once it admits.
-                    let _ = std::task::ready!(fut.as_mut().poll(cx));
-                    self.state = State::Ready(Permit::remote());
+                    // One token always fits; a remote limit answers once it admits, or when
+                    // its store fails and the failure policy refuses.
+                    self.state = match std::task::ready!(fut.as_mut().poll(cx)) {
+                        Ok(()) => State::Ready(Permit::remote()),
+                        Err(e) => State::Refused(e),
+                    };
                 }
                 State::Idle => {
-                    // One token always fits (every burst is at least 1), and the waiting
-                    // layer is never refused: it waits.
-                    self.state = match self.bucket.reserve(1, false) {
-                        Ok(Reservation::Now(p)) => State::Ready(p),
-                        Ok(Reservation::Later(w)) => State::Waiting(w),
-                        Err(_) => unreachable!("an unbounded one-token reservation"),
+                    self.state = match self.bucket.backend() {
+                        Backend::Remote(remote) => State::Remote(remote.acquire(1)),
+                        // One token always fits (every burst is at least 1), and the waiting
+                        // layer is never refused: it waits.
+                        Backend::Local(local) => match local.reserve(1, false) {
+                            Ok(Reservation::Now(p)) => State::Ready(p),
+                            Ok(Reservation::Later(w)) => State::Waiting(w),
+                            Err(_) => unreachable!("an unbounded one-token reservation"),
+                        },
                     };
                 }
                 State::Waiting(waiter) => {
@@ -87,14 +91,18 @@ impl Gate {
         }
     }
 
-    /// Take the reserved admission for a call.
+    /// Take the reserved admission for a call, or the refusal of the shared store.
+    ///
+    /// A refusal is not an error of `poll_ready` (which, for tower, would mean the service is
+    /// broken for good): the service stays ready, this call fails, the next asks again.
     ///
     /// # Panics
-    /// When no admission is reserved: `poll_ready` was not called, or did not return ready.
+    /// When nothing is reserved: `poll_ready` was not called, or did not return ready.
     #[inline]
-    pub(crate) fn take(&mut self) -> Permit {
+    pub(crate) fn take(&mut self) -> Result<Permit, Denied> {
         match std::mem::replace(&mut self.state, State::Idle) {
-            State::Ready(p) => p,
+            State::Ready(p) => Ok(p),
+            State::Refused(e) => Err(e),
             other => {
                 self.state = other;
                 panic!("service not ready; poll_ready must be called first");
@@ -124,6 +132,7 @@ impl std::fmt::Debug for State {
             State::Waiting(w) => f.debug_tuple("Waiting").field(w).finish(),
             State::Remote(_) => f.write_str("Remote"),
             State::Ready(p) => f.debug_tuple("Ready").field(p).finish(),
+            State::Refused(e) => f.debug_tuple("Refused").field(e).finish(),
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::Bucket;
 /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn main() -> Result<(), tower_throttle::BoxError> {
 /// let bucket = Bucket::new(Quota::per_second(10));
 /// let svc = ServiceBuilder::new()
 ///     .layer(RateLimitLayer::new(bucket.clone()))
@@ -53,12 +53,14 @@ impl<C> RateLimitLayer<C> {
     /// rest of the cost is waited for in the response future before the request is sent, so
     /// the bucket's bound holds for every request. A cost of zero returns the reserved token.
     ///
-    /// The service keeps the inner service's error type, so it fits where errors must stay
-    /// `Infallible` (axum) without a `HandleErrorLayer`. That is why a cost above what one
-    /// request may take (the burst, or a window's count) is not an error: such a request is
-    /// charged the whole capacity — it waits for a full bucket and empties it — and is sent.
-    /// Check costs beforehand with [`Bucket::try_acquire`] (which answers
-    /// [`Denied::ExceedsBurst`](crate::Denied::ExceedsBurst)) where they must be refused.
+    /// A cost above what one request may take (the burst, or a window's count) can never
+    /// fit: the call fails with [`Denied::ExceedsBurst`](crate::Denied::ExceedsBurst) and the
+    /// inner service is not called.
+    ///
+    /// The service's error is [`BoxError`](crate::BoxError), as for tower's own `Buffer` or
+    /// `Timeout`: keeping the inner service's error type is not possible, because a limit kept
+    /// in Redis can refuse while the request waits (its failure policy, a cost that can never
+    /// fit), and that refusal must reach the caller as an error rather than a silent bypass.
     ///
     /// The inner service must be `Clone`: the readied service moves into the response future
     /// while the rest of the cost is waited for, as in tower's own middleware.
@@ -71,10 +73,9 @@ impl<C> RateLimitLayer<C> {
     /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), Infallible> {
+    /// # async fn main() -> Result<(), tower_throttle::BoxError> {
     /// let bucket = Bucket::new(Quota::per_second(10).burst(10));
     /// let layer = RateLimitLayer::new(bucket.clone()).cost(|batch: &Vec<u32>| batch.len() as u32);
-    /// // The error type stays the inner service's own: `Infallible` here.
     /// let mut svc = layer.layer(service_fn(|batch: Vec<u32>| async move {
     ///     Ok::<_, Infallible>(batch.len())
     /// }));

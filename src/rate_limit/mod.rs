@@ -7,7 +7,7 @@
 //! use tower_throttle::{Bucket, Quota, RateLimit};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn main() -> Result<(), tower_throttle::BoxError> {
 //! let bucket = Bucket::new(Quota::per_second(2).burst(1));
 //! let mut svc = RateLimit::new(service_fn(|()| async { Ok::<_, std::io::Error>("sent") }), bucket);
 //!

@@ -4,11 +4,11 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::future::ResponseFuture;
+use super::future::{ResponseFuture, Rest};
 use super::gate::Gate;
 use super::UnitCost;
-use crate::bucket::Reservation;
-use crate::Bucket;
+use crate::bucket::{Backend, Permit, Reservation};
+use crate::{BoxError, Bucket, Denied};
 
 /// Waits in `poll_ready` until the shared [`Bucket`] admits the next request.
 ///
@@ -52,61 +52,95 @@ impl<S, C> RateLimit<S, C> {
         self.gate.bucket()
     }
 
-    inner_accessors!("An unused reservation is given back.");
+    /// A reference to the inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// A mutable reference to the inner service.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service. An unused reservation is given back.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
 }
 
 impl<S, Req> Service<Req> for RateLimit<S, UnitCost>
 where
     S: Service<Req>,
+    S::Error: Into<BoxError>,
 {
     type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        std::task::ready!(self.inner.poll_ready(cx))?;
+        std::task::ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
         self.gate.poll_acquire(cx).map(Ok)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let _spent = self.gate.take();
-        self.inner.call(req)
+        match self.gate.take() {
+            Ok(_spent) => ResponseFuture::called(self.inner.call(req)),
+            Err(refused) => ResponseFuture::failed(refused.into()),
+        }
     }
 }
 
 impl<S, Req, F> Service<Req> for RateLimit<S, F>
 where
     S: Service<Req> + Clone,
+    S::Error: Into<BoxError>,
     F: Fn(&Req) -> u32,
 {
     type Response = S::Response;
-    type Error = S::Error;
+    type Error = BoxError;
     type Future = ResponseFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        std::task::ready!(self.inner.poll_ready(cx))?;
+        std::task::ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
         self.gate.poll_acquire(cx).map(Ok)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let permit = self.gate.take();
+        let permit = match self.gate.take() {
+            Ok(permit) => permit,
+            Err(refused) => return ResponseFuture::failed(refused.into()),
+        };
         let bucket = self.gate.bucket();
-        // A cost above the capacity is charged the whole capacity (see `RateLimitLayer::cost`).
         let n = (self.cost)(&req);
-        let n = bucket.check(n).map_or_else(|e| e.burst(), |()| n);
+        if let Err(e) = bucket.check(n) {
+            give_back(bucket, permit);
+            return ResponseFuture::failed(Denied::from(e).into());
+        }
         if n == 0 {
-            bucket.give_back(permit);
+            give_back(bucket, permit);
         }
         if n <= 1 {
             return ResponseFuture::called(self.inner.call(req));
         }
-        match bucket.reserve(n - 1, false) {
-            Ok(Reservation::Later(waiter)) => {
-                let clone = self.inner.clone();
-                let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::waiting(waiter, bucket.clone(), ready, req)
-            }
-            _ => ResponseFuture::called(self.inner.call(req)),
-        }
+        // The first token came with `poll_ready`; the rest of the cost is taken where the
+        // limit is kept, before the request goes.
+        let rest = match bucket.backend() {
+            Backend::Local(local) => match local.reserve(n - 1, false) {
+                Ok(Reservation::Later(waiter)) => Rest::Local(waiter),
+                _ => return ResponseFuture::called(self.inner.call(req)),
+            },
+            Backend::Remote(remote) => Rest::Remote(remote.acquire(n - 1)),
+        };
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::waiting(rest, ready, req)
+    }
+}
+
+/// Give an unused admission back where it was taken.
+fn give_back(bucket: &Bucket, permit: Permit) {
+    match bucket.backend() {
+        Backend::Local(_) => bucket.give_back(permit),
+        Backend::Remote(remote) => remote.release(1),
     }
 }

@@ -1,6 +1,6 @@
 //! The connection to Redis and one call of a script: timeout, breaker, counters.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -20,6 +20,14 @@ const MAX_SPAN_US: u64 = 1 << 52;
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(20);
 const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
 const RECONNECT_RETRIES: usize = 4;
+
+/// How far ahead, at least, a waiter of the token or leaky bucket books its admission
+/// instant in Redis (µs); at least the tolerance (the scripts' `H`).
+const RESERVE_HORIZON_US: u64 = 1_000_000;
+
+/// Consecutive failed calls after which decisions skip Redis for a probe interval. One
+/// transient error (a dropped packet, one slow reply) fails only its own call.
+pub(crate) const BREAKER_THRESHOLD: u32 = 3;
 
 /// Settings shared by both builders.
 #[derive(Clone)]
@@ -123,10 +131,18 @@ pub(crate) struct Backend {
     max_pause_us: u64,
     /// The largest time a valid reply can carry.
     reply_limit_us: AtomicU64,
+    /// How far ahead a waiter of the token or leaky bucket books its instant, µs.
+    reserve_us: AtomicU64,
     pub(crate) options: Options,
     /// Breaker: 0 = Redis healthy; else the instant (ns since `origin`, ≥ 1) until which
     /// decisions skip Redis after a failure.
     down_until: AtomicU64,
+    /// Calls failed in a row (reset by any success).
+    failed_in_a_row: AtomicU32,
+    /// Runs of failures begun so far: a fallback sees a new outage when this moves.
+    outages: AtomicU64,
+    /// The last failed call's end, ns since `origin` (0: none).
+    last_failure: AtomicU64,
     origin: Instant,
     pub(crate) counters: Counters,
 }
@@ -185,6 +201,16 @@ impl Backend {
             }
         };
 
+        // A booked instant may lie the booking horizon ahead: replies and states reach that
+        // much further.
+        let reserve_us = RESERVE_HORIZON_US.max(tolerance_us);
+        let reply_limit_us = reply_limit_us
+            .checked_add(reserve_us)
+            .filter(|&span| span <= MAX_SPAN_US)
+            .ok_or(RedisError::config(
+                "quota burst × interval, or max_pause, too long for the redis backend",
+            ))?;
+
         let client = ::redis::Client::open(url)
             .map_err(|e| RedisError::with_source(RedisErrorKind::Config, "invalid redis url", e))?;
         let config = ConnectionManagerConfig::new()
@@ -209,7 +235,11 @@ impl Backend {
             max_cost: max_cost(quota, algorithm),
             max_pause_us,
             reply_limit_us: AtomicU64::new(reply_limit_us),
+            reserve_us: AtomicU64::new(reserve_us),
             down_until: AtomicU64::new(0),
+            failed_in_a_row: AtomicU32::new(0),
+            outages: AtomicU64::new(0),
+            last_failure: AtomicU64::new(0),
             origin: Instant::now(),
             counters: Counters::default(),
             options,
@@ -268,17 +298,20 @@ impl Backend {
         }
         let configured = micros_up(self.quota.interval());
         let interval_us = micros_up(interval).max(configured);
-        // The tolerance and replies scale with the interval: keep them within the span the
-        // scripts can represent.
-        let most = (MAX_SPAN_US - self.max_pause_us) / 2 / u64::from(self.burst);
+        // The tolerance, the booking horizon and replies scale with the interval: keep them
+        // within the span the scripts can represent.
+        let most =
+            (MAX_SPAN_US - self.max_pause_us - RESERVE_HORIZON_US) / 3 / u64::from(self.burst);
         let interval_us = interval_us.min(most.max(configured));
         let tau = interval_us * u64::from(self.burst);
         let tolerance_us = match self.algorithm {
             Algorithm::LeakyBucket { .. } => interval_us,
             _ => tau,
         };
+        let reserve_us = RESERVE_HORIZON_US.max(tolerance_us);
+        self.reserve_us.store(reserve_us, Ordering::Release);
         self.reply_limit_us
-            .store(tau * 2 + self.max_pause_us, Ordering::Release);
+            .store(tau * 2 + self.max_pause_us + reserve_us, Ordering::Release);
         self.tolerance_us.store(tolerance_us, Ordering::Release);
         self.interval_us.store(interval_us, Ordering::Release);
     }
@@ -302,14 +335,26 @@ impl Backend {
         Duration::from_micros(self.max_pause_us)
     }
 
-    /// Take `n` (1..=max_cost) tokens of the bucket at `key`, if they fit.
+    /// Take `n` (1..=max_cost) tokens of the bucket at `key`, if they fit now.
     pub(crate) async fn acquire(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.acquire, key, u64::from(n)).await
+        self.run(&self.scripts.acquire, key, u64::from(n), 0).await
+    }
+
+    /// Token and leaky bucket: take `n` tokens of the bucket at `key` for the earliest
+    /// instant they fit, if that is within the reservation horizon. An admitted reply's
+    /// `wait` is the time from the script's run to that instant.
+    pub(crate) async fn reserve(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
+        self.run(&self.scripts.acquire, key, u64::from(n), 1).await
+    }
+
+    /// How far ahead [`reserve`](Self::reserve) books an instant.
+    pub(crate) fn reserve_horizon(&self) -> Duration {
+        Duration::from_micros(self.reserve_us.load(Ordering::Acquire))
     }
 
     /// Give back `n` tokens of an unused admission of the bucket at `key`.
     pub(crate) async fn release(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.release, key, u64::from(n)).await
+        self.run(&self.scripts.release, key, u64::from(n), 0).await
     }
 
     /// Pause the bucket at `key` for `d` (capped at `max_pause`).
@@ -318,7 +363,7 @@ impl Backend {
         let us = u64::try_from(d.as_nanos().div_ceil(1000))
             .unwrap_or(u64::MAX)
             .min(self.max_pause_us);
-        self.run(&self.scripts.pause, key, us).await
+        self.run(&self.scripts.pause, key, us, 0).await
     }
 
     async fn run(
@@ -326,6 +371,7 @@ impl Backend {
         script: &::redis::Script,
         key: &str,
         arg: u64,
+        book: u64,
     ) -> Result<Timed, RedisError> {
         self.breaker_admit()?;
         bump(&self.counters.round_trips);
@@ -339,7 +385,8 @@ impl Backend {
             .arg(self.max_pause_us)
             .arg(self.tolerance_us.load(Ordering::Acquire))
             .arg(self.window_us)
-            .arg(self.limit);
+            .arg(self.limit)
+            .arg(book);
         let sent = Instant::now();
         let result =
             tokio::time::timeout(self.options.timeout, call.invoke_async::<Value>(&mut conn)).await;
@@ -372,9 +419,29 @@ impl Backend {
             .max(1)
     }
 
-    /// Whether this call may go to Redis. After a failure, calls skip Redis for
-    /// `probe_interval`; then one call (the probe) goes, and the others keep skipping until
-    /// it answers.
+    /// How many runs of failures have begun: a local fallback starts afresh (empty) when
+    /// this has moved since it last decided.
+    pub(crate) fn outages(&self) -> u64 {
+        self.outages.load(Ordering::Acquire)
+    }
+
+    /// Whether a call failed after `since`: a waiter that queued behind it is answered by
+    /// the failure policy at once, rather than after a timeout of its own.
+    pub(crate) fn failed_since(&self, since: Instant) -> Option<RedisError> {
+        let at = self.last_failure.load(Ordering::Acquire);
+        let since = u64::try_from(since.saturating_duration_since(self.origin).as_nanos())
+            .unwrap_or(u64::MAX);
+        (at != 0 && at > since).then(|| {
+            RedisError::new(
+                RedisErrorKind::Unavailable,
+                "redis failed while this request waited its turn",
+            )
+        })
+    }
+
+    /// Whether this call may go to Redis. After [`BREAKER_THRESHOLD`] failures in a row,
+    /// calls skip Redis for `probe_interval`; then one call (the probe) goes, and the others
+    /// keep skipping until it answers.
     fn breaker_admit(&self) -> Result<(), RedisError> {
         let until = self.down_until.load(Ordering::Acquire);
         if until == 0 {
@@ -397,6 +464,7 @@ impl Backend {
     }
 
     fn breaker_success(&self) {
+        self.failed_in_a_row.store(0, Ordering::Release);
         if self.down_until.swap(0, Ordering::AcqRel) != 0 {
             trace_event!(info, "redis answers again; decisions are shared again");
         }
@@ -405,6 +473,14 @@ impl Backend {
     fn breaker_failure(&self, e: &RedisError) {
         if e.is_key_specific() {
             trace_event!(warn, error = %e, "redis rate limit key unusable; failure policy applies");
+            return;
+        }
+        self.last_failure.fetch_max(self.now_ns(), Ordering::AcqRel);
+        let in_a_row = self.failed_in_a_row.fetch_add(1, Ordering::AcqRel);
+        if in_a_row == 0 {
+            self.outages.fetch_add(1, Ordering::AcqRel);
+        }
+        if in_a_row + 1 < BREAKER_THRESHOLD {
             return;
         }
         let next = self

@@ -1,6 +1,7 @@
 //! [`RedisBucket`]: one limit in Redis, shared by every process that names it.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,12 +28,15 @@ use crate::{Algorithm, Bucket, Denied, ExceedsBurst, Quota, Throttled};
 ///   token bucket, over any interval of length `t`, admitted tokens ≤ `burst + rate·t` (the
 ///   interval is rounded up to whole microseconds); for the sliding log, at most `count` in
 ///   every window of length `period`.
-/// - **Quiet waiting**: [`acquire`](RedisBucket::acquire) waiters of one process line up
-///   first come, first served; only the first sleeps until the instant the last reply gave
-///   and then asks Redis, so an admission costs one round trip in the common case. There is
-///   no queue across processes: heads of different processes race for each token.
+/// - **Fair, quiet waiting**: with the token and leaky bucket, an
+///   [`acquire`](RedisBucket::acquire) waiter books its admission instant in Redis (one
+///   round trip) and sleeps until it: Redis hands out instants in arrival order, so the
+///   waiters of every process are served first come, first served, and replicas with more
+///   waiters see the same waits as the others. With the windows, waiters of one process
+///   line up and only the first asks Redis; heads of different processes race.
 /// - **Failure policy**: every call is bounded by the timeout; when Redis fails, the
-///   [`FailurePolicy`] answers, and Redis is used again as soon as it answers.
+///   [`FailurePolicy`] answers (by default `Closed`: refuse), and Redis is used again as
+///   soon as it answers.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -67,6 +71,8 @@ struct Inner {
     hint: Hint,
     lane: tokio::sync::Mutex<()>,
     local: Option<Bucket>,
+    /// The run of failures the local fallback last decided in.
+    local_outage: AtomicU64,
 }
 
 impl RedisBucket {
@@ -104,6 +110,7 @@ impl RedisBucket {
                 hint: Hint::new(),
                 lane: tokio::sync::Mutex::new(()),
                 local,
+                local_outage: AtomicU64::new(0),
             }),
         })
     }
@@ -181,6 +188,18 @@ impl RedisBucket {
         }
     }
 
+    /// The local fallback bucket, emptied when a new run of failures has begun since it last
+    /// decided: it continues this process's share of the rate, never with a fresh burst.
+    fn fallback(&self) -> Option<&Bucket> {
+        let inner = &*self.inner;
+        let local = inner.local.as_ref()?;
+        let outage = inner.backend.outages();
+        if inner.local_outage.swap(outage, Ordering::AcqRel) != outage {
+            local.pause(Duration::ZERO);
+        }
+        Some(local)
+    }
+
     /// Learn from a reply to a request of `n` tokens.
     fn learn(&self, t: &super::backend::Timed, n: u32) -> Reply {
         let hint = &self.inner.hint;
@@ -225,17 +244,25 @@ impl RedisBucket {
             }
             Err(e) => {
                 bump(&inner.backend.counters.fallbacks);
-                try_acquire_fallback(inner.backend.policy(), inner.local.as_ref(), n, e)
+                try_acquire_fallback(inner.backend.policy(), self.fallback(), n, e)
             }
         }
     }
 
     /// Wait until `n` tokens are available, then take them.
     ///
-    /// Waiters of this process are served first come, first served; only the first talks to
-    /// Redis, sleeping until the instant the last reply said its tokens fit. Dropping the
-    /// future gives its place back; dropped during its round trip, the tokens may have been
-    /// taken.
+    /// Token and leaky bucket: the waiter books the earliest instant its tokens fit in Redis
+    /// (if within the booking horizon, `max(1 s, burst × interval)`; else it sleeps until it
+    /// is and asks again), then sleeps until that instant: waiters of every process are served
+    /// in the order they reach Redis. Dropping the future while it sleeps gives its tokens
+    /// back (the next to ask gets them; waiters already booked keep their instants).
+    /// Instants booked before a [`pause`](Self::pause) of another process are kept: at most
+    /// the booking horizon's worth of tokens.
+    ///
+    /// Windows: waiters of this process are served first come, first served; only the first
+    /// talks to Redis, sleeping until the instant the last reply said its tokens fit.
+    ///
+    /// Dropped during its round trip, the tokens may have been taken.
     ///
     /// # Errors
     /// - [`Denied::ExceedsBurst`] at once when `n` is larger than the burst
@@ -247,8 +274,18 @@ impl RedisBucket {
             return Ok(());
         }
         let cost = self.check(n)?;
+        if self.inner.backend.is_gcra() {
+            return self.acquire_reserving(n, cost).await;
+        }
         let inner = &*self.inner;
+        let asked = Instant::now();
         let _turn = inner.lane.lock().await;
+        // Redis failed while this waiter queued: the policy answers now, so every waiter
+        // of a failing store gets its answer within about one timeout.
+        if let Some(e) = inner.backend.failed_since(asked) {
+            bump(&inner.backend.counters.fallbacks);
+            return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
+        }
         loop {
             // Re-read after every sleep: a pause may have moved the instant later.
             let at = self.likely_fits_at(n, cost);
@@ -264,11 +301,66 @@ impl RedisBucket {
                 }
                 Err(e) => {
                     bump(&inner.backend.counters.fallbacks);
-                    return acquire_fallback(inner.backend.policy(), inner.local.as_ref(), n, e)
-                        .await;
+                    return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
                 }
             }
         }
+    }
+
+    /// Token and leaky bucket: book the admission instant in Redis, then sleep until it.
+    ///
+    /// Redis hands out instants in the order requests reach it, whichever process sends
+    /// them, so waiters of every process are served first come, first served, as by the
+    /// in-process bucket. A waiter whose instant lies beyond the reservation horizon sleeps
+    /// until it is within it (as far as the last reply knows) and asks again. Dropped while
+    /// sleeping on a booked instant, it gives the tokens back.
+    async fn acquire_reserving(&self, n: u32, cost: u64) -> Result<(), Denied> {
+        let inner = &*self.inner;
+        let horizon = inner.backend.reserve_horizon();
+        loop {
+            // Re-read after every sleep: a pause may have moved the instant later.
+            let at = self.likely_fits_at(n, cost);
+            if let Some(early) = at.checked_sub(horizon) {
+                if early > Instant::now() {
+                    tokio::time::sleep_until(early).await;
+                    continue;
+                }
+            }
+            match inner.backend.reserve(&inner.key, n).await {
+                Ok(t) => {
+                    let reply = self.learn(&t, n);
+                    if reply.admitted {
+                        if !reply.wait.is_zero() {
+                            // The script ran before the reply came: never early.
+                            let booked = Booked::new(self, n);
+                            tokio::time::sleep_until(t.received + reply.wait).await;
+                            booked.used();
+                        }
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    bump(&inner.backend.counters.fallbacks);
+                    return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
+                }
+            }
+        }
+    }
+
+    /// Give back `n` tokens of an admission that was not used. Exact while the bucket has
+    /// not refilled past it (as [`RedisKeyed::release`](super::RedisKeyed::release)).
+    pub(crate) async fn release(&self, n: u32) -> Result<(), Denied> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.check(n)?;
+        let inner = &*self.inner;
+        inner
+            .backend
+            .release(&inner.key, n)
+            .await
+            .map(drop)
+            .map_err(Denied::from)
     }
 
     /// Hold every admission, in every process, for `cooldown`: a server's `Retry-After`.
@@ -308,6 +400,40 @@ impl RedisBucket {
                 Ok(())
             }
             Err(e) => pause_fallback(backend.policy(), e),
+        }
+    }
+}
+
+/// Tokens booked in Redis for a later instant: given back if the waiter goes away first.
+struct Booked<'a> {
+    bucket: Option<&'a RedisBucket>,
+    n: u32,
+}
+
+impl<'a> Booked<'a> {
+    fn new(bucket: &'a RedisBucket, n: u32) -> Self {
+        Booked {
+            bucket: Some(bucket),
+            n,
+        }
+    }
+
+    /// The instant came: the tokens are spent.
+    fn used(mut self) {
+        self.bucket = None;
+    }
+}
+
+impl Drop for Booked<'_> {
+    fn drop(&mut self) {
+        let Some(bucket) = self.bucket.take() else {
+            return;
+        };
+        let (bucket, n) = (bucket.clone(), self.n);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = bucket.release(n).await;
+            });
         }
     }
 }

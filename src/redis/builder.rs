@@ -41,8 +41,8 @@ macro_rules! shared_settings {
             self
         }
 
-        /// What decisions do when Redis fails. Default
-        /// [`FailurePolicy::Local`]` { fraction: 1.0 }`.
+        /// What decisions do when Redis fails. Default [`FailurePolicy::Closed`] (see
+        /// [which to pick](FailurePolicy)).
         pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
             self.options.policy = policy;
             self
@@ -62,9 +62,9 @@ macro_rules! shared_settings {
             self
         }
 
-        /// After a failure, how long decisions skip Redis (answering from the failure
-        /// policy at once, instead of each waiting for the timeout) before one call tries
-        /// it again. Default 500 ms.
+        /// After 3 failures in a row, how long decisions skip Redis (answering from the
+        /// failure policy at once, instead of each waiting for the timeout) before one call
+        /// tries it again. Default 500 ms.
         pub fn probe_interval(mut self, interval: Duration) -> Self {
             self.options.probe_interval = interval;
             self
@@ -72,7 +72,8 @@ macro_rules! shared_settings {
 
         /// The longest pause honoured; longer ones are cut to this. It also bounds how long
         /// a corrupt or far-future state (a clock stepped back after a failover) can hold a
-        /// key: at most `max_pause + burst × interval`. Default 1 hour.
+        /// key: at most `max_pause + burst × interval` plus the booking horizon
+        /// (`max(1 s, burst × interval)`). Default 1 hour.
         pub fn max_pause(mut self, max: Duration) -> Self {
             self.options.max_pause = max;
             self
@@ -95,7 +96,7 @@ macro_rules! shared_settings {
 /// use tower_throttle::redis::{FailurePolicy, RedisBucket};
 /// use tower_throttle::Quota;
 ///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn run() -> Result<(), tower_throttle::BoxError> {
 /// let bucket = RedisBucket::builder(Quota::per_second(100).burst(10))
 ///     .url("redis://127.0.0.1:6379")
 ///     .key_prefix("billing")
@@ -159,7 +160,7 @@ impl RedisBucketBuilder {
 /// use tower_throttle::redis::{FailurePolicy, RedisKeyed};
 /// use tower_throttle::Quota;
 ///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn run() -> Result<(), tower_throttle::BoxError> {
 /// let per_user = RedisKeyed::builder(Quota::per_second(10).burst(20))
 ///     .url("redis://127.0.0.1:6379")
 ///     .key_prefix("api-per-user")

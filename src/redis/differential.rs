@@ -11,7 +11,7 @@
 //! # How the two clocks are lined up
 //! The in-process bucket runs on tokio's paused clock (nanoseconds), the scripts on Redis
 //! `TIME` (microseconds). The test runs the production scripts with two lines changed:
-//! - `now` is read from an extra argument (`ARGV[8]`) instead of `TIME`, so both sides see
+//! - `now` is read from an extra argument (`ARGV[9]`) instead of `TIME`, so both sides see
 //!   the same instants;
 //! - every TTL is ten minutes: Redis expires keys in real time, which here runs apart from
 //!   the test's time, and the scripts never rely on expiry for a decision (a state past its
@@ -36,8 +36,8 @@ use super::script::sources;
 /// The Redis integration tests' helpers: the same server and key prefixes.
 #[path = "../../tests/redis_support/mod.rs"]
 mod redis_support;
-use crate::bucket::Reservation;
-use crate::{Algorithm, Bucket, Denied, KeyedBucket, Quota};
+use crate::bucket::Backend;
+use crate::{Algorithm, Bucket, Denied, KeyedBucket, Quota, Throttled};
 
 /// Sequences per algorithm, operations per sequence.
 const SEQUENCES: usize = 600;
@@ -50,7 +50,7 @@ const CLOCK: &str = "local clock = redis.call('TIME')\n\
 const TTL: &str = "local ms = math.ceil((horizon - now) / 1000)";
 
 /// The production script of `algorithm` and operation `op` (0 acquire, 1 pause, 2 release), with the
-/// clock taken from `ARGV[8]` and ten-minute TTLs.
+/// clock taken from `ARGV[9]` and ten-minute TTLs.
 fn script(algorithm: Algorithm, op: usize) -> Script {
     let source = sources(algorithm)[op];
     assert!(
@@ -58,7 +58,7 @@ fn script(algorithm: Algorithm, op: usize) -> Script {
         "the scripts changed"
     );
     let source = source
-        .replace(CLOCK, "local now = tonumber(ARGV[8])")
+        .replace(CLOCK, "local now = tonumber(ARGV[9])")
         .replace(TTL, "local ms = 600000");
     Script::new(&source)
 }
@@ -99,7 +99,7 @@ struct Pair<'a> {
 }
 
 impl Pair<'_> {
-    fn args(&self, arg: u64) -> [u64; 8] {
+    fn args(&self, arg: u64) -> [u64; 9] {
         let q = &self.quota;
         let interval = q.interval_ns() / 1000;
         let burst = u64::from(q.burst_size());
@@ -109,7 +109,18 @@ impl Pair<'_> {
         };
         let now = self.origin_us + self.t_us;
         let (window, limit) = (q.period_ns() / 1000, u64::from(q.count()));
-        [interval, burst, arg, MAX_PAUSE_US, tau, window, limit, now]
+        // No booking (`ARGV[8]`): a try decides now, as `try_acquire` does.
+        [
+            interval,
+            burst,
+            arg,
+            MAX_PAUSE_US,
+            tau,
+            window,
+            limit,
+            0,
+            now,
+        ]
     }
 
     /// Run script `op` (0 acquire, 1 pause, 2 release): (admitted, µs).
@@ -195,26 +206,19 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
             continue;
         }
         let n = rng.range(1, u64::from(max_cost)) as u32;
-        if rng.range(0, 5) == 0 {
-            // An admission given back at once (another limit refused it).
-            let local = match pair.bucket.reserve(n, false).expect("unbounded") {
-                Reservation::Now(permit) => Some(permit),
-                Reservation::Later(_) => None,
-            };
+        // Now and then an admission is given back at once (another limit refused it).
+        let (local, permit) = if rng.range(0, 5) == 0 {
             pair.keyed = None;
-            let (admitted, _) = pair.run(0, u64::from(n));
-            if std::env::var("DIFF_TRACE").is_ok() {
-                eprintln!("{at}: n={n} then release, local={local:?} redis={admitted}");
+            let Backend::Local(engine) = pair.bucket.backend() else {
+                panic!("an in-process bucket")
+            };
+            match engine.try_admit(n) {
+                Ok(permit) => (Ok(()), Some(permit)),
+                Err(ns) => (Err(Throttled::after(Duration::from_nanos(ns)).into()), None),
             }
-            assert_eq!(local.is_some(), admitted, "{at}: {n} before a release");
-            if let Some(permit) = local {
-                pair.bucket.give_back(permit);
-                let (ok, _) = pair.run(2, u64::from(n));
-                assert!(ok, "{at}: release");
-            }
-            continue;
-        }
-        let local = pair.bucket.try_acquire(n);
+        } else {
+            (pair.bucket.try_acquire(n), None)
+        };
         if let Some(keyed) = &pair.keyed {
             assert_eq!(
                 keyed.try_acquire(&7, n),
@@ -245,6 +249,14 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
                 assert_eq!(local_us, wait_us, "{at}: waits for {n}");
             }
             Err(other) => panic!("{at}: {other}"),
+        }
+        if let Some(permit) = permit {
+            pair.bucket.give_back(permit);
+            let (ok, _) = pair.run(2, u64::from(n));
+            if std::env::var("DIFF_TRACE").is_ok() {
+                eprintln!("{at}: release {n}");
+            }
+            assert!(ok, "{at}: release");
         }
     }
     let _: () = ::redis::cmd("DEL")

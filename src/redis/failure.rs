@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::backend::max_cost;
 use super::error::RedisError;
+use crate::keyed::KeyDigest;
 use crate::{Algorithm, Bucket, Denied, Quota};
 
 /// What a decision does when Redis fails: unreachable, slower than the timeout, a reply that
@@ -25,16 +26,45 @@ use crate::{Algorithm, Bucket, Denied, Quota};
 /// through an outage.
 ///
 /// Which to pick:
+/// - [`Closed`](FailurePolicy::Closed), the default: never more than the quota, whatever
+///   fails. During an outage every decision fails within the timeout: waiting callers get
+///   [`Denied::Backend`](crate::Denied::Backend), the rejecting layers
+///   answer 429.
+/// - **Servers** that would rather serve than refuse during an outage:
+///   [`Local`](FailurePolicy::Local) with `fraction = 1 / number of processes`, so the
+///   processes together stay near the limit (see the bound below).
 /// - **Clients** calling an API that enforces its own limit: [`Open`](FailurePolicy::Open)
 ///   or [`Local`](FailurePolicy::Local) are safe, because the API's own 429s are still
 ///   honoured by [`RetryAfterLayer`](crate::RetryAfterLayer).
-/// - **Servers** protecting themselves: [`Local`](FailurePolicy::Local) with
-///   `fraction = 1 / number of processes`, so the processes together stay near the limit.
-/// - [`Closed`](FailurePolicy::Closed) when exceeding the limit costs more than refusing
-///   everything while Redis is down (a paid API, a hard contractual cap).
 ///
-/// The default is `Local { fraction: 1.0 }`: during an outage each process keeps the whole
-/// quota to itself (fail open, but never unbounded). Every fallback decision is counted in
+/// Why `Closed` by default: a default must not multiply the quota. A `Local` default would
+/// need the share of each process, which only the deployment knows (the former default,
+/// `Local { fraction: 1.0 }`, gave N processes N times the quota during an outage).
+///
+/// # Around an outage
+/// - **Detection.** Each call is bounded by the timeout. A failed call is answered by the
+///   policy; after 3 failures in a row, decisions skip Redis for `probe_interval` (answered
+///   by the policy at once), then one call probes it. One transient error therefore fails
+///   one call, not a probe interval.
+/// - **During.** Admissions booked in Redis before the outage (waiters of the token and leaky
+///   bucket book up to `max(1 s, burst × interval)` ahead) still go at their instants. Beyond
+///   those, `Closed` admits nothing. `Local { fraction }` decides on an in-memory
+///   bucket of the process at `fraction` of the quota, **emptied when the run of failures
+///   begins** (it does not hand out a fresh burst); so N processes with `fraction = 1/N`
+///   admit at most `rate·d + N` tokens in `d` of local decisions. `Open` admits everything.
+/// - **After.** Decisions return to Redis with the first call that succeeds: at most
+///   `probe_interval` after Redis answers again (plus the connection's reconnect delay,
+///   at most 0.5 s). Redis's own state resumes where it was — unless the server lost it (a
+///   restart without persistence), which is a full bucket: one more `burst`.
+/// - **Bound.** Over a run of length `T` with `d` of local decisions, a token bucket's
+///   admissions across all processes stay within `burst + rate·T` (`Closed`), or
+///   `burst + rate·(T + d) + N` (`Local { fraction: 1/N }`), plus `burst` for each time
+///   the server lost its state. Tested with two processes and a server stopped and
+///   restarted mid-run.
+/// - [`RedisKeyed`](super::RedisKeyed) keeps a local bucket per key, created full (as a new
+///   key's would be): per key, at most `fraction × burst` more.
+///
+/// Every fallback decision is counted in
 /// [`RedisStats::fallbacks`](super::RedisStats::fallbacks), and the change of state
 /// (Redis failing, Redis back) is logged once each with the `tracing` feature.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,11 +87,11 @@ pub enum FailurePolicy {
 /// ```
 /// use tower_throttle::redis::FailurePolicy;
 ///
-/// assert_eq!(FailurePolicy::default(), FailurePolicy::Local { fraction: 1.0 });
+/// assert_eq!(FailurePolicy::default(), FailurePolicy::Closed);
 /// ```
 impl Default for FailurePolicy {
     fn default() -> Self {
-        FailurePolicy::Local { fraction: 1.0 }
+        FailurePolicy::Closed
     }
 }
 
@@ -146,7 +176,7 @@ pub(crate) struct LocalTable {
 
 #[derive(Debug)]
 struct Table {
-    buckets: HashMap<[u8; 16], Bucket>,
+    buckets: HashMap<KeyDigest, Bucket>,
     last_sweep: Option<Instant>,
 }
 
@@ -171,7 +201,7 @@ impl LocalTable {
     }
 
     /// The fallback bucket of a key.
-    pub(crate) fn bucket(&self, id: &[u8; 16]) -> Bucket {
+    pub(crate) fn bucket(&self, id: &KeyDigest) -> Bucket {
         let mut t = self.lock();
         if let Some(b) = t.buckets.get(id) {
             return b.clone();
@@ -180,7 +210,7 @@ impl LocalTable {
             let now = Instant::now();
             let due = t
                 .last_sweep
-                .map_or(true, |at| now.duration_since(at) >= Duration::from_secs(1));
+                .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1));
             if due {
                 t.last_sweep = Some(now);
                 let full = self.full;
@@ -229,18 +259,22 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn table_is_bounded_and_sweeps_only_full_buckets() {
         let table = LocalTable::new(Quota::per_second(1).burst(1), Algorithm::TokenBucket, 2);
-        let a = table.bucket(&[1; 16]);
+        let a = table.bucket(&KeyDigest::from_bytes([1; 16]));
         a.try_acquire(1).unwrap();
-        let _b = table.bucket(&[2; 16]);
+        let _b = table.bucket(&KeyDigest::from_bytes([2; 16]));
         assert_eq!(table.len(), 2);
         // Full: `b` is full again (sweepable), `a` is not.
-        let c = table.bucket(&[3; 16]);
+        let c = table.bucket(&KeyDigest::from_bytes([3; 16]));
         assert_eq!(table.len(), 2);
-        assert!(table.bucket(&[1; 16]).same_bucket(&a));
-        assert!(table.bucket(&[3; 16]).same_bucket(&c));
+        assert!(table
+            .bucket(&KeyDigest::from_bytes([1; 16]))
+            .same_bucket(&a));
+        assert!(table
+            .bucket(&KeyDigest::from_bytes([3; 16]))
+            .same_bucket(&c));
         c.try_acquire(1).unwrap();
         // Nothing sweepable, and the last sweep was just now: overflow.
-        let d = table.bucket(&[4; 16]);
+        let d = table.bucket(&KeyDigest::from_bytes([4; 16]));
         assert!(d.same_bucket(&table.overflow));
         assert_eq!(table.len(), 2);
     }

@@ -1,12 +1,15 @@
-//! Redis key names: `<prefix>:{<name>}` for a bucket, `<prefix>:{<hash>}` for a keyed limit.
+//! Redis key names: `<prefix>:{<name>}` for a bucket, `<prefix>:v1:{<digest>}` for a key of
+//! a keyed limit (the [key scheme](crate::keyed::StableKey), version 1).
 //!
 //! The part in braces is the Redis Cluster *hash tag*: the slot is computed from it alone, so
 //! one bucket's key always lands on one slot, and keyed limits spread over the cluster. Key
-//! material from requests (API keys, user ids, addresses) is never stored: it is hashed
-//! (SHA-1, 128 bits kept, hex) so names have a fixed length, carry no secret, and no client
-//! can pick a slot or step into another namespace with `{`, `}` or `:`.
+//! material from requests (API keys, user ids, addresses) is never stored: it is named by
+//! its [`KeyDigest`] (SHA-1 over the key's canonical bytes, 128 bits kept, hex), so names
+//! have a fixed length, carry no secret, are the same in every process and build, and no
+//! client can pick a slot or step into another namespace with `{`, `}` or `:`.
 
 use super::error::RedisError;
+use crate::keyed::{KeyDigest, KEY_SCHEME_VERSION};
 
 /// The longest prefix accepted.
 pub(crate) const MAX_PREFIX_LEN: usize = 64;
@@ -42,26 +45,9 @@ pub(crate) fn bucket_key(prefix: &str, name: &str) -> Result<String, RedisError>
     Ok(format!("{prefix}:{{{name}}}"))
 }
 
-/// The 128-bit digest that stands for a key of a keyed limit.
-pub(crate) fn digest(material: &[u8]) -> [u8; 16] {
-    let full = sha1_smol::Sha1::from(material).digest().bytes();
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&full[..16]);
-    out
-}
-
 /// The Redis key of one key of a keyed limit, from its digest.
-pub(crate) fn keyed_key(prefix: &str, digest: &[u8; 16]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut key = String::with_capacity(prefix.len() + 35);
-    key.push_str(prefix);
-    key.push_str(":{");
-    for b in digest {
-        key.push(char::from(HEX[usize::from(b >> 4)]));
-        key.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    key.push('}');
-    key
+pub(crate) fn keyed_key(prefix: &str, digest: &KeyDigest) -> String {
+    format!("{prefix}:v{KEY_SCHEME_VERSION}:{{{digest}}}")
 }
 
 #[cfg(test)]
@@ -82,16 +68,16 @@ mod tests {
 
     #[test]
     fn keyed_names_are_bounded_and_tagged() {
+        let digest = |b: &[u8]| KeyDigest::of_bytes(b);
         let k = keyed_key("app", &digest(b"{evil}:key"));
-        assert_eq!(k.len(), "app:{".len() + 32 + 1);
-        assert!(k.starts_with("app:{") && k.ends_with('}'));
+        assert_eq!(k.len(), "app:v1:{".len() + 32 + 1);
+        assert!(k.starts_with("app:v1:{") && k.ends_with('}'));
         let huge = vec![b'{'; 1 << 20];
         assert_eq!(keyed_key("app", &digest(&huge)).len(), k.len());
-        assert_ne!(digest(b"a"), digest(b"b"));
-        // Stable across processes and versions: SHA-1("abc") starts a9993e36 4706816a.
+        // SHA-1("abc") starts a9993e36 4706816a.
         assert_eq!(
             keyed_key("p", &digest(b"abc")),
-            "p:{a9993e364706816aba3e25717850c26c}"
+            "p:v1:{a9993e364706816aba3e25717850c26c}"
         );
     }
 }

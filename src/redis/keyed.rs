@@ -12,17 +12,22 @@ use super::error::RedisError;
 use super::failure::{
     acquire_fallback, pause_fallback, try_acquire_fallback, FailurePolicy, LocalTable,
 };
-use super::key::{digest, keyed_key};
+use super::key::keyed_key;
 use super::lane::Lanes;
+use crate::keyed::StableKey;
 use crate::{Algorithm, Denied, ExceedsBurst, Quota, Throttled};
 
 /// One limit per key, kept in Redis and shared by every process: the keyed variant of
 /// [`RedisBucket`](super::RedisBucket), with the same semantics for each key.
 ///
-/// Keys are any bytes (`&str`, `String`, `&[u8]`, …) and may come from requests: they are
-/// hashed (SHA-1, 128 bits) into fixed-length Redis keys `<prefix>:{<32 hex digits>}`, so a
-/// key never appears in Redis, cannot be too long, and cannot choose a Redis Cluster slot or
-/// reach another namespace. Idle keys cost nothing: each Redis key expires when its bucket
+/// Keys are any [`StableKey`] (`&str`, `String`, `&[u8]`, integers, IP addresses, a
+/// [`KeyDigest`](crate::keyed::KeyDigest), …) and may come from requests: they are named by
+/// their digest (the [key scheme](crate::keyed::StableKey), version 1) in fixed-length Redis
+/// keys `<prefix>:v1:{<32 hex digits>}`, so a key never appears in Redis, cannot be too long,
+/// cannot choose a Redis Cluster slot or reach another namespace, and is named alike by every
+/// process, build and platform — and by the layers: a
+/// [`KeyedBucket`](crate::KeyedBucket) made from this limit names a key exactly as
+/// [`try_acquire`](RedisKeyed::try_acquire) does. Idle keys cost nothing: each Redis key expires when its bucket
 /// is full again (or its window no longer counts).
 ///
 /// Every [`Algorithm`] works, chosen with [`RedisKeyedBuilder::algorithm`].
@@ -114,8 +119,8 @@ impl RedisKeyed {
 
     /// The Redis key holding the state of `key`. (The sliding log also keeps its entries in a
     /// sorted set at this key followed by `:log`.)
-    pub fn redis_key(&self, key: impl AsRef<[u8]>) -> String {
-        keyed_key(&self.inner.backend.options.prefix, &digest(key.as_ref()))
+    pub fn redis_key(&self, key: impl StableKey) -> String {
+        keyed_key(&self.inner.backend.options.prefix, &key.key_digest())
     }
 
     /// The failure policy.
@@ -143,13 +148,13 @@ impl RedisKeyed {
     ///
     /// # Errors
     /// As [`RedisBucket::try_acquire`](super::RedisBucket::try_acquire).
-    pub async fn try_acquire(&self, key: impl AsRef<[u8]>, n: u32) -> Result<(), Denied> {
+    pub async fn try_acquire(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
         self.check(n)?;
         let inner = &*self.inner;
-        let id = digest(key.as_ref());
+        let id = key.key_digest();
         let rkey = keyed_key(&inner.backend.options.prefix, &id);
         match inner.backend.acquire(&rkey, n).await {
             Ok(t) if t.reply.admitted => Ok(()),
@@ -171,13 +176,13 @@ impl RedisKeyed {
     ///
     /// # Errors
     /// [`Denied::Backend`] when Redis could not be reached.
-    pub async fn release(&self, key: impl AsRef<[u8]>, n: u32) -> Result<(), Denied> {
+    pub async fn release(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
         self.check(n)?;
         let inner = &*self.inner;
-        let rkey = keyed_key(&inner.backend.options.prefix, &digest(key.as_ref()));
+        let rkey = keyed_key(&inner.backend.options.prefix, &key.key_digest());
         inner
             .backend
             .release(&rkey, n)
@@ -193,14 +198,14 @@ impl RedisKeyed {
     ///
     /// # Errors
     /// As [`RedisBucket::acquire`](super::RedisBucket::acquire).
-    pub async fn acquire(&self, key: impl AsRef<[u8]>, n: u32) -> Result<(), Denied> {
+    pub async fn acquire(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
         self.check(n)?;
         let inner = &*self.inner;
         let backend = &inner.backend;
-        let id = digest(key.as_ref());
+        let id = key.key_digest();
         let rkey = keyed_key(&backend.options.prefix, &id);
         let gcra = backend.is_gcra();
         let cost = Duration::from_nanos(u64::from(n) * backend.interval_ns());
@@ -253,11 +258,11 @@ impl RedisKeyed {
     /// # Errors
     /// [`Denied::Backend`] when Redis fails and the policy is
     /// [`FailurePolicy::Closed`].
-    pub async fn pause(&self, key: impl AsRef<[u8]>, cooldown: Duration) -> Result<(), Denied> {
+    pub async fn pause(&self, key: impl StableKey, cooldown: Duration) -> Result<(), Denied> {
         let inner = &*self.inner;
         let backend = &inner.backend;
         let cooldown = cooldown.min(backend.max_pause());
-        let id = digest(key.as_ref());
+        let id = key.key_digest();
         if let Some(local) = &inner.local {
             local.bucket(&id).pause(cooldown);
         }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::backend::Timed;
+use crate::keyed::KeyDigest;
 
 /// When the Redis bucket is full again, as far as this process knows, in ns since `origin`
 /// (0 = nothing known). Tokens are never given back in Redis and a pause never shortens, so
@@ -163,23 +164,23 @@ pub(crate) type Lane = tokio::sync::Mutex<Option<Instant>>;
 /// last waiter leaves (so the table is bounded by the number of waiters).
 #[derive(Debug, Default)]
 pub(crate) struct Lanes {
-    map: Mutex<HashMap<[u8; 16], Weak<Lane>>>,
+    map: Mutex<HashMap<KeyDigest, Weak<Lane>>>,
 }
 
 /// A place in a key's lane; leaving (dropping) removes the lane when it was the last one.
 #[derive(Debug)]
 pub(crate) struct Entered<'a> {
     lanes: &'a Lanes,
-    id: [u8; 16],
+    id: KeyDigest,
     lane: Option<Arc<Lane>>,
 }
 
 impl Lanes {
-    fn lock(&self) -> MutexGuard<'_, HashMap<[u8; 16], Weak<Lane>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<KeyDigest, Weak<Lane>>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn enter(&self, id: [u8; 16]) -> Entered<'_> {
+    pub(crate) fn enter(&self, id: KeyDigest) -> Entered<'_> {
         let mut map = self.lock();
         let lane = match map.get(&id).and_then(Weak::upgrade) {
             Some(lane) => lane,
@@ -317,9 +318,9 @@ mod tests {
     #[tokio::test]
     async fn lanes_are_removed_when_the_last_waiter_leaves() {
         let lanes = Lanes::default();
-        let a = lanes.enter([1; 16]);
+        let a = lanes.enter(KeyDigest::from_bytes([1; 16]));
         let guard = a.lane().lock_owned().await;
-        let b = lanes.enter([1; 16]);
+        let b = lanes.enter(KeyDigest::from_bytes([1; 16]));
         assert_eq!(lanes.len(), 1);
         drop(guard);
         drop(a);

@@ -15,7 +15,7 @@
 //!     .key_prefix("myapp")
 //!     .key("github-api")                                     // → Redis key "myapp:{github-api}"
 //!     .algorithm(Algorithm::TokenBucket)                     // the default; any Algorithm works
-//!     .failure_policy(FailurePolicy::Local { fraction: 0.25 }) // 4 processes
+//!     .failure_policy(FailurePolicy::Local { fraction: 0.25 }) // 4 processes; default Closed
 //!     .timeout(Duration::from_millis(50))
 //!     .build()
 //!     .await?;
@@ -43,24 +43,38 @@
 //!   key means a fresh limit, which is what it would be anyway.
 //! - **Nothing locks a key forever.** A stored state further ahead than any legitimate one
 //!   (a clock stepped back after a failover, a stray write) is clamped and the clamp is
-//!   written, so a key is held at most `max_pause + burst × interval` (token and leaky
-//!   bucket) or `max_pause + 2 × period` (windows); a key that lost its TTL gets it back on
+//!   written, so a key is held at most `max_pause + burst × interval` plus the booking
+//!   horizon, `max(1 s, burst × interval)` (token and leaky bucket), or
+//!   `max_pause + 2 × period` (windows); a key that lost its TTL gets it back on
 //!   the next decision.
-//! - **Keys**: `<prefix>:{<name>}` for a bucket; `<prefix>:{<hash>}` for a keyed limit, the
-//!   key material hashed; the sliding log adds `<that key>:log`. The braces are the Redis
-//!   Cluster hash tag: all the keys of one decision share one slot, so the scheme suits a
-//!   cluster (the client itself connects to one server: a primary, or a cluster-aware
-//!   proxy).
-//! - **Waiting without hammering Redis.** Waiters of a process line up first come, first
-//!   served; only the first sleeps until the instant the last reply gave and then asks, so
-//!   an admission costs one round trip in the common case. `try_acquire` refuses at once,
+//! - **Keys**: `<prefix>:{<name>}` for a bucket; `<prefix>:v1:{<digest>}` for a key of a
+//!   keyed limit, the digest specified and versioned (see
+//!   [`StableKey`](crate::keyed::StableKey)): the same in every process, build and platform,
+//!   and the same through [`RedisKeyed`] and through the layers. The sliding log adds
+//!   `<that key>:log`. The braces are the Redis Cluster hash tag: all the keys of one
+//!   decision share one slot, so the scheme suits a cluster (the client itself connects to
+//!   one server: a primary, or a cluster-aware proxy).
+//! - **One backend per limit.** A [`Bucket`](crate::Bucket) made from a [`RedisBucket`] (and
+//!   a [`KeyedBucket`](crate::KeyedBucket) made from a [`RedisKeyed`]) is decided in Redis on
+//!   every path that admits, waits or rejects; the in-process decisions are reachable only
+//!   through a match on the bucket's backend, so no path can take them for a Redis limit by
+//!   accident. The synchronous `try_acquire`, which cannot ask Redis, refuses
+//!   ([`Denied::Undecided`](crate::Denied::Undecided)).
+//! - **Fair waiting, without hammering Redis.** With the token and leaky bucket a waiter
+//!   books its admission instant in Redis — the bucket is charged at once, so later
+//!   requests of any process line up behind it — and sleeps until it: one round trip per
+//!   admission, first come, first served across processes (a dropped waiter gives its
+//!   tokens back). With the windows, waiters of a process line up and only the first asks
+//!   Redis. `try_acquire` refuses at once,
 //!   without a round trip, when an earlier reply already says the tokens cannot fit yet.
 //! - **Failures.** Each call is bounded by a timeout (default 50 ms). When Redis fails —
 //!   unreachable, slow, a reply that makes no sense, a key of another type — the
-//!   [`FailurePolicy`] decides: admit, reject, or decide with an in-memory
-//!   [`Bucket`](crate::Bucket) at a fraction of the quota. After a failure, decisions skip
-//!   Redis for a short while (one probe at a time), then use it again as soon as it answers:
-//!   the connection reconnects by itself.
+//!   [`FailurePolicy`] decides: reject (`Closed`, the default: a waiting caller gets
+//!   [`Denied::Backend`](crate::Denied::Backend) within the timeout),
+//!   decide with an in-memory [`Bucket`](crate::Bucket) at a fraction of the quota, or admit.
+//!   After 3 failures in a row, decisions skip Redis for a short while (one probe at a time),
+//!   then use it again as soon as it answers: the connection reconnects by itself. What an
+//!   outage can let through is bounded and documented on [`FailurePolicy`].
 //!
 //! # Deploying
 //! - Every process of a limit must use the same URL, key prefix, key and [`Quota`](crate::Quota).

@@ -8,12 +8,32 @@ use std::time::Duration;
 use super::{RedisBucket, RedisKeyed};
 use crate::adaptive::Cut;
 use crate::bucket::{Remote, RemoteAcquire, RemoteDecision, RemoteLearned};
-use crate::keyed::{KeyId, RemoteKeyed};
+use crate::keyed::{KeyId, RemoteKeyed, RemoteKeys, StableKey};
 use crate::{Bucket, Denied, KeyedBucket, Quota};
+use tokio::time::Instant;
 
-/// How long a waiter holds off when the failure policy refuses (Redis down, policy `Closed`)
-/// before it asks again.
-const RETRY_BACKEND: Duration = Duration::from_millis(100);
+/// Try now; if the refusal's wait is within `max_wait`, wait for the admission until then.
+async fn within<T, W>(
+    try_now: T,
+    max_wait: Duration,
+    wait: impl FnOnce() -> W,
+) -> Result<(), Denied>
+where
+    T: std::future::Future<Output = Result<(), Denied>>,
+    W: std::future::Future<Output = Result<(), Denied>>,
+{
+    match try_now.await {
+        Err(Denied::Throttled(t)) if !max_wait.is_zero() && t.wait() <= max_wait => {
+            let deadline = Instant::now() + max_wait;
+            match tokio::time::timeout_at(deadline, wait()).await {
+                Ok(result) => result,
+                // A pause intervened: the turn did not come within `max_wait`.
+                Err(_) => Err(t.into()),
+            }
+        }
+        other => other,
+    }
+}
 
 /// Run a best-effort write in the background (the local state already holds this process);
 /// outside a runtime there is nowhere to run it, and it is skipped.
@@ -31,21 +51,19 @@ where
 impl Remote for RedisBucket {
     fn acquire(&self, n: u32) -> RemoteAcquire {
         let this = self.clone();
-        Box::pin(async move {
-            loop {
-                match this.acquire(n).await {
-                    Ok(()) => return Ok(()),
-                    Err(never @ Denied::ExceedsBurst(_)) => return Err(never),
-                    // A waiting client waits for the shared limit to answer again.
-                    Err(_) => tokio::time::sleep(RETRY_BACKEND).await,
-                }
-            }
-        })
+        // The failure policy's refusal is an error at once (each call to Redis is bounded by
+        // the timeout), never a retry loop.
+        Box::pin(async move { this.acquire(n).await })
     }
 
-    fn try_acquire(&self, n: u32) -> RemoteDecision {
+    fn try_acquire(&self, n: u32, max_wait: Duration) -> RemoteDecision {
         let this = self.clone();
-        Box::pin(async move { this.try_acquire(n).await })
+        Box::pin(async move { within(this.try_acquire(n), max_wait, || this.acquire(n)).await })
+    }
+
+    fn release(&self, n: u32) {
+        let this = self.clone();
+        detach(async move { this.release(n).await });
     }
 
     fn pause(&self, cooldown: Duration) {
@@ -78,11 +96,16 @@ impl From<RedisBucket> for Bucket {
     /// on Redis too, asynchronously in its response future; when the failure policy refuses,
     /// the request is answered 429 with `Retry-After: 1`.
     ///
-    /// The synchronous paths cannot ask Redis: [`Bucket::try_acquire`] and
-    /// [`Bucket::snapshot`] see only this process's local bucket at the same quota and
-    /// algorithm (a bound
-    /// for this process alone). Use [`RedisBucket::try_acquire`] for a shared decision without
-    /// waiting.
+    /// Every decision is Redis's: the waiting layer (weighted costs included), the rejecting
+    /// layer (with `max_wait`, alone or as the global ceiling of a keyed layer),
+    /// [`Bucket::acquire`] and [`Bucket::try_acquire_shared`]. The synchronous
+    /// [`Bucket::try_acquire`] cannot ask Redis: it refuses,
+    /// [`Denied::Undecided`]; [`Bucket::snapshot`] is this process's view
+    /// only ([`Snapshot::local_view`](crate::Snapshot::local_view)).
+    ///
+    /// When Redis fails and the failure policy refuses, a waiting caller gets
+    /// [`Denied::Backend`] within the timeout (the waiting layer fails that call
+    /// with it), and the rejecting layer refuses the request.
     fn from(redis: RedisBucket) -> Self {
         let quota = redis.quota();
         Bucket::builder(quota)
@@ -93,9 +116,11 @@ impl From<RedisBucket> for Bucket {
 }
 
 impl RemoteKeyed for RedisKeyed {
-    fn try_acquire(&self, key: KeyId, n: u32) -> RemoteDecision {
+    fn try_acquire(&self, key: KeyId, n: u32, max_wait: Duration) -> RemoteDecision {
         let this = self.clone();
-        Box::pin(async move { this.try_acquire(key, n).await })
+        Box::pin(async move {
+            within(this.try_acquire(key, n), max_wait, || this.acquire(key, n)).await
+        })
     }
 
     fn release(&self, key: KeyId, n: u32) {
@@ -104,19 +129,20 @@ impl RemoteKeyed for RedisKeyed {
     }
 }
 
-impl<K: Hash + Eq + Clone> From<RedisKeyed> for KeyedBucket<K> {
-    /// A [`KeyedBucket`] whose rejecting layer (`RateLimitLayer::keyed(..).reject()`) decides
-    /// on Redis: server replicas share one limit per key. Keys are named by a fixed-key
-    /// digest of their `Hash`, the same in every process of the same build. With a global
-    /// ceiling, a request the ceiling refuses gives its key's token back.
+impl<K: StableKey + Hash + Eq + Clone> From<RedisKeyed> for KeyedBucket<K> {
+    /// A [`KeyedBucket`] whose every decision is Redis's: the rejecting layer
+    /// (`RateLimitLayer::keyed(..).reject()`, with `max_wait` too) and
+    /// [`KeyedBucket::try_acquire_shared`]. Server replicas share one limit per key. Keys are
+    /// named by their [`StableKey`] digest, exactly as [`RedisKeyed::try_acquire`] names
+    /// them. With a global ceiling, a request the ceiling refuses gives its key's token back.
     ///
-    /// The synchronous [`KeyedBucket::try_acquire`] and [`KeyedBucket::snapshot`] cannot ask
-    /// Redis: they see this process's local store only. Use [`RedisKeyed::try_acquire`] for a
-    /// shared decision outside the layer.
+    /// The synchronous [`KeyedBucket::try_acquire`] cannot ask Redis: it refuses,
+    /// [`Denied::Undecided`]; [`KeyedBucket::snapshot`] is this process's
+    /// view only ([`Snapshot::local_view`](crate::Snapshot::local_view)).
     fn from(redis: RedisKeyed) -> Self {
         KeyedBucket::builder(redis.quota())
             .algorithm(redis.algorithm())
-            .remote(Arc::new(redis) as Arc<dyn RemoteKeyed>)
+            .remote(RemoteKeys::new(Arc::new(redis) as Arc<dyn RemoteKeyed>))
             .build()
     }
 }

@@ -44,7 +44,8 @@
 //!   clamped to
 //!   `now + max_pause`, and the clamp is *written*, on the deny path too; a key that lost its
 //!   TTL (or holds a too-long one) gets the right TTL back. So nothing locks a key out for
-//!   longer than `max_pause + burst·T` (buckets) or `max_pause + 2·W` (windows).
+//!   longer than `max_pause + burst·T + H` (buckets; `H = max(1 s, tau)`, the horizon a
+//!   waiter may book an instant ahead) or `max_pause + 2·W` (windows).
 //! - A value that does not parse is treated as a fresh state and overwritten; a key of
 //!   another type makes `GET` (or the log's commands) fail with `WRONGTYPE`, which the client
 //!   maps to [`RedisErrorKind::WrongType`](super::RedisErrorKind::WrongType).

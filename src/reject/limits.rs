@@ -14,12 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::Request;
+use tokio::time::Instant;
 
 use super::fields::Policies;
 use super::rejected::{Rejected, RejectedBy, Status};
 use super::wait::Pending;
-use crate::bucket::Reservation;
-use crate::keyed::{key_id, Grant, KeyExtractor, KeyedBucket, MissingKey, KEYLESS};
+use crate::bucket::{Backend, Local, Reservation};
+use crate::keyed::{Grant, KeyExtractor, KeyedBucket, MissingKey, KEYLESS};
 use crate::{Bucket, Denied, Throttled};
 
 /// Policy names in `RateLimit-Policy` and `RateLimit`.
@@ -108,7 +109,7 @@ where
                 // A shared, remote keyed bucket decides asynchronously, then the global
                 // ceiling; a refusal by the global ceiling gives the key's token back.
                 let id = match (k.extractor.extract(req), k.missing) {
-                    (Some(key), _) => Some(key_id(&key)),
+                    (Some(key), _) => Some((remote.name)(&key)),
                     (None, MissingKey::Shared) => Some(KEYLESS),
                     (None, MissingKey::Reject) => return Verdict::Reject(Rejected::missing_key()),
                     (None, MissingKey::Allow) => None,
@@ -116,8 +117,9 @@ where
                 if let Some(id) = id {
                     return Verdict::Wait(Pending::remote_key(
                         k.bucket.clone(),
-                        Arc::clone(remote),
+                        Arc::clone(&remote.store),
                         id,
+                        Duration::from_nanos(max_wait),
                         self.bucket.clone(),
                     ));
                 }
@@ -154,12 +156,33 @@ where
             }
         }
         if let Some(bucket) = &self.bucket {
-            if let (None, Some(remote)) = (&self.keyed, bucket.remote()) {
-                // A shared, remote bucket decides asynchronously, in the response future.
-                return Verdict::Wait(Pending::remote(bucket.clone(), remote.try_acquire(1)));
-            }
             let (by, name) = self.bucket_role();
-            match bucket.try_acquire(1) {
+            let local = match bucket.backend() {
+                Backend::Local(local) => local,
+                // A shared, remote bucket decides asynchronously, in the response future:
+                // after the key's admission (which it gives back on a refusal), or alone.
+                Backend::Remote(remote) => {
+                    return match (&self.keyed, held) {
+                        (Some(k), Some((key, grant))) => Verdict::Wait(Pending::key(
+                            k.bucket.clone(),
+                            key,
+                            grant,
+                            Instant::now(),
+                            self.bucket.clone(),
+                        )),
+                        (keyed, _) => {
+                            // The global ceiling of a keyed layer never queues.
+                            let max_wait = match keyed {
+                                Some(_) => Duration::ZERO,
+                                None => Duration::from_nanos(max_wait),
+                            };
+                            let decision = remote.try_acquire(1, max_wait);
+                            Verdict::Wait(Pending::remote(bucket.clone(), decision, by, name))
+                        }
+                    };
+                }
+            };
+            match bucket.try_acquire_local(local, 1) {
                 Ok(()) if describe => statuses[1] = Some(bucket_status(bucket, name)),
                 Ok(()) => {}
                 Err(denied) => {
@@ -169,7 +192,7 @@ where
                     let max_wait = Duration::from_nanos(max_wait);
                     if let (None, Some(wait)) = (&self.keyed, denied.wait()) {
                         if wait <= max_wait && !max_wait.is_zero() {
-                            return reserve(bucket, denied, max_wait, describe);
+                            return reserve(bucket, local, denied, max_wait, describe);
                         }
                     }
                     return Verdict::Reject(refusal(by, name, &bucket.quota(), denied));
@@ -196,11 +219,12 @@ pub(crate) fn policies<K>(
 /// Queue for a token of a single bucket, for at most `max_wait`.
 fn reserve<K: Hash + Eq>(
     bucket: &Bucket,
+    local: Local<'_>,
     denied: Denied,
     max_wait: Duration,
     describe: bool,
 ) -> Verdict<K> {
-    match bucket.reserve(1, true) {
+    match local.reserve(1, true) {
         Ok(Reservation::Now(_)) => {
             let status = describe.then(|| bucket_status(bucket, SINGLE));
             Verdict::Admit([None, status])

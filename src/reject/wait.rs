@@ -24,7 +24,7 @@ use tokio::time::{Instant, Sleep};
 use super::fields::{Policies, Spec};
 use super::limits::{bucket_status, key_status, policies, refusal, GLOBAL, PER_KEY, SINGLE};
 use super::rejected::{Rejected, RejectedBy, Status};
-use crate::bucket::{RemoteDecision, Waiter};
+use crate::bucket::{Backend, RemoteDecision, Waiter};
 use crate::keyed::{Grant, KeyId, KeyedBucket, RemoteKeyed};
 use crate::observe::Observer;
 use crate::{Bucket, Throttled};
@@ -35,16 +35,21 @@ pub(crate) enum Pending<K: Hash + Eq> {
         hold: KeyHold<K>,
         due: Instant,
         global: Option<Bucket>,
+        /// The decision of a shared, remote global ceiling, once asked.
+        global_decision: Option<RemoteDecision>,
     },
     Bucket {
         bucket: Bucket,
         waiter: Option<Waiter>,
         deadline: Instant,
     },
-    /// A decision a shared, remote bucket (Redis) is making.
+    /// A decision a shared, remote bucket (Redis) is making: a single bucket, or the
+    /// global ceiling of a request without a key.
     Remote {
         bucket: Bucket,
         decision: RemoteDecision,
+        by: RejectedBy,
+        name: &'static str,
     },
     /// A decision a shared, remote keyed bucket is making, then the global ceiling's.
     RemoteKey {
@@ -74,20 +79,32 @@ impl<K: Hash + Eq> Pending<K> {
             },
             due,
             global,
+            global_decision: None,
         }
     }
 
-    pub(crate) fn remote(bucket: Bucket, decision: RemoteDecision) -> Self {
-        Pending::Remote { bucket, decision }
+    pub(crate) fn remote(
+        bucket: Bucket,
+        decision: RemoteDecision,
+        by: RejectedBy,
+        name: &'static str,
+    ) -> Self {
+        Pending::Remote {
+            bucket,
+            decision,
+            by,
+            name,
+        }
     }
 
     pub(crate) fn remote_key(
         keyed: KeyedBucket<K>,
         remote: Arc<dyn RemoteKeyed>,
         id: KeyId,
+        max_wait: Duration,
         global: Option<Bucket>,
     ) -> Self {
-        let decision = Some(remote.try_acquire(id, 1));
+        let decision = Some(remote.try_acquire(id, 1, max_wait));
         Pending::RemoteKey {
             keyed,
             remote,
@@ -189,8 +206,9 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             Pending::Key { hold, global, .. } => {
                 policies(Some(&hold.bucket), global.as_ref(), true)
             }
-            Pending::Bucket { bucket, .. } | Pending::Remote { bucket, .. } => {
-                policies::<K>(None, Some(bucket), false)
+            Pending::Bucket { bucket, .. } => policies::<K>(None, Some(bucket), false),
+            Pending::Remote { bucket, name, .. } => {
+                policies::<K>(None, Some(bucket), *name == GLOBAL)
             }
             Pending::RemoteKey { keyed, global, .. } => {
                 policies(Some(keyed), global.as_ref(), true)
@@ -201,18 +219,36 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<S, Req>> {
         let describe = self.spec.admitted;
         let verdict = match &mut self.pending {
-            Pending::Key { hold, global, .. } => {
+            Pending::Key {
+                hold,
+                global,
+                global_decision,
+                ..
+            } => {
                 std::task::ready!(self.sleep.as_mut().poll(cx));
                 let key = describe.then(|| key_status(&hold.bucket, &hold.grant));
-                let verdict = match global {
-                    None => Ok([key, None]),
-                    Some(global) => match global.try_acquire(1) {
-                        Ok(()) => Ok([key, describe.then(|| bucket_status(global, GLOBAL))]),
+                let verdict = loop {
+                    let Some(g) = global else {
+                        break Ok([key, None]);
+                    };
+                    let decided = if let Some(d) = global_decision.as_mut() {
+                        std::task::ready!(d.as_mut().poll(cx))
+                    } else {
+                        match g.backend() {
+                            Backend::Local(local) => g.try_acquire_local(local, 1),
+                            Backend::Remote(remote) => {
+                                *global_decision = Some(remote.try_acquire(1, Duration::ZERO));
+                                continue;
+                            }
+                        }
+                    };
+                    break match decided {
+                        Ok(()) => Ok([key, describe.then(|| bucket_status(g, GLOBAL))]),
                         Err(denied) => {
                             hold.refund();
-                            Err(refusal(RejectedBy::Global, GLOBAL, &global.quota(), denied))
+                            Err(refusal(RejectedBy::Global, GLOBAL, &g.quota(), denied))
                         }
-                    },
+                    };
                 };
                 if verdict.is_ok() {
                     hold.armed = false; // spent
@@ -247,9 +283,11 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                 }
                 match global {
                     None => break Ok([None, None]),
-                    Some(g) => match g.remote() {
-                        Some(r) => *global_decision = Some(r.try_acquire(1)),
-                        None => match g.try_acquire(1) {
+                    Some(g) => match g.backend() {
+                        Backend::Remote(r) => {
+                            *global_decision = Some(r.try_acquire(1, Duration::ZERO));
+                        }
+                        Backend::Local(local) => match g.try_acquire_local(local, 1) {
                             Ok(()) => break Ok([None, describe.then(|| bucket_status(g, GLOBAL))]),
                             Err(denied) => {
                                 remote.release(*id, 1);
@@ -259,14 +297,15 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     },
                 }
             },
-            Pending::Remote { bucket, decision } => {
-                match std::task::ready!(decision.as_mut().poll(cx)) {
-                    Ok(()) => Ok([None, describe.then(|| bucket_status(bucket, SINGLE))]),
-                    Err(denied) => {
-                        Err(refusal(RejectedBy::Bucket, SINGLE, &bucket.quota(), denied))
-                    }
-                }
-            }
+            Pending::Remote {
+                bucket,
+                decision,
+                by,
+                name,
+            } => match std::task::ready!(decision.as_mut().poll(cx)) {
+                Ok(()) => Ok([None, describe.then(|| bucket_status(bucket, name))]),
+                Err(denied) => Err(refusal(*by, name, &bucket.quota(), denied)),
+            },
             Pending::Bucket {
                 bucket,
                 waiter,

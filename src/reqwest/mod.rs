@@ -23,7 +23,7 @@
 //! # }
 //!
 //! # #[tokio::main]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn main() -> Result<(), tower_throttle::BoxError> {
 //! # let addr = serve().await;
 //! let bucket = Bucket::new(Quota::per_second(10));
 //! let client = ClientBuilder::new(reqwest::Client::new())

@@ -30,6 +30,7 @@ use crate::Bucket;
 /// | setting | default |
 /// |---|---|
 /// | [`push_back`](Self::push_back) statuses | 429, 503 |
+/// | [`push_back_unprocessed`](Self::push_back_unprocessed) (resent for any method) | none beyond 429, 503 with `Retry-After`, a quota-exhausted 403 |
 /// | [`max_retries`](Self::max_retries) | 3 |
 /// | [`backoff`](Self::backoff) | 100 ms doubling to 10 s, full jitter |
 /// | [`default_cooldown`](Self::default_cooldown) (push-back without `Retry-After`) | 1 s |
@@ -55,6 +56,7 @@ impl RetryAfterLayer {
                     StatusCode::TOO_MANY_REQUESTS,
                     StatusCode::SERVICE_UNAVAILABLE,
                 ],
+                unprocessed: Vec::new(),
                 max_retries: 3,
                 backoff: Backoff::default(),
                 default_cooldown: Duration::from_secs(1),
@@ -78,9 +80,56 @@ impl RetryAfterLayer {
 
     /// The statuses that mean "slow down": the bucket is paused for their `Retry-After` (or
     /// the [`default_cooldown`](Self::default_cooldown)) and the request is retried after it.
+    ///
+    /// Only a push-back that means the server did not process the request is resent whatever
+    /// the method: a 429, a 503 with a `Retry-After`, and a 403 that reports an exhausted
+    /// quota (`X-RateLimit-Remaining: 0` or the like). Any other status listed here — a 403
+    /// your server also sends for "forbidden", say — is resent only for idempotent methods,
+    /// since the server may have acted on the request; declare statuses that never come after
+    /// processing with [`push_back_unprocessed`](Self::push_back_unprocessed).
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use tower_throttle::{Bucket, Quota, RetryAfterLayer};
+    ///
+    /// let bucket = Bucket::new(Quota::per_second(10));
+    /// // 403 pauses every worker too, but a POST answered 403 is not sent again.
+    /// let layer = RetryAfterLayer::new(bucket).push_back([
+    ///     StatusCode::TOO_MANY_REQUESTS,
+    ///     StatusCode::SERVICE_UNAVAILABLE,
+    ///     StatusCode::FORBIDDEN,
+    /// ]);
+    /// # let _ = layer;
+    /// ```
     pub fn push_back(self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
         let statuses = statuses.into_iter().collect();
         self.with(|p| p.push_back = statuses)
+    }
+
+    /// Add push-back statuses that the server only sends for requests it did not process, so
+    /// that resending them is safe for any method, POST included (an explicit opt-in: see
+    /// [`push_back`](Self::push_back)).
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use tower_throttle::{Bucket, Quota, RetryAfterLayer};
+    ///
+    /// let bucket = Bucket::new(Quota::per_second(10));
+    /// // This API answers 403 only when it refuses for rate: resend any request.
+    /// let layer = RetryAfterLayer::new(bucket).push_back_unprocessed([StatusCode::FORBIDDEN]);
+    /// # let _ = layer;
+    /// ```
+    pub fn push_back_unprocessed(self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
+        self.with(|p| {
+            for status in statuses {
+                if !p.push_back.contains(&status) {
+                    p.push_back.push(status);
+                }
+                if !p.unprocessed.contains(&status) {
+                    p.unprocessed.push(status);
+                }
+            }
+        })
     }
 
     /// The most retries per request (0 disables retrying; push-backs still pause the bucket).
@@ -123,7 +172,8 @@ impl RetryAfterLayer {
     }
 
     /// Also retry non-idempotent requests (POST, PATCH) that may have reached the server.
-    /// Off by default: a 429, or a connection that was never made, is retried for any method.
+    /// Off by default: a push-back the server did not process (see [`push_back`](Self::push_back)),
+    /// or a connection that was never made, is retried for any method.
     pub fn retry_non_idempotent(self, yes: bool) -> Self {
         self.with(|p| p.retry_non_idempotent = yes)
     }

@@ -118,17 +118,22 @@ pub fn from_headers(
         .unwrap_or(now);
     let mut longest = None;
     let mut first_error = None;
+    let mut too_long = false;
     for value in headers.get_all(RETRY_AFTER) {
         match parse_bytes(value.as_bytes(), reference) {
             Ok(wait) => longest = longest.max(Some(wait)),
             Err(e) => {
+                too_long |= e == RetryAfterError::TooLong;
                 first_error.get_or_insert(e);
             }
         }
     }
+    // Never retry earlier than any instruction: a too-long field wins over shorter ones,
+    // wherever it stands among the fields.
+    if too_long {
+        return Err(RetryAfterError::TooLong);
+    }
     match (longest, first_error) {
-        // Never retry earlier than any instruction: a too-long field wins over shorter ones.
-        (_, Some(RetryAfterError::TooLong)) => Err(RetryAfterError::TooLong),
         (Some(wait), _) => Ok(Some(wait)),
         (None, Some(e)) => Err(e),
         (None, None) => Ok(None),
@@ -382,6 +387,16 @@ mod tests {
     #[test]
     fn a_too_long_field_wins_over_shorter_ones() {
         let headers = map(&[(RETRY_AFTER, "5"), (RETRY_AFTER, "99999999999")]);
+        assert_eq!(
+            from_headers(&headers, SystemTime::now()),
+            Err(RetryAfterError::TooLong)
+        );
+        // Even behind an invalid field.
+        let headers = map(&[
+            (RETRY_AFTER, "soon"),
+            (RETRY_AFTER, "5"),
+            (RETRY_AFTER, "99999999999"),
+        ]);
         assert_eq!(
             from_headers(&headers, SystemTime::now()),
             Err(RetryAfterError::TooLong)

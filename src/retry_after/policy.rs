@@ -77,6 +77,8 @@ impl CooldownJitter {
 pub(crate) struct Policy {
     pub(crate) bucket: Bucket,
     pub(crate) push_back: Vec<StatusCode>,
+    /// Push-back statuses declared safe to resend for any method.
+    pub(crate) unprocessed: Vec<StatusCode>,
     pub(crate) max_retries: u32,
     pub(crate) backoff: Backoff,
     pub(crate) default_cooldown: Duration,
@@ -95,6 +97,7 @@ impl fmt::Debug for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Policy")
             .field("push_back", &self.push_back)
+            .field("unprocessed", &self.unprocessed)
             .field("max_retries", &self.max_retries)
             .field("backoff", &self.backoff)
             .field("default_cooldown", &self.default_cooldown)
@@ -144,7 +147,7 @@ impl Policy {
 
     fn within_deadline(&self, a: &Attempt<'_>, delay: Duration) -> bool {
         self.deadline
-            .map_or(true, |d| a.elapsed.saturating_add(delay) <= d)
+            .is_none_or(|d| a.elapsed.saturating_add(delay) <= d)
     }
 
     fn retry_after(&self, a: &Attempt<'_>, delay: Duration) -> Action {
@@ -156,7 +159,7 @@ impl Policy {
     }
 
     pub(crate) fn backoff(&self, a: &Attempt<'_>, floor: Option<Duration>) -> Action {
-        if !self.budget.as_ref().map_or(true, RetryBudget::withdraw) {
+        if !self.budget.as_ref().is_none_or(RetryBudget::withdraw) {
             trace_event!(warn, "retry budget exhausted; returning the failure");
             return Action::Return;
         }
@@ -197,7 +200,7 @@ impl Policy {
         let retry_after = super::from_headers(headers, now);
         if self.push_back.contains(&status) || rate_limited_403 {
             let reset = exhausted.and_then(|h| h.reset);
-            return self.on_push_back(status, retry_after, reset, stated, a);
+            return self.on_push_back(status, retry_after, reset, stated, rate_limited_403, a);
         }
         if status.is_success() {
             match stated {
@@ -228,14 +231,31 @@ impl Policy {
         }
     }
 
+    /// Whether a push-back response says the server did not process the request, so that
+    /// sending it again is safe whatever the method: a 429; a 503 that names its
+    /// `Retry-After` (`asked`); a 403 that reports an exhausted quota (`rate_limited_403`);
+    /// and the statuses the user declared so with
+    /// [`push_back_unprocessed`](super::RetryAfterLayer::push_back_unprocessed). Any other
+    /// push-back status (a 403 added with [`push_back`](super::RetryAfterLayer::push_back),
+    /// say) may come after the server acted on the request: it is resent only when the method
+    /// is idempotent.
+    fn not_processed(&self, status: StatusCode, asked: bool, rate_limited_403: bool) -> bool {
+        status == StatusCode::TOO_MANY_REQUESTS
+            || (status == StatusCode::SERVICE_UNAVAILABLE && asked)
+            || rate_limited_403
+            || self.unprocessed.contains(&status)
+    }
+
     pub(crate) fn on_push_back(
         &self,
         status: StatusCode,
         retry_after: Result<Option<Duration>, super::RetryAfterError>,
         reset: Option<Duration>,
         stated: Option<f64>,
+        rate_limited_403: bool,
         a: &Attempt<'_>,
     ) -> Verdict {
+        let asked = matches!(retry_after, Ok(Some(_)));
         let cooldown = match retry_after {
             Ok(Some(d)) => d,
             Ok(None) => reset.unwrap_or(self.default_cooldown),
@@ -257,9 +277,9 @@ impl Policy {
         }
         trace_event!(warn, %status, ?cooldown, "server pushed back; pausing the bucket");
         self.bucket.pushed_back(cooldown, a.sent, stated);
-        // 429 (and a rate-limit 403) mean the server refused the request: safe for any method.
-        let refused = status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::FORBIDDEN;
-        let allowed = refused || is_idempotent(a.method) || self.retry_non_idempotent;
+        let allowed = self.not_processed(status, asked, rate_limited_403)
+            || is_idempotent(a.method)
+            || self.retry_non_idempotent;
         let action = if allowed && self.may_retry(a) {
             self.retry_after(a, cooldown + self.cooldown_jitter.sample(cooldown))
         } else {

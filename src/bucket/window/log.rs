@@ -69,7 +69,7 @@ impl Window for Log {
 
     fn commit(&mut self, tokens: u64, at: u64) {
         self.total += tokens;
-        if self.entries.back().map_or(true, |e| e.0 <= at) {
+        if self.entries.back().is_none_or(|e| e.0 <= at) {
             self.entries.push_back((at, tokens));
         } else {
             let i = self.entries.partition_point(|e| e.0 <= at);

@@ -4,7 +4,9 @@
 -- ARGV[1] = T, emission interval, µs (>= 1)     ARGV[2] = B, burst (>= 1)
 -- ARGV[3] = the operation's argument           ARGV[4] = P, the longest pause, µs
 -- ARGV[5] = tau, tolerance, µs (B·T or T)      ARGV[6] = W, window, µs (>= 1)
--- ARGV[7] = L, tokens per window (>= 1)
+-- ARGV[7] = L, tokens per window (>= 1)      ARGV[8] = 1 to book a later instant (token
+--   and leaky bucket's acquire: a request that fits within H = max(1 s, tau) is admitted
+--   for that instant), else 0
 -- Integers only, all below 2^53 (exact in Lua's doubles); the caller checks it.
 local T = tonumber(ARGV[1])
 local B = tonumber(ARGV[2])
@@ -13,7 +15,8 @@ local P = tonumber(ARGV[4])
 local tau = tonumber(ARGV[5])
 local W = tonumber(ARGV[6])
 local L = tonumber(ARGV[7])
-if not (T and B and x and P and tau and W and L) or T < 1 or B < 1 or x < 0 or P < 0
+local book = tonumber(ARGV[8] or '0')
+if not (T and B and x and P and tau and W and L and book) or T < 1 or B < 1 or x < 0 or P < 0
   or tau < T or W < 1 or L < 1 then
   return redis.error_reply('ERR tower-throttle: bad arguments')
 end

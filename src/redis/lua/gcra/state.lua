@@ -13,15 +13,19 @@ if raw then
     foreign()
   end
 end
+-- The booking horizon H: a waiter may book an instant up to H ahead (acquire with `book`),
+-- so a bucket is legitimately full again up to tau + H after max(now, pause).
+local H = math.max(1000000, tau)
 -- Clamp what no legitimate state can be (a clock stepped back after a failover, a stray
--- write): a pause ends within P, a bucket is full again within max(tau, B·T) of
+-- write): a pause ends within P, a bucket is full again within max(tau, B·T) + H of
 -- max(now, pause) (an admission of n <= B tokens at or before now leaves tat at most
--- max(tau, n·T) after it: for the leaky bucket, tau = T is less than a weighted cost).
+-- max(tau, n·T) after it: for the leaky bucket, tau = T is less than a weighted cost; and
+-- a booking lies at most H ahead).
 -- A clamp is written back, even when the request is refused, so it cannot recur.
 if pause > now + P then pause = now + P; dirty = true end
 local base = now
 if pause > now then base = pause end
-local span = math.max(tau, B * T)
+local span = math.max(tau, B * T) + H
 if tat > base + span then tat = base + span; dirty = true end
 -- While paused, the first token is due when the pause ends.
 if pause > now and tat < pause + tau - T then tat = pause + tau - T; dirty = true end

@@ -1,0 +1,242 @@
+//! Properties of the parsers of untrusted input, over arbitrary bytes. Each function panics
+//! when an invariant fails: no panic inside the crate, no overflow, and parse → emit → parse
+//! gives back what the first parse read.
+//!
+//! They are run twice: as proptest properties by `tests/fuzz_properties.rs` (on the stable
+//! toolchain, in every `cargo test`), and as cargo-fuzz targets by `fuzz/` (libFuzzer, on
+//! nightly), which include this file.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::header::{HeaderName, DATE, FORWARDED, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue, Request};
+use tower_throttle::headers::{ratelimit_value, read_quota_hint};
+use tower_throttle::keyed::{ClientIp, KeyExtractor, ProxyHeaders};
+use tower_throttle::retry_after::{self, RetryAfterError, MAX_PARSED_WAIT};
+
+/// The largest integer a structured field carries (RFC 9651 §3.3.1).
+const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
+/// Reads fuzz input: numbers from the front, then lines.
+struct Input<'a>(&'a [u8]);
+
+impl<'a> Input<'a> {
+    fn byte(&mut self) -> u8 {
+        let (&b, rest) = self.0.split_first().unwrap_or((&0, &[]));
+        self.0 = rest;
+        b
+    }
+
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.byte(), self.byte(), self.byte(), self.byte()])
+    }
+
+    /// A whole-second instant between 1970 and 2106.
+    fn now(&mut self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(u64::from(self.u32()))
+    }
+
+    /// The rest, split at `\n`.
+    fn lines(self) -> impl Iterator<Item = &'a [u8]> {
+        self.0.split(|&b| b == b'\n')
+    }
+}
+
+/// `retry_after::parse_bytes` on any bytes: never more than [`MAX_PARSED_WAIT`]; a wait read
+/// reads the same once written as delta-seconds and as an HTTP-date.
+pub fn retry_after_parse(data: &[u8]) {
+    let mut input = Input(data);
+    let now = input.now();
+    let value = input.0;
+    let parsed = retry_after::parse_bytes(value, now);
+    if let Ok(value) = HeaderValue::from_bytes(value) {
+        assert_eq!(retry_after::parse(&value, now), parsed.ok());
+    }
+    let Ok(wait) = parsed else { return };
+    assert!(wait <= MAX_PARSED_WAIT, "{wait:?} from {value:?}");
+    assert_eq!(wait.subsec_nanos(), 0, "whole seconds from {value:?}");
+    let delta = wait.as_secs().to_string();
+    assert_eq!(retry_after::parse_bytes(delta.as_bytes(), now), Ok(wait));
+    let date = httpdate::fmt_http_date(now + wait);
+    assert_eq!(retry_after::parse_bytes(date.as_bytes(), now), Ok(wait));
+}
+
+/// `retry_after::from_headers` on any `Retry-After` and `Date` lines: the answer is the
+/// largest valid wait (a too-long one wins); written back as a `Date` and an HTTP-date
+/// `Retry-After`, it reads the same.
+pub fn retry_after_from_headers(data: &[u8]) {
+    let mut input = Input(data);
+    let now = input.now();
+    let mut headers = HeaderMap::new();
+    for line in input.lines() {
+        let Some((&kind, value)) = line.split_first() else {
+            continue;
+        };
+        let name = if kind % 4 == 0 { DATE } else { RETRY_AFTER };
+        if let Ok(value) = HeaderValue::from_bytes(value) {
+            headers.append(name, value);
+        }
+    }
+    let answer = retry_after::from_headers(&headers, now);
+    // Each field alone, measured against the reference the function uses.
+    let reference = headers
+        .get(DATE)
+        .and_then(|d| httpdate::parse_http_date(d.to_str().ok()?.trim_matches([' ', '\t'])).ok())
+        .unwrap_or(now);
+    let each: Vec<_> = headers
+        .get_all(RETRY_AFTER)
+        .iter()
+        .map(|v| retry_after::parse_bytes(v.as_bytes(), reference))
+        .collect();
+    match answer {
+        Ok(None) => assert!(each.is_empty()),
+        Ok(Some(wait)) => {
+            assert!(wait <= MAX_PARSED_WAIT);
+            assert_eq!(each.iter().flatten().max(), Some(&wait));
+            assert!(!each.contains(&Err(RetryAfterError::TooLong)));
+            let mut again = HeaderMap::new();
+            again.insert(DATE, header(&httpdate::fmt_http_date(reference)));
+            again.insert(
+                RETRY_AFTER,
+                header(&httpdate::fmt_http_date(reference + wait)),
+            );
+            // Any local clock: the Date field is the reference.
+            assert_eq!(
+                retry_after::from_headers(&again, UNIX_EPOCH),
+                Ok(Some(wait))
+            );
+        }
+        Err(RetryAfterError::TooLong) => {
+            assert!(each.contains(&Err(RetryAfterError::TooLong)));
+        }
+        Err(e) => assert!(each.iter().all(|r| r.is_err()) && each.first() == Some(&Err(e))),
+    }
+}
+
+/// `headers::read_quota_hint` on any rate-limit field lines: a hint read is written back as
+/// a `RateLimit` field (under any policy name) and reads the same.
+pub fn ratelimit_field(data: &[u8]) {
+    const NAMES: [&str; 6] = [
+        "ratelimit",
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        "date",
+    ];
+    let mut input = Input(data);
+    let now = input.now();
+    let mut headers = HeaderMap::new();
+    let mut name_of_policy = String::new();
+    for line in input.lines() {
+        let Some((&kind, value)) = line.split_first() else {
+            continue;
+        };
+        if usize::from(kind) >= NAMES.len() {
+            name_of_policy = String::from_utf8_lossy(value).into_owned();
+            continue;
+        }
+        if let Ok(value) = HeaderValue::from_bytes(value) {
+            headers.append(HeaderName::from_static(NAMES[usize::from(kind)]), value);
+        }
+    }
+    let Some(hint) = read_quota_hint(&headers, now) else {
+        return;
+    };
+    let reset = hint.reset.unwrap_or(Duration::ZERO);
+    assert_eq!(reset.subsec_nanos(), 0, "whole seconds");
+    let mut again = HeaderMap::new();
+    again.insert(
+        "ratelimit",
+        ratelimit_value(&name_of_policy, hint.remaining, reset),
+    );
+    let back = read_quota_hint(&again, now).expect("an emitted field reads back");
+    assert_eq!(back.remaining, hint.remaining.min(SF_INTEGER_MAX));
+    assert_eq!(
+        back.reset,
+        Some(Duration::from_secs(reset.as_secs().min(SF_INTEGER_MAX)))
+    );
+}
+
+/// The peers a request may come from: trusted proxies and outsiders, both families.
+const PEERS: [&str; 6] = [
+    "10.1.2.3:1",
+    "203.0.113.5:2",
+    "[fd00::1]:3",
+    "[2001:db8::1]:4",
+    "[::ffff:10.0.0.1]:5",
+    "192.0.2.7:6",
+];
+
+/// `ClientIp` on any `X-Forwarded-For` / `Forwarded` lines: always a key; the peer itself
+/// when the peer is not trusted; and a client read from the fields is read again from a
+/// field that names only it, in either syntax.
+pub fn client_ip(data: &[u8]) {
+    let mut input = Input(data);
+    let peer: SocketAddr = PEERS[usize::from(input.byte()) % PEERS.len()]
+        .parse()
+        .unwrap();
+    let which = match input.byte() % 3 {
+        0 => ProxyHeaders::XForwardedFor,
+        1 => ProxyHeaders::Forwarded,
+        _ => ProxyHeaders::Both,
+    };
+    let (v4, v6) = (input.byte(), input.byte());
+    let mut req = Request::new(());
+    req.extensions_mut().insert(peer);
+    for line in input.lines() {
+        let Some((&kind, value)) = line.split_first() else {
+            continue;
+        };
+        let name = if kind % 2 == 0 {
+            HeaderName::from_static("x-forwarded-for")
+        } else {
+            FORWARDED
+        };
+        if let Ok(value) = HeaderValue::from_bytes(value) {
+            req.headers_mut().append(name, value);
+        }
+    }
+    let trusted = ["10.0.0.0/8", "fd00::/8", "192.0.2.7"];
+    let extractor = ClientIp::trusting(trusted).unwrap().headers(which);
+    let client = extractor.client_ip(&req).expect("a peer gives a key");
+    let peer_ip = peer.ip().to_canonical();
+    let peer_trusted = matches!(peer_ip, IpAddr::V4(ip) if ip.octets()[0] == 10 || ip.octets() == [192, 0, 2, 7])
+        || matches!(peer_ip, IpAddr::V6(ip) if ip.segments()[0] >> 8 == 0xfd);
+    if !peer_trusted {
+        assert_eq!(client, peer_ip);
+    }
+    // Grouped keys never panic, whatever the prefix lengths.
+    let grouped = extractor.clone().ipv4_prefix(v4).ipv6_prefix(v6);
+    assert!(grouped.extract(&req).is_some());
+    if client == peer_ip {
+        return;
+    }
+    // Written back as a field that names only the client, from the same proxy.
+    let node = match client {
+        IpAddr::V4(ip) => ip.to_string(),
+        IpAddr::V6(ip) => format!("\"[{ip}]\""),
+    };
+    for (name, value, headers) in [
+        (
+            "x-forwarded-for",
+            client.to_string(),
+            ProxyHeaders::XForwardedFor,
+        ),
+        ("forwarded", format!("for={node}"), ProxyHeaders::Forwarded),
+    ] {
+        let mut again = Request::new(());
+        again.extensions_mut().insert(peer);
+        again
+            .headers_mut()
+            .insert(HeaderName::from_static(name), header(&value));
+        let extractor = ClientIp::trusting(trusted).unwrap().headers(headers);
+        assert_eq!(extractor.client_ip(&again), Some(client), "{name}: {value}");
+    }
+}
+
+fn header(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap()
+}

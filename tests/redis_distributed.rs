@@ -1,0 +1,477 @@
+//! Two OS processes on one Redis-backed limit, through the layers: a keyed layer's global
+//! ceiling, weighted costs, and an outage (a private `redis-server` stopped and restarted
+//! mid-run). Every count is checked against its bound, across both processes.
+//!
+//! The parent runs this test binary again as workers: `TOWER_THROTTLE_DISTRIBUTED_WORKER`
+//! makes [`worker_process_entry_point`] run one (in a normal run it has nothing to do).
+#![cfg(feature = "redis")]
+
+mod redis_support;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use redis_support::workers::{
+    print_report, print_values, report, report_and_values, spawn, unix_us, until_unix,
+};
+use redis_support::{free_port, raw, redis_url, unique_prefix, PrivateRedis};
+use tower::{service_fn, Service, ServiceExt};
+use tower_throttle::redis::{FailurePolicy, RedisBucket};
+use tower_throttle::{Bucket, KeyedBucket, Quota, RateLimitLayer};
+
+const WORKER_ENV: &str = "TOWER_THROTTLE_DISTRIBUTED_WORKER";
+const PROCESSES: usize = 2;
+
+/// What a worker counts: admissions (tokens), and the wall clock of the last one.
+#[derive(Default)]
+struct Tally {
+    tokens: AtomicU64,
+    last_us: AtomicU64,
+    errors: AtomicU64,
+    /// Admissions inside a window of interest (the outage, past the booked instants).
+    in_window: AtomicU64,
+}
+
+impl Tally {
+    fn admit(&self, tokens: u64) {
+        self.tokens.fetch_add(tokens, Ordering::Relaxed);
+        self.last_us.fetch_max(unix_us(), Ordering::Relaxed);
+    }
+
+    fn print(&self) {
+        print_report(&[
+            ("tokens", self.tokens.load(Ordering::Relaxed)),
+            ("last_us", self.last_us.load(Ordering::Relaxed)),
+            ("errors", self.errors.load(Ordering::Relaxed)),
+            ("in_window", self.in_window.load(Ordering::Relaxed)),
+        ]);
+    }
+}
+
+/// Runs a worker when started by a parent test; otherwise there is nothing to do.
+#[test]
+fn worker_process_entry_point() {
+    let Ok(spec) = std::env::var(WORKER_ENV) else {
+        return;
+    };
+    let args: Vec<String> = spec.split(' ').map(str::to_owned).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tally = Arc::new(Tally::default());
+    let start_us: u64 = args[2].parse().unwrap();
+    rt.block_on(async {
+        match args[0].as_str() {
+            "keyed-global" => keyed_global_worker(&args[1], start_us, &tally).await,
+            "weighted" => weighted_worker(&args[1], start_us, &tally).await,
+            "outage" => outage_worker(&args[1], start_us, &args[3], &args[4], &tally).await,
+            "fair" => fair_worker(&args[1], start_us, args[3].parse().unwrap(), &tally).await,
+            m => panic!("unknown worker mode {m}"),
+        }
+    });
+    tally.print();
+}
+
+/// Spawn the workers with `spec(i)`, wait for them, and sum their reports: the tokens
+/// admitted and the span from `start_us` to the last admission.
+fn sum(children: Vec<std::process::Child>, start_us: u64) -> (u64, Duration) {
+    let (mut tokens, mut last_us) = (0, 0);
+    for child in children {
+        let r = report(child);
+        assert_eq!(r["errors"], 0, "a worker saw errors: {r:?}");
+        tokens += r["tokens"];
+        last_us = u64::max(last_us, r["last_us"]);
+    }
+    (
+        tokens,
+        Duration::from_micros(last_us.saturating_sub(start_us)),
+    )
+}
+
+fn workers(spec: impl Fn(usize) -> String) -> Vec<std::process::Child> {
+    (0..PROCESSES)
+        .map(|i| spawn("worker_process_entry_point", WORKER_ENV, &spec(i)))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Keyed + global ceiling in Redis, rejecting.
+
+const GLOBAL_RATE: u32 = 10;
+const GLOBAL_BURST: u32 = 5;
+const KEYED_RUN: Duration = Duration::from_secs(2);
+
+async fn keyed_global_worker(prefix: &str, start_us: u64, tally: &Arc<Tally>) {
+    let global = RedisBucket::builder(Quota::per_second(GLOBAL_RATE).burst(GLOBAL_BURST))
+        .url(redis_url())
+        .key_prefix(prefix)
+        .key("global")
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("worker connects");
+    // Per-user limits in this process (users sticky to replicas), generous; the shared
+    // global ceiling in Redis.
+    let per_user = KeyedBucket::<String>::new(Quota::per_second(1_000).burst(100));
+    let svc = tower::ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::keyed(per_user, by_user)
+                .global(Bucket::from(global))
+                .reject(),
+        )
+        .service(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+    until_unix(start_us).await;
+    let deadline = tokio::time::Instant::now() + KEYED_RUN;
+    let tasks: Vec<_> = (0..10)
+        .map(|t| {
+            let (svc, tally) = (svc.clone(), tally.clone());
+            tokio::spawn(async move {
+                while tokio::time::Instant::now() < deadline {
+                    let req = Request::builder()
+                        .header("x-user", format!("user-{}", t % 4))
+                        .body(String::new())
+                        .unwrap();
+                    let resp = svc.clone().oneshot(req).await.unwrap();
+                    match resp.status() {
+                        StatusCode::OK => tally.admit(1),
+                        StatusCode::TOO_MANY_REQUESTS => {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        _ => {
+                            tally.errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+fn by_user(req: &Request<String>) -> Option<String> {
+    Some(req.headers().get("x-user")?.to_str().ok()?.to_owned())
+}
+
+#[test]
+fn two_replicas_with_a_keyed_layer_share_the_redis_global_ceiling() {
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { raw(&redis_url()).await });
+    let prefix = unique_prefix("keyed-global");
+    let start_us = unix_us() + 1_000_000;
+    let (admitted, span) = sum(
+        workers(|_| format!("keyed-global {prefix} {start_us}")),
+        start_us,
+    );
+    let bound = f64::from(GLOBAL_BURST) + f64::from(GLOBAL_RATE) * span.as_secs_f64();
+    println!(
+        "keyed + global in Redis: {admitted} admitted by {PROCESSES} replicas in {span:?}; \
+         bound burst + rate·t = {bound:.1} (each replica alone could reach it)"
+    );
+    assert!(
+        admitted as f64 <= bound,
+        "the global ceiling was enforced per replica: {admitted} > {bound:.1}"
+    );
+    let nominal = f64::from(GLOBAL_BURST) + f64::from(GLOBAL_RATE) * KEYED_RUN.as_secs_f64();
+    assert!(
+        admitted as f64 >= 0.8 * nominal,
+        "under-admitting: {admitted} < 80 % of {nominal}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Weighted costs through the waiting layer.
+
+const WEIGHT_RATE: u32 = 20;
+const WEIGHT_BURST: u32 = 10;
+const COST: u32 = 5;
+const WEIGHT_RUN: Duration = Duration::from_secs(2);
+
+async fn weighted_worker(prefix: &str, start_us: u64, tally: &Arc<Tally>) {
+    let shared = RedisBucket::builder(Quota::per_second(WEIGHT_RATE).burst(WEIGHT_BURST))
+        .url(redis_url())
+        .key_prefix(prefix)
+        .key("weighted")
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("worker connects");
+    let counted = tally.clone();
+    let svc = tower::ServiceBuilder::new()
+        .layer(RateLimitLayer::new(Bucket::from(shared)).cost(|_: &()| COST))
+        .service(service_fn(move |()| {
+            counted.admit(u64::from(COST));
+            async { Ok::<_, Infallible>(()) }
+        }));
+    until_unix(start_us).await;
+    let deadline = tokio::time::Instant::now() + WEIGHT_RUN;
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let (mut svc, tally) = (svc.clone(), tally.clone());
+            tokio::spawn(async move {
+                loop {
+                    let call = async { svc.ready().await?.call(()).await };
+                    match tokio::time::timeout_at(deadline, call).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => {
+                            tally.errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => break,
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[test]
+fn weighted_costs_through_two_processes_stay_within_the_redis_limit() {
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { raw(&redis_url()).await });
+    let prefix = unique_prefix("weighted");
+    let start_us = unix_us() + 1_000_000;
+    let (tokens, span) = sum(
+        workers(|_| format!("weighted {prefix} {start_us}")),
+        start_us,
+    );
+    let bound = f64::from(WEIGHT_BURST) + f64::from(WEIGHT_RATE) * span.as_secs_f64();
+    println!(
+        "weighted (cost {COST}): {tokens} tokens admitted by {PROCESSES} processes in \
+         {span:?}; bound burst + rate·t = {bound:.1}"
+    );
+    assert!(
+        tokens as f64 <= bound,
+        "weighted requests were charged one token in Redis: {tokens} > {bound:.1}"
+    );
+    let nominal = f64::from(WEIGHT_BURST) + f64::from(WEIGHT_RATE) * WEIGHT_RUN.as_secs_f64();
+    assert!(
+        tokens as f64 >= 0.5 * nominal,
+        "under-admitting: {tokens} < 50 % of {nominal}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// An outage: Redis stopped and restarted mid-run.
+
+const OUTAGE_RATE: u32 = 100;
+const OUTAGE_BURST: u32 = 10;
+const OUTAGE_RUN: Duration = Duration::from_secs(5);
+const DOWN_AT: Duration = Duration::from_millis(1_500);
+const DOWN_FOR: Duration = Duration::from_millis(2_000);
+/// How far ahead a waiter books its instant in Redis: admissions booked before the outage
+/// still happen in its first second.
+const BOOKING: Duration = Duration::from_millis(1_000);
+const TIMEOUT: Duration = Duration::from_millis(50);
+const PROBE: Duration = Duration::from_millis(100);
+/// The connection's longest reconnect delay (see the failure policy's documentation).
+const RECONNECT: Duration = Duration::from_millis(500);
+
+async fn outage_worker(prefix: &str, start_us: u64, url: &str, policy: &str, tally: &Arc<Tally>) {
+    let policy = match policy {
+        "closed" => FailurePolicy::Closed,
+        "local" => FailurePolicy::Local {
+            fraction: 1.0 / PROCESSES as f64,
+        },
+        p => panic!("unknown policy {p}"),
+    };
+    let bucket = RedisBucket::builder(Quota::per_second(OUTAGE_RATE).burst(OUTAGE_BURST))
+        .url(url)
+        .key_prefix(prefix)
+        .key("outage")
+        .failure_policy(policy)
+        .timeout(TIMEOUT)
+        .probe_interval(PROBE)
+        .build()
+        .await
+        .expect("worker connects");
+    until_unix(start_us).await;
+    let deadline = tokio::time::Instant::now() + OUTAGE_RUN;
+    // Redis is down from DOWN_AT; instants booked before then are over after BOOKING.
+    let quiet_from = start_us + (DOWN_AT + BOOKING).as_micros() as u64 + 100_000;
+    let quiet_to = start_us + (DOWN_AT + DOWN_FOR).as_micros() as u64;
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let (bucket, tally) = (bucket.clone(), tally.clone());
+            tokio::spawn(async move {
+                loop {
+                    match tokio::time::timeout_at(deadline, bucket.acquire(1)).await {
+                        Ok(Ok(())) => {
+                            tally.admit(1);
+                            if (quiet_from..quiet_to).contains(&unix_us()) {
+                                tally.in_window.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        // `Closed` refusing while Redis is down: expected, not an error.
+                        Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(10)).await,
+                        Err(_) => break,
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Run the outage scenario with `policy`: the tokens admitted, the run's span, and the
+/// admissions while Redis was down, past the instants booked before.
+fn outage_run(policy: &str) -> (u64, Duration, u64) {
+    let port = free_port();
+    let mut server = PrivateRedis::start(port);
+    let url = server.url();
+    let prefix = unique_prefix("outage");
+    let start_us = unix_us() + 1_000_000;
+    let children = workers(|_| format!("outage {prefix} {start_us} {url} {policy}"));
+    std::thread::sleep(Duration::from_micros(start_us - unix_us()) + DOWN_AT);
+    server.stop();
+    std::thread::sleep(DOWN_FOR);
+    let _server = PrivateRedis::start(port); // empty: the restarted limit starts full
+    drop(server);
+    let (mut tokens, mut last_us, mut in_window) = (0, 0, 0);
+    for child in children {
+        let r = report(child);
+        tokens += r["tokens"];
+        last_us = u64::max(last_us, r["last_us"]);
+        in_window += r["in_window"];
+    }
+    let span = Duration::from_micros(last_us.saturating_sub(start_us));
+    (tokens, span, in_window)
+}
+
+#[test]
+fn an_outage_stays_within_its_documented_bound() {
+    let rate = f64::from(OUTAGE_RATE);
+    let burst = f64::from(OUTAGE_BURST);
+    // A restart without persistence loses the state: one more burst.
+    let restarts = 1.0;
+
+    let (closed, span, during) = outage_run("closed");
+    let bound = burst * (1.0 + restarts) + rate * span.as_secs_f64();
+    println!(
+        "outage, Closed: {closed} admitted in {span:?}, {during} while Redis was down \
+         (past the booked instants); bound {bound:.1}"
+    );
+    assert!(closed as f64 <= bound, "Closed: {closed} > {bound:.1}");
+    assert_eq!(during, 0, "Closed admitted while Redis was down");
+
+    let (local, span, during) = outage_run("local");
+    // d: local decisions last at most the outage, plus the reconnect delay, the probe
+    // interval and one timeout.
+    let d = (DOWN_FOR + RECONNECT + PROBE + TIMEOUT).as_secs_f64();
+    let bound = burst * (1.0 + restarts) + rate * (span.as_secs_f64() + d) + PROCESSES as f64;
+    println!(
+        "outage, Local {{ 1/{PROCESSES} }}: {local} admitted in {span:?}, {during} while \
+         Redis was down; bound {bound:.1}"
+    );
+    assert!(local as f64 <= bound, "Local: {local} > {bound:.1}");
+    // The local fallback decided while Redis was down, at about its share of the rate.
+    let quiet = (DOWN_FOR - BOOKING).as_secs_f64() - 0.1;
+    assert!(during > 0, "Local admitted nothing while Redis was down");
+    assert!(
+        during as f64 <= rate * quiet + PROCESSES as f64 + 1.0,
+        "Local over its share while Redis was down: {during}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Fair across processes: waiters of every process in arrival order.
+
+const FAIR_RATE: u32 = 20;
+const FAIR_RUN: Duration = Duration::from_secs(4);
+/// Waits that began before this are the start-up burst, not the steady state.
+const FAIR_WARM_UP: Duration = Duration::from_millis(1_500);
+const FAIR_WAITERS: [usize; 2] = [2, 18];
+
+async fn fair_worker(prefix: &str, start_us: u64, waiters: usize, tally: &Arc<Tally>) {
+    let bucket = RedisBucket::builder(Quota::per_second(FAIR_RATE).burst(1))
+        .url(redis_url())
+        .key_prefix(prefix)
+        .key("fair")
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("worker connects");
+    until_unix(start_us).await;
+    let start = tokio::time::Instant::now();
+    let deadline = start + FAIR_RUN;
+    let tasks: Vec<_> = (0..waiters)
+        .map(|_| {
+            let (bucket, tally) = (bucket.clone(), tally.clone());
+            tokio::spawn(async move {
+                let mut waits = Vec::new();
+                loop {
+                    let asked = tokio::time::Instant::now();
+                    match tokio::time::timeout_at(deadline, bucket.acquire(1)).await {
+                        Ok(Ok(())) => {
+                            tally.admit(1);
+                            if asked >= start + FAIR_WARM_UP {
+                                waits.push(asked.elapsed().as_micros() as u64);
+                            }
+                        }
+                        Ok(Err(_)) => {
+                            tally.errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => break waits,
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut waits = Vec::new();
+    for t in tasks {
+        waits.extend(t.await.unwrap());
+    }
+    print_values(&waits);
+}
+
+#[test]
+fn waiters_of_every_process_are_served_in_arrival_order() {
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { raw(&redis_url()).await });
+    let prefix = unique_prefix("fair");
+    let start_us = unix_us() + 1_000_000;
+    let children: Vec<_> = FAIR_WAITERS
+        .iter()
+        .map(|w| {
+            let spec = format!("fair {prefix} {start_us} {w}");
+            spawn("worker_process_entry_point", WORKER_ENV, &spec)
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut means = Vec::new();
+    for (child, waiters) in children.into_iter().zip(FAIR_WAITERS) {
+        let (r, waits) = report_and_values(child);
+        assert_eq!(r["errors"], 0, "{r:?}");
+        assert!(!waits.is_empty(), "no steady-state waits");
+        let mean = waits.iter().sum::<u64>() as f64 / waits.len() as f64 / 1e6;
+        println!(
+            "fair: {waiters} waiters: {} admissions measured, mean wait {mean:.3} s",
+            waits.len()
+        );
+        means.push(mean);
+        all.extend(waits);
+    }
+    all.sort_unstable();
+    let median = all[all.len() / 2] as f64 / 1e6;
+    let worst = *all.last().unwrap() as f64 / 1e6;
+    println!("fair: median wait {median:.3} s, worst {worst:.3} s");
+    // First come, first served: every waiter waits for all the others, whatever its process.
+    let (lo, hi) = (means[0].min(means[1]), means[0].max(means[1]));
+    assert!(hi <= 1.25 * lo, "unequal mean waits: {means:?}");
+    assert!(worst <= 2.0 * median, "worst {worst} > 2 × median {median}");
+}
