@@ -49,8 +49,8 @@ const CLOCK: &str = "local clock = redis.call('TIME')\n\
                      local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])";
 const TTL: &str = "local ms = math.ceil((horizon - now) / 1000)";
 
-/// The production script of `algorithm` and operation `op` (0 acquire, 1 pause, 2 release), with the
-/// clock taken from `ARGV[9]` and ten-minute TTLs.
+/// The production script of `algorithm` and operation `op` (0 acquire, 1 pause, 2 release),
+/// with the clock taken from `ARGV[9]` and ten-minute TTLs.
 fn script(algorithm: Algorithm, op: usize) -> Script {
     let source = sources(algorithm)[op];
     assert!(
