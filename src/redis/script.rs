@@ -23,9 +23,9 @@
 //! entries (recounted when it disagrees with them); `w` a window index (`⌊now / W⌋`,
 //! windows aligned to the UNIX epoch); `pause` the end of a pause in force, kept only while
 //! one is; the ramp `"R<tat>:<until>"` (a window's, after a pause) kept until it hands over
-//! at `until`, `tat` the instant it lets the next request through. The tags keep every algorithm's state apart: a value of another algorithm (after
-//! a change of algorithm) is a fresh state and is overwritten, the log's entries deleted
-//! with it.
+//! at `until`, `tat` the instant it lets the next request through. The tags keep every
+//! algorithm's state apart: a value of another algorithm (after a change of algorithm) is a
+//! fresh state and is overwritten, the log's entries deleted with it.
 //!
 //! # Rules the scripts follow
 //! - Time comes from `redis.call('TIME')`, never from the callers' clocks.
@@ -41,8 +41,7 @@
 //!   no count in a window after the one of `max(now, pause)`, no count above `L`; log: entries
 //!   after `max(now, pause)` collapse into one entry there; a ramp hands over within `2·W`
 //!   of `max(now, pause)` and lets its next request through within `L·T` — with the pause
-//!   clamped to
-//!   `now + max_pause`, and the clamp is *written*, on the deny path too; a key that lost its
+//!   clamped to `now + max_pause`, and the clamp is *written*, on the deny path too; a key that lost its
 //!   TTL (or holds a too-long one) gets the right TTL back. So nothing locks a key out for
 //!   longer than `max_pause + burst·T + H` (buckets; `H = max(1 s, tau)`, the horizon a
 //!   waiter may book an instant ahead) or `max_pause + 2·W` (windows).
