@@ -460,7 +460,7 @@ async fn a_window_restarts_on_a_ramp_after_a_pause() {
         tokio::time::sleep(held + Duration::from_millis(2)).await;
         b.try_acquire(1).await.unwrap();
         for step in 0..4 {
-            // Nine tokens of the window are left, yet the next one waits about an interval.
+            // The window has room, yet the next token waits about an interval.
             let h = if step % 2 == 0 { &a } else { &b };
             let wait = wait_of(h.try_acquire(1).await);
             assert!(
