@@ -430,18 +430,46 @@ async fn a_pause_holds_every_process_then_restarts_without_a_burst() {
             held >= Duration::from_millis(290),
             "{algorithm:?}: held {held:?}"
         );
-        let most = match algorithm {
-            // The share of the window left when the pause ends (at least 1).
-            Algorithm::FixedWindow => {
-                let left = 2_000_000 - end % 2_000_000;
-                u32::try_from((10 * left / 2_000_000).max(1)).unwrap() + 1
-            }
-            _ => 1,
-        };
-        assert!(
-            (1..=most).contains(&admitted),
-            "{algorithm:?}: {admitted} admitted right after the pause (at most {most})"
+        // Every algorithm, windows included, restarts with one token (the next is due an
+        // interval later), wherever the pause ends in a window.
+        assert_eq!(
+            admitted, 1,
+            "{algorithm:?}: {admitted} admitted right after the pause ending at {end} µs"
         );
+    }
+}
+
+/// After a pause, a window on Redis restarts on the ramp the in-process windows use: one
+/// token when the pause ends, then one per interval, whichever process asks and however
+/// little of the window was used before the pause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_restarts_on_a_ramp_after_a_pause() {
+    let quota = Quota::new(10, Duration::from_secs(2)).burst(10);
+    let interval = Duration::from_millis(200);
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let prefix = unique_prefix("ramp");
+        let a = handle(&prefix, quota, algorithm).await;
+        let b = handle(&prefix, quota, algorithm).await;
+        a.try_acquire(1).await.unwrap();
+        a.pause(Duration::from_millis(100)).await.unwrap();
+        let held = wait_of(b.try_acquire(1).await);
+        tokio::time::sleep(held + Duration::from_millis(2)).await;
+        b.try_acquire(1).await.unwrap();
+        for step in 0..4 {
+            // The window has room, yet the next token waits about an interval.
+            let h = if step % 2 == 0 { &a } else { &b };
+            let wait = wait_of(h.try_acquire(1).await);
+            assert!(
+                wait > interval / 2 && wait <= interval,
+                "{algorithm:?} step {step}: waits {wait:?} on the ramp"
+            );
+            tokio::time::sleep(wait + Duration::from_millis(2)).await;
+            h.try_acquire(1).await.unwrap();
+        }
     }
 }
 
@@ -692,6 +720,46 @@ async fn a_far_future_window_state_is_clamped_and_written_back_on_a_refusal() {
             &key,
             2 * 200 + 2,
             &format!("{algorithm:?} clamp"),
+        )
+        .await;
+        tokio::time::sleep(wait).await;
+        a.try_acquire(1).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_far_future_ramp_is_clamped_and_written_back_on_a_refusal() {
+    let mut conn = raw(&redis_url()).await;
+    let quota = Quota::new(3, Duration::from_millis(200));
+    for (algorithm, window) in [
+        (Algorithm::FixedWindow, "F0:0"),
+        (Algorithm::SlidingWindow, "S0:0:0"),
+        (Algorithm::SlidingLog, "L0:0"),
+    ] {
+        let prefix = unique_prefix("far-ramp");
+        let a = handle(&prefix, quota, algorithm).await;
+        let key = a.redis_key().to_owned();
+        // A ramp that lets nothing through for a day.
+        let day = redis_now_us(&mut conn).await + 86_400_000_000;
+        let value = format!("{window}R{day}:{day}");
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&value)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        // Clamped: the next request goes within L·T (3 intervals), the ramp ends within 2·W.
+        let wait = wait_of(a.try_acquire(1).await);
+        assert!(
+            wait <= Duration::from_millis(201),
+            "{algorithm:?}: {wait:?}"
+        );
+        assert_ne!(get(&mut conn, &key).await.unwrap(), value, "{algorithm:?}");
+        assert_ttls(
+            &mut conn,
+            &key,
+            2 * 200 + 2,
+            &format!("{algorithm:?} ramp clamp"),
         )
         .await;
         tokio::time::sleep(wait).await;

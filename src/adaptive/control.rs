@@ -24,11 +24,14 @@ pub(crate) struct Control {
     rate: AtomicU64,
     /// When this control last asked a remote limit what other processes learned (ns since
     /// `origin`; 0: never).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares it
     synced: AtomicU64,
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     origin: Instant,
 }
 
 /// How often, at most, a bucket asks a remote limit what other processes learned.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
 const SYNC_EVERY: Duration = Duration::from_millis(250);
 
 #[derive(Debug)]
@@ -151,6 +154,7 @@ impl Control {
 
     /// Another process acted on a push-back: follow the same curve, unless this one already
     /// acted on that cooldown or a later one.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
     pub(crate) fn adopt(&self, shared: &Shared, cut: Cut) {
         let now = Instant::now();
         let since = match cut.resume.duration_since(SystemTime::now()) {
@@ -171,6 +175,7 @@ impl Control {
 
     /// Whether it is time to ask a remote limit what other processes learned (and if so,
     /// the clock starts again).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
     pub(crate) fn sync_due(&self) -> bool {
         if self.lock().law.is_none() {
             return false;

@@ -107,6 +107,7 @@ impl Law {
     /// Another process acted on a push-back at the rate `refused`, its cooldown ending at
     /// `since`: follow the same curve. Returns the new rate, or `None` when this one already
     /// acted on that cooldown or a later one.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
     pub(crate) fn adopt(&mut self, refused: f64, since: Instant) -> Option<f64> {
         if self.settled.is_some_and(|s| since <= s) {
             return None;

@@ -43,7 +43,9 @@ pub(crate) use self::backend::{Backend, Local};
 pub use self::builder::BucketBuilder;
 pub(crate) use self::clock::Clock;
 pub(crate) use self::gcra::schedule;
-pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision, RemoteLearned};
+#[cfg(feature = "redis")]
+pub(crate) use self::remote::RemoteLearned;
+pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision};
 pub(crate) use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
 pub(crate) use self::window::{carried as sliding_carried, fits as sliding_fits};
@@ -204,6 +206,12 @@ impl Bucket {
 
     /// Follow what other processes sharing a remote limit learned: at most every 250 ms,
     /// in the background (outside a runtime, never).
+    #[cfg(not(feature = "redis"))]
+    fn sync_learned(&self) {}
+
+    /// Follow what other processes sharing a remote limit learned: at most every 250 ms,
+    /// in the background (outside a runtime, never).
+    #[cfg(feature = "redis")]
     fn sync_learned(&self) {
         let Some(remote) = self.shared.remote() else {
             return;

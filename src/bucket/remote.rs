@@ -10,6 +10,7 @@ use crate::adaptive::Cut;
 use crate::Quota;
 
 /// A future of what the processes sharing a remote limit learned of a server's rate.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
 pub(crate) type RemoteLearned = Pin<Box<dyn Future<Output = Option<Cut>> + Send>>;
 
 /// A future of a remote admission.
@@ -39,6 +40,7 @@ pub(crate) trait Remote: Send + Sync + fmt::Debug {
         let _ = cut;
     }
     /// The latest push-back any process published, if the limit keeps one.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
     fn learned(&self) -> Option<RemoteLearned> {
         None
     }

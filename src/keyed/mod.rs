@@ -58,7 +58,9 @@ mod store;
 mod table;
 mod window;
 
-pub(crate) use self::remote::{KeyId, RemoteKeyed, RemoteKeys, KEYLESS};
+#[cfg(feature = "redis")]
+pub(crate) use self::remote::RemoteKeys;
+pub(crate) use self::remote::{KeyId, RemoteKeyed, KEYLESS};
 pub(crate) use self::store::Grant;
 
 pub use self::client_ip::{ClientIp, ProxyHeaders};

@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::stable::{KeyDigest, StableKey};
+use super::stable::KeyDigest;
+#[cfg(feature = "redis")]
+use super::stable::StableKey;
 use crate::bucket::RemoteDecision;
 
 /// A key as every process names it.
@@ -28,12 +30,13 @@ pub(crate) trait RemoteKeyed: Send + Sync + fmt::Debug {
 /// A shared keyed limit, and how its keys of type `K` are named.
 pub(crate) struct RemoteKeys<K> {
     pub(crate) store: Arc<dyn RemoteKeyed>,
-    /// `K`'s [`StableKey::key_digest`]: fixed when the keyed bucket is made from the store.
+    /// `K`'s [`StableKey::key_digest`](super::StableKey::key_digest): fixed when the keyed bucket is made from the store.
     pub(crate) name: fn(&K) -> KeyId,
 }
 
 impl<K> RemoteKeys<K> {
     /// The store, naming keys by their [`StableKey`] digest.
+    #[cfg(feature = "redis")]
     pub(crate) fn new(store: Arc<dyn RemoteKeyed>) -> Self
     where
         K: StableKey,

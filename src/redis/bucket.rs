@@ -464,9 +464,9 @@ impl RedisBucket {
     ///
     /// Nothing is admitted before `now + cooldown` (by the Redis clock); then admission
     /// restarts as from an empty bucket, the first token due when the cooldown ends, with no
-    /// burst (for the windows, as the in-process [`Bucket`]: the fixed window keeps only the
-    /// share of its window left, at least one token; the sliding window and log let one
-    /// token in and the rest come back at the rate). A
+    /// burst (for the windows, as the in-process [`Bucket`]: one token when the cooldown
+    /// ends, then one per interval, until the window's own bound takes over; the sliding
+    /// log restarts empty). A
     /// shorter pause never shortens a longer one. Pauses longer than
     /// [`max_pause`](RedisBucketBuilder::max_pause) are cut to it. This process holds its
     /// own decisions at once, whatever Redis does.

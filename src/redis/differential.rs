@@ -1,6 +1,8 @@
 //! Differential test: for every algorithm, the in-process [`Bucket`] and the Redis scripts
 //! make the same decisions — admit or refuse, and the wait — for thousands of random
-//! sequences of arrivals, costs and pauses, so the two implementations cannot drift apart.
+//! sequences of arrivals, costs, pauses (and the ramps after them) and releases (an
+//! admission given back at once, as when another limit refused it), so the two
+//! implementations cannot drift apart.
 //! The per-key engine of [`KeyedBucket`] (a third implementation) is held to the same
 //! decisions where it can be lined up: the token and leaky bucket and the sliding log (the
 //! fixed and sliding windows of a keyed store take their own phase from the wall clock when
@@ -9,8 +11,8 @@
 //! # How the two clocks are lined up
 //! The in-process bucket runs on tokio's paused clock (nanoseconds), the scripts on Redis
 //! `TIME` (microseconds). The test runs the production scripts with two lines changed:
-//! - `now` is read from an extra argument (`ARGV[8]`) instead of `TIME`, so both sides see
-//!   the same instants;
+//! - `now` is read from an extra argument (`ARGV[11]`, after the lease's two) instead of
+//!   `TIME`, so both sides see the same instants;
 //! - every TTL is ten minutes: Redis expires keys in real time, which here runs apart from
 //!   the test's time, and the scripts never rely on expiry for a decision (a state past its
 //!   horizon reads as fresh by arithmetic alone).
@@ -34,7 +36,8 @@ use super::script::sources;
 /// The Redis integration tests' helpers: the same server and key prefixes.
 #[path = "../../tests/redis_support/mod.rs"]
 mod redis_support;
-use crate::{Algorithm, Bucket, Denied, KeyedBucket, Quota};
+use crate::bucket::Backend;
+use crate::{Algorithm, Bucket, Denied, KeyedBucket, Quota, Throttled};
 
 /// Sequences per algorithm, operations per sequence.
 const SEQUENCES: usize = 600;
@@ -46,8 +49,8 @@ const CLOCK: &str = "local clock = redis.call('TIME')\n\
                      local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])";
 const TTL: &str = "local ms = math.ceil((horizon - now) / 1000)";
 
-/// The production script of `algorithm` and operation `op` (0 acquire, 1 pause), with the
-/// clock taken from `ARGV[8]` and ten-minute TTLs.
+/// The production script of `algorithm` and operation `op` (0 acquire, 1 pause, 2 release),
+/// with the clock taken from `ARGV[11]` and ten-minute TTLs.
 fn script(algorithm: Algorithm, op: usize) -> Script {
     let source = sources(algorithm)[op];
     assert!(
@@ -55,7 +58,7 @@ fn script(algorithm: Algorithm, op: usize) -> Script {
         "the scripts changed"
     );
     let source = source
-        .replace(CLOCK, "local now = tonumber(ARGV[8])")
+        .replace(CLOCK, "local now = tonumber(ARGV[11])")
         .replace(TTL, "local ms = 600000");
     Script::new(&source)
 }
@@ -86,8 +89,8 @@ struct Pair<'a> {
     algorithm: Algorithm,
     quota: Quota,
     conn: &'a mut ::redis::Connection,
-    acquire: Script,
-    pause: Script,
+    /// Acquire, pause, release.
+    scripts: [Script; 3],
     key: String,
     /// Redis time of the start, µs.
     origin_us: u64,
@@ -96,7 +99,7 @@ struct Pair<'a> {
 }
 
 impl Pair<'_> {
-    fn args(&self, arg: u64) -> [u64; 8] {
+    fn args(&self, arg: u64) -> [u64; 11] {
         let q = &self.quota;
         let interval = q.interval_ns() / 1000;
         let burst = u64::from(q.burst_size());
@@ -106,12 +109,26 @@ impl Pair<'_> {
         };
         let now = self.origin_us + self.t_us;
         let (window, limit) = (q.period_ns() / 1000, u64::from(q.count()));
-        [interval, burst, arg, MAX_PAUSE_US, tau, window, limit, now]
+        // No booking (`ARGV[8]`): a try decides now, as `try_acquire` does; no lease
+        // (`ARGV[9]`, `ARGV[10]`).
+        [
+            interval,
+            burst,
+            arg,
+            MAX_PAUSE_US,
+            tau,
+            window,
+            limit,
+            0,
+            0,
+            0,
+            now,
+        ]
     }
 
-    fn run(&mut self, pause: bool, arg: u64) -> (bool, u64) {
-        let script = if pause { &self.pause } else { &self.acquire };
-        let mut call = script.prepare_invoke();
+    /// Run script `op` (0 acquire, 1 pause, 2 release): (admitted, µs).
+    fn run(&mut self, op: usize, arg: u64) -> (bool, u64) {
+        let mut call = self.scripts[op].prepare_invoke();
         call.key(&self.key).key(format!("{}:log", self.key));
         for a in self.args(arg) {
             call.arg(a);
@@ -161,8 +178,7 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
         algorithm,
         quota,
         conn,
-        acquire: script(algorithm, 0),
-        pause: script(algorithm, 1),
+        scripts: [0, 1, 2].map(|op| script(algorithm, op)),
         key,
         origin_us: epoch_us - epoch_us % width_us + width_us,
         t_us: 0,
@@ -185,7 +201,7 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
             let d = rng.range(1, 2 * span);
             pair.bucket.pause(Duration::from_micros(d));
             pair.keyed = None;
-            let (ok, _) = pair.run(true, d);
+            let (ok, _) = pair.run(1, d);
             if std::env::var("DIFF_TRACE").is_ok() {
                 eprintln!("{at}: pause {d}");
             }
@@ -193,7 +209,19 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
             continue;
         }
         let n = rng.range(1, u64::from(max_cost)) as u32;
-        let local = pair.bucket.try_acquire(n);
+        // Now and then an admission is given back at once (another limit refused it).
+        let (local, permit) = if rng.range(0, 5) == 0 {
+            pair.keyed = None;
+            let Backend::Local(engine) = pair.bucket.backend() else {
+                panic!("an in-process bucket")
+            };
+            match engine.try_admit(n) {
+                Ok(permit) => (Ok(()), Some(permit)),
+                Err(ns) => (Err(Throttled::after(Duration::from_nanos(ns)).into()), None),
+            }
+        } else {
+            (pair.bucket.try_acquire(n), None)
+        };
         if let Some(keyed) = &pair.keyed {
             assert_eq!(
                 keyed.try_acquire(&7, n),
@@ -201,7 +229,7 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
                 "{at}: keyed and bucket for {n}"
             );
         }
-        let (admitted, wait_us) = pair.run(false, u64::from(n));
+        let (admitted, wait_us) = pair.run(0, u64::from(n));
         if std::env::var("DIFF_TRACE").is_ok() {
             let state: Option<String> =
                 ::redis::cmd("GET").arg(&pair.key).query(pair.conn).unwrap();
@@ -224,6 +252,14 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
                 assert_eq!(local_us, wait_us, "{at}: waits for {n}");
             }
             Err(other) => panic!("{at}: {other}"),
+        }
+        if let Some(permit) = permit {
+            pair.bucket.give_back(permit);
+            let (ok, _) = pair.run(2, u64::from(n));
+            if std::env::var("DIFF_TRACE").is_ok() {
+                eprintln!("{at}: release {n}");
+            }
+            assert!(ok, "{at}: release");
         }
     }
     let _: () = ::redis::cmd("DEL")

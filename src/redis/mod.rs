@@ -222,19 +222,21 @@
 //! |---|---|---|---|
 //! | [`TokenBucket`](crate::Algorithm::TokenBucket) | one string, `"<tat>[:<pause>]"` | `GET`, `SET` | until full again |
 //! | [`LeakyBucket`](crate::Algorithm::LeakyBucket) | one string, `"K<tat>[:<pause>]"` | `GET`, `SET` | until drained (`tat`) |
-//! | [`FixedWindow`](crate::Algorithm::FixedWindow) | one string, `"F<window>:<count>[:<pause>]"` | `GET`, `SET` | until the window ends |
-//! | [`SlidingWindow`](crate::Algorithm::SlidingWindow) | one string, `"S<window>:<previous>:<current>[:<pause>]"` | `GET`, `SET` | until the next window ends |
-//! | [`SlidingLog`](crate::Algorithm::SlidingLog) | a string `"L<seq>:<total>[:<pause>]"` (`total`: the tokens in the log) and a sorted set `<key>:log`, one entry per admission in the window (score = instant, member = `"<seq>:<tokens>"`) | admission: `GET`, `ZRANGEBYSCORE` + `ZREMRANGEBYSCORE` of the entries that left the window, `ZADD`, `SET`, `PEXPIRE`: O(log N) plus the entries that left (each leaves once); a refusal, pause or release reads the window's N entries (N ≤ `count` + 1 024) | until the newest entry leaves the window |
+//! | [`FixedWindow`](crate::Algorithm::FixedWindow) | one string, `"F<window>:<count>[:<pause>][R<ramp>:<until>]"` | `GET`, `SET` | until the window ends (or the ramp) |
+//! | [`SlidingWindow`](crate::Algorithm::SlidingWindow) | one string, `"S<window>:<previous>:<current>[:<pause>][R<ramp>:<until>]"` | `GET`, `SET` | until the next window ends (or the ramp) |
+//! | [`SlidingLog`](crate::Algorithm::SlidingLog) | a string `"L<seq>:<total>[:<pause>][R<ramp>:<until>]"` (`total`: the tokens in the log) and a sorted set `<key>:log`, one entry per admission in the window (score = instant, member = `"<seq>:<tokens>"`) | admission: `GET`, `ZRANGEBYSCORE` + `ZREMRANGEBYSCORE` of the entries that left the window, `ZADD`, `SET`, `PEXPIRE`: O(log N) plus the entries that left (each leaves once); a refusal, pause or release reads the window's N entries (N ≤ `count`) | until the newest entry leaves the window (or the ramp) |
 //!
 //! - **Costs.** A request may cost up to the burst (token and leaky bucket) or the quota's
 //!   count (windows), as in process. An idle leaky bucket admits one request of any allowed
 //!   cost at once; a request goes once the previous one has drained, and its `n` tokens then
 //!   drain over the next `n` intervals.
 //! - **Pause.** For every algorithm nothing is admitted until the pause ends, then admission
-//!   restarts as from an empty bucket: the fixed window keeps only the share of its window
-//!   left (at least one token), the sliding window lets one token in then, the log refills
-//!   at `count / period` from one token (with at most 1 024 entries written: beyond that
-//!   each entry holds several tokens).
+//!   restarts as from an empty bucket. The windows restart on the ramp of the in-process
+//!   ones (README "Semantics" item 3): one token when the pause ends, then one per interval
+//!   (`R<ramp>:<until>`: when the ramp lets the next request through, and when it hands
+//!   over to the window's own bound: a window after the pause, for the fixed window the
+//!   first boundary a whole period after it); the log restarts empty. A release never moves
+//!   the ramp back.
 //! - **Release** ([`RedisKeyed::release`], used when a global ceiling refuses after the key
 //!   admitted): the token and leaky bucket move their instant back, the windows lower the
 //!   current window's count, the log removes the newest entry of that cost; never below

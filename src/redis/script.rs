@@ -5,23 +5,27 @@
 //! then the algorithm's `lua/<algorithm>/state.lua` (parse, clamp, save, and the model's
 //! `earliest` / `restart_at`), then the operation: `acquire.lua`, `pause.lua` or
 //! `release.lua`. The token and leaky bucket share `lua/gcra/`, told apart by a tag; the
-//! windows share the operations in `lua/window/` (the log has its own acquire and release).
+//! windows share the operations in `lua/window/` (the log has its own acquire and release),
+//! and `lua/window/ramp.lua`, read before their state: the ramp they restart on after a pause
+//! (one token when it ends, then one per interval `T`, until the window's bound takes over),
+//! the same rule as the in-process windows.
 //!
 //! # State, per algorithm (integers, µs of the Redis clock)
 //! | algorithm | `KEYS[1]` (string) | `KEYS[2]` (`<key>:log`) |
 //! |---|---|---|
 //! | token bucket | `"<tat>"` or `"<tat>:<pause>"` | — |
 //! | leaky bucket | `"K<tat>"` or `"K<tat>:<pause>"` | — |
-//! | fixed window | `"F<w>:<count>"` (+ `":<pause>"`) | — |
-//! | sliding window | `"S<w>:<prev>:<cur>"` (+ `":<pause>"`) | — |
-//! | sliding log | `"L<seq>:<total>"` (+ `":<pause>"`) | sorted set: score = instant, member = `"<seq>:<tokens>"` |
+//! | fixed window | `"F<w>:<count>"` (+ `":<pause>"`, + ramp) | — |
+//! | sliding window | `"S<w>:<prev>:<cur>"` (+ `":<pause>"`, + ramp) | — |
+//! | sliding log | `"L<seq>:<total>"` (+ `":<pause>"`, + ramp) | sorted set: score = instant, member = `"<seq>:<tokens>"` |
 //!
 //! `tat` is the instant the bucket is full again (GCRA); `total` the tokens of the log's
 //! entries (recounted when it disagrees with them); `w` a window index (`⌊now / W⌋`,
 //! windows aligned to the UNIX epoch); `pause` the end of a pause in force, kept only while
-//! one is. The tags keep every algorithm's state apart: a value of another algorithm (after
-//! a change of algorithm) is a fresh state and is overwritten, the log's entries deleted
-//! with it.
+//! one is; the ramp `"R<tat>:<until>"` (a window's, after a pause) kept until it hands over
+//! at `until`, `tat` the instant it lets the next request through. The tags keep every
+//! algorithm's state apart: a value of another algorithm (after a change of algorithm) is a
+//! fresh state and is overwritten, the log's entries deleted with it.
 //!
 //! # Rules the scripts follow
 //! - Time comes from `redis.call('TIME')`, never from the callers' clocks.
@@ -35,8 +39,9 @@
 //! - A stored state further ahead than any legitimate one (clock stepped back after a
 //!   failover, a stray write, garbage) is clamped — GCRA: to `max(now, pause) + tau`; windows:
 //!   no count in a window after the one of `max(now, pause)`, no count above `L`; log: entries
-//!   after `max(now, pause)` collapse into one entry there — with the pause clamped to
-//!   `now + max_pause`, and the clamp is *written*, on the deny path too; a key that lost its
+//!   after `max(now, pause)` collapse into one entry there; a ramp hands over within `2·W`
+//!   of `max(now, pause)` and lets its next request through within `L·T` — with the pause
+//!   clamped to `now + max_pause`, and the clamp is *written*, on the deny path too; a key that lost its
 //!   TTL (or holds a too-long one) gets the right TTL back. So nothing locks a key out for
 //!   longer than `max_pause + burst·T + H` (buckets; `H = max(1 s, tau)`, the horizon a
 //!   waiter may book an instant ahead) or `max_pause + 2·W` (windows).
@@ -51,16 +56,15 @@ use ::redis::Value;
 use super::error::{RedisError, RedisErrorKind};
 use crate::Algorithm;
 
-/// One script's source: `TAG`, the shared prelude, the algorithm's state, the operation.
+/// One script's source: `TAG`, the shared prelude, then the pieces `lua/<piece>.lua`.
 macro_rules! source {
-    ($tag:literal, $state:literal, $dir:literal, $op:literal) => {
+    ($tag:literal, $($piece:literal),+) => {
         concat!(
             "local TAG = '",
             $tag,
             "'\n",
             include_str!("lua/common.lua"),
-            include_str!(concat!("lua/", $state, "/state.lua")),
-            include_str!(concat!("lua/", $dir, "/", $op, ".lua"))
+            $(include_str!(concat!("lua/", $piece, ".lua"))),+
         )
     };
 }
@@ -72,13 +76,14 @@ macro_rules! source {
 /// - release: give back `ARGV[3]` tokens. Returns `{1, 0, full_in µs}`.
 ///
 /// `full_in` is the time from the script's `now` until the state no longer matters: for the
-/// token and leaky bucket, until the bucket is full again.
+/// token and leaky bucket, until the bucket is full again. The windows read their state after
+/// the ramp they restart on after a pause (`lua/window/ramp.lua`).
 macro_rules! sources {
-    ($tag:literal, $state:literal, [$acquire:literal, $pause:literal, $release:literal]) => {
+    ($tag:literal, [$($state:literal),+], [$acquire:literal, $pause:literal, $release:literal]) => {
         [
-            source!($tag, $state, $acquire, "acquire"),
-            source!($tag, $state, $pause, "pause"),
-            source!($tag, $state, $release, "release"),
+            source!($tag, $($state,)+ $acquire),
+            source!($tag, $($state,)+ $pause),
+            source!($tag, $($state,)+ $release),
         ]
     };
 }
@@ -90,18 +95,38 @@ macro_rules! sources {
 /// the fixed and sliding windows all three, the sliding log its pause.
 pub(crate) fn sources(algorithm: Algorithm) -> [&'static str; 3] {
     match algorithm {
-        Algorithm::TokenBucket => sources!("", "gcra", ["gcra", "gcra", "gcra"]),
-        Algorithm::LeakyBucket { .. } => sources!("K", "gcra", ["gcra", "gcra", "gcra"]),
-        Algorithm::FixedWindow => sources!("", "fixed", ["window", "window", "window"]),
-        Algorithm::SlidingWindow => sources!("", "sliding", ["window", "window", "window"]),
-        Algorithm::SlidingLog => sources!("", "log", ["log", "window", "log"]),
+        Algorithm::TokenBucket => sources!(
+            "",
+            ["gcra/state"],
+            ["gcra/acquire", "gcra/pause", "gcra/release"]
+        ),
+        Algorithm::LeakyBucket { .. } => sources!(
+            "K",
+            ["gcra/state"],
+            ["gcra/acquire", "gcra/pause", "gcra/release"]
+        ),
+        Algorithm::FixedWindow => sources!(
+            "",
+            ["window/ramp", "fixed/state"],
+            ["window/acquire", "window/pause", "window/release"]
+        ),
+        Algorithm::SlidingWindow => sources!(
+            "",
+            ["window/ramp", "sliding/state"],
+            ["window/acquire", "window/pause", "window/release"]
+        ),
+        Algorithm::SlidingLog => sources!(
+            "",
+            ["window/ramp", "log/state"],
+            ["log/acquire", "window/pause", "log/release"]
+        ),
     }
 }
 
 /// The token bucket's lease script: give back an expired lease's unused tokens, then take
 /// up to `ARGV[3]` tokens that fit now (at least `ARGV[9]`). Returns `{granted, wait µs,
 /// full_in µs}`.
-pub(crate) const LEASE_SOURCE: &str = source!("", "gcra", "gcra", "lease");
+pub(crate) const LEASE_SOURCE: &str = source!("", "gcra/state", "gcra/lease");
 
 /// The scripts of one algorithm, hashed once.
 #[derive(Debug)]

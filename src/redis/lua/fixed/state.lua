@@ -1,17 +1,19 @@
 -- Fixed window: the state, its clamp and its save.
--- KEYS[1] holds "F<w>:<count>" or "F<w>:<count>:<pause>": `count` tokens admitted in the
--- window of index w (the window [w·W, (w+1)·W) of the Redis clock, so aligned to the UNIX
--- epoch); `pause` the end of a pause in force. Any other window holds nothing.
+-- KEYS[1] holds "F<w>:<count>" or "F<w>:<count>:<pause>", then the ramp's suffix while it
+-- runs (`lua/window/ramp.lua`): `count` tokens admitted in the window of index w (the window
+-- [w·W, (w+1)·W) of the Redis clock, so aligned to the UNIX epoch); `pause` the end of a
+-- pause in force. Any other window holds nothing.
 local cw = math.floor(now / W)
 local w, c, pause, dirty = cw, 0, 0, false
 if raw then
-  local a, b, p = string.match(raw, '^F(%d+):(%d+):?(%d*)$')
+  local a, b, p = string.match(ramp_read(raw), '^F(%d+):(%d+):?(%d*)$')
   if a then
     w = tonumber(a)
     c = tonumber(b)
     if p ~= '' then pause = tonumber(p) end
   else
     dirty = true -- not ours: count it as a fresh state, and overwrite it
+    ramp_forget()
     foreign()
   end
 end
@@ -22,15 +24,16 @@ if pause <= now then pause = 0 end
 local base = math.max(now, pause)
 local bw = math.floor(base / W)
 if w > bw then w = bw; dirty = true end
+if ramp_clamp(base) then dirty = true end
 if c > L then c = L; dirty = true end
 if w < cw then w = cw; c = 0 end -- a past window: nothing left
 local function count(v)
   if v == w then return c end
   return 0
 end
--- The state matters until the end of its window and of any pause.
+-- The state matters until the end of its window, of any pause and of the ramp.
 local function horizon()
-  return math.max((w + 1) * W, pause)
+  return math.max((w + 1) * W, pause, ramp_until)
 end
 local function save()
   local value
@@ -39,7 +42,7 @@ local function save()
   else
     value = string.format('F%d:%d', w, c)
   end
-  put(value, horizon())
+  put(value .. ramp_suffix(), horizon())
 end
 -- The earliest instant at or after `nb` at which n tokens fit.
 local function earliest(n, nb)
@@ -47,19 +50,9 @@ local function earliest(n, nb)
   if count(v) + n <= L then return nb end
   return (v + 1) * W
 end
--- Restart after a pause ending at `e` as from an empty bucket: fill the window of `e` so
--- that only the share of the window left at `e` remains (at least 1 token).
+-- Restart after a pause ending at `e`: nothing to forget (the ramp bounds what goes after
+-- it). The ramp hands over at the first window boundary a whole window after `e`, so the
+-- rest of a window never goes at once.
 local function restart_at(e)
-  local ew = math.floor(e / W)
-  local left = (ew + 1) * W - e
-  local cap = math.floor(L * left / W)
-  if cap < 1 then cap = 1 end
-  if cap > L then cap = L end
-  local fill = L - cap
-  if w == ew then
-    if c < fill then c = fill end
-  elseif w < ew then
-    w = ew
-    c = fill
-  end
+  return (math.floor((e + W - 1) / W) + 1) * W
 end

@@ -1,18 +1,18 @@
 -- Sliding log (exact window): the state, its clamp and its save.
--- KEYS[1] holds "L<seq>:<total>" or "L<seq>:<total>:<pause>": the last entry's sequence
--- number, the tokens of the entries in the log, and the end of a pause in force. KEYS[2] is
+-- KEYS[1] holds "L<seq>:<total>" or "L<seq>:<total>:<pause>", then the ramp's suffix while
+-- it runs (`lua/window/ramp.lua`): the last entry's sequence number, the tokens of the
+-- entries in the log, and the end of a pause in force. KEYS[2] is
 -- a sorted set of the admissions still in the window: score = the instant (µs, Redis
 -- clock), member = "<seq>:<tokens>" (unique). An entry at x counts at t while x > t − W.
 -- Both keys are written together, with the same TTL.
 -- Work per decision: an admission costs O(log N) plus the entries that left the window
 -- since the last decision (each leaves once); a refusal, a pause or a release reads the
--- entries in the window, O(N). N ≤ L + 1024 (an entry holds ≥ 1 token; a pause adds at
--- most 1024).
+-- entries in the window, O(N). N ≤ L (an entry holds ≥ 1 token; a pause empties the log).
 local log = KEYS[2]
 local seq, total, pause, dirty = 0, 0, 0, false
 local ours = false
 if raw then
-  local a, b, c = string.match(raw, '^L(%d+):(%d+):?(%d*)$')
+  local a, b, c = string.match(ramp_read(raw), '^L(%d+):(%d+):?(%d*)$')
   if a then
     ours = true
     seq = tonumber(a)
@@ -20,6 +20,7 @@ if raw then
     if c ~= '' then pause = tonumber(c) end
   else
     dirty = true -- not ours: count it as a fresh state, and overwrite it
+    ramp_forget()
   end
 end
 -- Entries without our state are not ours either (or from a state that has just expired).
@@ -27,6 +28,7 @@ if not ours then redis.call('DEL', log) end
 if pause > now + P then pause = now + P; dirty = true end
 if pause <= now then pause = 0 end
 local base = math.max(now, pause)
+if ramp_clamp(base) then dirty = true end
 local function tokens_of(m)
   local t = tonumber(string.match(m, '^%d+:(%d+)$')) or 1
   if t < 1 then t = 1 end
@@ -74,9 +76,10 @@ elseif total < 1 or total > 2 * L + 1024 then
   total = sum(redis.call('ZRANGE', log, 0, -1))
   dirty = true
 end
--- The state matters until its newest entry leaves the window, and any pause ends.
+-- The state matters until its newest entry leaves the window, any pause ends and the ramp
+-- hands over.
 local function horizon()
-  local h = pause
+  local h = math.max(pause, ramp_until)
   if newest and newest + W > h then h = newest + W end
   if h <= now then h = now + 1 end
   return h
@@ -89,7 +92,7 @@ local function save()
     value = string.format('L%d:%d', seq, total)
   end
   local h = horizon()
-  put(value, h)
+  put(value .. ramp_suffix(), h)
   if newest then redis.call('PEXPIRE', log, fmt(ttl_ms(h))) end
 end
 local function add(at, tokens)
@@ -124,18 +127,11 @@ local function earliest(n, nb)
   end
   return t
 end
--- Restart after a pause ending at `e` as from an empty bucket refilling at L/W: one token
--- fits at `e`, the others come back one per W/L. Tokens logged before that still count at
--- `e` take the places of the first ones to come back. At most 1024 entries: beyond, each
--- entry holds several tokens and comes back at the instant of its last one.
+-- Restart after a pause ending at `e` with an empty log: admissions from before the pause
+-- must not expire into a burst after it. The ramp hands over a window after `e`.
 local function restart_at(e)
-  local step = math.max(math.floor(W / L), 1)
-  local first = e + step - W
-  local chunk = math.max(math.ceil((L - 1) / 1024), 1)
-  local k = sum(redis.call('ZRANGEBYSCORE', log, '(' .. fmt(e - W), '+inf'))
-  while k < L - 1 do
-    local tokens = math.min(chunk, L - 1 - k)
-    add(first + (k + tokens - 1) * step, tokens)
-    k = k + tokens
-  end
+  redis.call('DEL', log)
+  total = 0
+  newest = nil
+  return e + W
 end

@@ -1,11 +1,12 @@
 -- Sliding window (two-window estimate): the state, its clamp and its save.
--- KEYS[1] holds "S<w>:<prev>:<cur>" or "S<w>:<prev>:<cur>:<pause>": `cur` tokens admitted
+-- KEYS[1] holds "S<w>:<prev>:<cur>" or "S<w>:<prev>:<cur>:<pause>", then the ramp's suffix
+-- while it runs (`lua/window/ramp.lua`): `cur` tokens admitted
 -- in the window of index w ([w·W, (w+1)·W) of the Redis clock), `prev` in window w − 1;
 -- `pause` the end of a pause in force. Any other window holds nothing.
 local cw = math.floor(now / W)
 local w, p, c, pause, dirty = cw, 0, 0, 0, false
 if raw then
-  local a, b, d, e = string.match(raw, '^S(%d+):(%d+):(%d+):?(%d*)$')
+  local a, b, d, e = string.match(ramp_read(raw), '^S(%d+):(%d+):(%d+):?(%d*)$')
   if a then
     w = tonumber(a)
     p = tonumber(b)
@@ -13,6 +14,7 @@ if raw then
     if e ~= '' then pause = tonumber(e) end
   else
     dirty = true -- not ours: count it as a fresh state, and overwrite it
+    ramp_forget()
     foreign()
   end
 end
@@ -23,6 +25,7 @@ if pause <= now then pause = 0 end
 local base = math.max(now, pause)
 local bw = math.floor(base / W)
 if w > bw then w = bw; dirty = true end
+if ramp_clamp(base) then dirty = true end
 if c > L then c = L; dirty = true end
 if p > L then p = L; dirty = true end
 -- Move the state to the window of now when it is older (nothing is lost that still counts).
@@ -37,9 +40,9 @@ local function count(v)
   return 0
 end
 -- The state matters until the end of the window after w (where w still counts as the
--- previous window), and of any pause.
+-- previous window), of any pause and of the ramp.
 local function horizon()
-  return math.max((w + 2) * W, pause)
+  return math.max((w + 2) * W, pause, ramp_until)
 end
 local function save()
   local value
@@ -48,7 +51,7 @@ local function save()
   else
     value = string.format('S%d:%d:%d', w, p, c)
   end
-  put(value, horizon())
+  put(value .. ramp_suffix(), horizon())
 end
 -- The earliest instant at or after `nb` at which n tokens fit: the estimate at t in window
 -- v is ceil(count(v−1) · (end of v − t) / W) + count(v), and must stay ≤ L − n.
@@ -69,18 +72,8 @@ local function earliest(n, nb)
     v = v + 1
   end
 end
--- Restart after a pause ending at `e` as from an empty bucket: fill the window of `e` so
--- that one token fits then (the previous window's carried share counted), the rest coming
--- back as the estimate slides.
+-- Restart after a pause ending at `e`: nothing to forget (the ramp bounds what goes after
+-- it). The ramp hands over a window after `e`, to the estimate.
 local function restart_at(e)
-  local ew = math.floor(e / W)
-  local carried = math.ceil(count(ew - 1) * ((ew + 1) * W - e) / W)
-  local fill = math.max(L - 1 - carried, 0)
-  if w == ew then
-    if c < fill then c = fill end
-  elseif w < ew then
-    if w == ew - 1 then p = c else p = 0 end
-    w = ew
-    c = fill
-  end
+  return e + W
 end

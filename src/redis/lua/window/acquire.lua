@@ -1,12 +1,14 @@
--- acquire: take n = ARGV[3] tokens (1..L) if the window model (`earliest`) lets them in now.
+-- acquire: take n = ARGV[3] tokens (1..L) if the window model (`earliest`) and the ramp after
+-- a pause let them in now.
 -- Returns {admitted 0|1, wait µs until they fit, µs until the state no longer matters}.
 local n = x
 if n < 1 or n > L then return redis.error_reply('ERR tower-throttle: bad arguments') end
-local at = earliest(n, base)
+local at = ramp_earliest(earliest, n, base)
 if at > now then
   if must_repair(dirty, horizon()) then save() end
   return {0, at - now, horizon() - now}
 end
 c = c + n
+ramp_commit(n, now)
 save()
 return {1, 0, horizon() - now}

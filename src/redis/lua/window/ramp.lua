@@ -1,0 +1,47 @@
+-- The ramp a window restarts on after a pause (fixed, sliding, log): one token when the
+-- pause ends, then one per interval T, as from an empty token bucket of burst 1, until the
+-- window's own bound takes over. Stored while it runs as a suffix "R<tat>:<until>" of the
+-- window's value: `tat` the instant the ramp lets the next request through (GCRA, tolerance
+-- T), `until` the instant it hands over (each window's `restart_at` says when).
+local ramp_tat, ramp_until = 0, 0
+-- The window's own part of a stored value; the ramp, if any, is read off its end.
+local function ramp_read(v)
+  local head, a, b = string.match(v, '^(.-)R(%d+):(%d+)$')
+  if not head then return v end
+  ramp_tat, ramp_until = tonumber(a), tonumber(b)
+  return head
+end
+-- No ramp (a value of another algorithm, or a ramp that has handed over).
+local function ramp_forget()
+  ramp_tat, ramp_until = 0, 0
+end
+-- Clamp at `nb` = max(now, pause) what no legitimate ramp holds: it hands over at most two
+-- windows after its pause ends, and its next request goes at most L·T after the last one
+-- it let through. Whether a clamp must be written.
+local function ramp_clamp(nb)
+  if ramp_until <= now then ramp_forget(); return false end
+  local dirty = false
+  if ramp_until > nb + 2 * W then ramp_until = nb + 2 * W; dirty = true end
+  if ramp_tat > nb + L * T then ramp_tat = nb + L * T; dirty = true end
+  return dirty
+end
+-- Start a ramp at the end `e` of a pause, handing over at `h`.
+local function ramp_start(e, h)
+  ramp_tat, ramp_until = e, h
+end
+-- The earliest instant >= `nb` at which the window model (`earliest`) and the ramp let
+-- n tokens through: while the ramp runs, not before its `tat`.
+local function ramp_earliest(earliest, n, nb)
+  local at = earliest(n, nb)
+  if at < ramp_until then at = earliest(n, math.max(ramp_tat, at)) end
+  return at
+end
+-- Count n tokens admitted at `at`.
+local function ramp_commit(n, at)
+  if ramp_until > 0 then ramp_tat = math.max(ramp_tat, at) + n * T end
+end
+-- The suffix to store: the ramp while it runs.
+local function ramp_suffix()
+  if ramp_until > now then return string.format('R%d:%d', ramp_tat, ramp_until) end
+  return ''
+end
