@@ -454,3 +454,17 @@ fn a_process_that_dies_holding_a_lease_loses_at_most_that_lease() {
     assert_eq!(lost, held, "what the dead process held, no more");
     assert!(lost <= LEASE);
 }
+
+#[tokio::test]
+async fn a_bucket_made_from_a_leased_redis_bucket_admits_from_the_lease() {
+    let prefix = unique_prefix("lease-layers");
+    let leased = leased(&prefix, frozen(30), 8, Duration::from_secs(60)).await;
+    let bucket = tower_throttle::Bucket::from(leased.clone());
+    for _ in 0..15 {
+        bucket.acquire(1).await.unwrap();
+    }
+    // Leases of 1, 2, 4 and 8, all used: 4 round trips for 15 admissions.
+    let s = leased.stats();
+    assert_eq!((s.leases, s.leased_admissions), (4, 11), "{s:?}");
+    assert_eq!(leased.leased_tokens(), 0);
+}
