@@ -84,6 +84,10 @@ async fn settings_a_lease_cannot_work_with_are_refused() {
         ("above the burst", base().lease(6)),
         ("zero period", base().lease(2).lease_period(Duration::ZERO)),
         (
+            "endless period",
+            base().lease(2).lease_period(Duration::MAX),
+        ),
+        (
             "leaky bucket",
             base()
                 .lease(2)

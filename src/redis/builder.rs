@@ -133,19 +133,23 @@ macro_rules! shared_settings {
 pub struct RedisBucketBuilder {
     quota: Quota,
     name: Option<String>,
-    lease_period: Option<Duration>,
+    lease: Option<u32>,
+    lease_period: Duration,
     options: Options,
 }
 
 /// How long a lease lasts unless set.
 const DEFAULT_LEASE_PERIOD: Duration = Duration::from_millis(100);
+/// The longest lease period accepted.
+const MAX_LEASE_PERIOD: Duration = Duration::from_secs(3600);
 
 impl RedisBucketBuilder {
     pub(crate) fn new(quota: Quota) -> Self {
         RedisBucketBuilder {
             quota,
             name: None,
-            lease_period: None,
+            lease: None,
+            lease_period: DEFAULT_LEASE_PERIOD,
             options: Options::default(),
         }
     }
@@ -195,15 +199,16 @@ impl RedisBucketBuilder {
     /// # }
     /// ```
     pub fn lease(mut self, max: u32) -> Self {
-        self.options.lease = Some((max, DEFAULT_LEASE_PERIOD));
+        self.lease = Some(max);
         self
     }
 
     /// How long a lease lasts (from its request): the longest a pause of another process
     /// takes to reach this one, and the longest unused tokens stay away from the others.
-    /// Default 100 ms. Takes effect with [`lease`](Self::lease).
+    /// Default 100 ms; longer than zero and at most an hour. Takes effect with
+    /// [`lease`](Self::lease).
     pub fn lease_period(mut self, period: Duration) -> Self {
-        self.lease_period = Some(period);
+        self.lease_period = period;
         self
     }
 
@@ -216,8 +221,8 @@ impl RedisBucketBuilder {
     /// work; unless [`connect_lazily`](Self::connect_lazily) is set, an error of another kind
     /// when Redis does not answer within the connect timeout.
     pub async fn build(mut self) -> Result<RedisBucket, RedisError> {
-        if let Some((max, period)) = self.options.lease {
-            let period = self.lease_period.unwrap_or(period);
+        if let Some(max) = self.lease {
+            let period = self.lease_period;
             if self.options.algorithm != Algorithm::TokenBucket {
                 return Err(RedisError::config("leases need the token bucket algorithm"));
             }
@@ -226,9 +231,9 @@ impl RedisBucketBuilder {
                     "a lease must hold 1 to burst tokens (lease ≤ the quota's burst)",
                 ));
             }
-            if period.is_zero() {
+            if period.is_zero() || period > MAX_LEASE_PERIOD {
                 return Err(RedisError::config(
-                    "the lease period must be longer than zero",
+                    "the lease period must be longer than zero and at most an hour",
                 ));
             }
             self.options.lease = Some((max, period));
