@@ -262,6 +262,8 @@ async fn hot_worker(prefix: &str, start_us: u64, wait: bool) {
             let (bucket, times, errors) = (bucket.clone(), times.clone(), errors.clone());
             tokio::spawn(async move {
                 while tokio::time::Instant::now() < deadline {
+                    // The decision lies between the asking and the answer.
+                    let asked = unix_us();
                     let decision = if wait {
                         match tokio::time::timeout_at(deadline, bucket.acquire(1)).await {
                             Ok(d) => d,
@@ -272,7 +274,7 @@ async fn hot_worker(prefix: &str, start_us: u64, wait: bool) {
                     };
                     match decision {
                         Ok(()) => {
-                            times.lock().unwrap().push(unix_us());
+                            times.lock().unwrap().push((asked, unix_us()));
                             if !pace.is_zero() {
                                 tokio::time::sleep(pace).await;
                             }
@@ -295,10 +297,18 @@ async fn hot_worker(prefix: &str, start_us: u64, wait: bool) {
     let mut times = times.lock().unwrap().clone();
     times.sort_unstable();
     let s = bucket.stats();
-    print_values(&times);
+    let flat: Vec<u64> = times.iter().flat_map(|&(a, b)| [a, b]).collect();
+    print_values(&flat);
     print_report(&[
         ("tokens", times.len() as u64),
-        ("last_us", times.last().copied().unwrap_or(0)),
+        (
+            "last_us",
+            times
+                .iter()
+                .map(|&(_, answered)| answered)
+                .max()
+                .unwrap_or(0),
+        ),
         ("errors", errors.load(Ordering::Relaxed)),
         ("leases", s.leases),
         ("leased_admissions", s.leased_admissions),
@@ -390,7 +400,9 @@ fn a_pause_reaches_a_leasing_process_within_one_lease_period() {
         &format!("pauser {prefix} {start_us}"),
     );
     let (p, _) = report_and_values(pauser);
-    let (r, times) = report_and_values(hot);
+    let (r, flat) = report_and_values(hot);
+    // (asked, answered) of every admission: it was decided in between.
+    let times: Vec<(u64, u64)> = flat.chunks(2).map(|c| (c[0], c[1])).collect();
     assert_eq!(field(&r, "errors"), 0, "{r:?}");
     assert!(field(&r, "leased_admissions") > 0, "leases in use: {r:?}");
     let (sent, done) = (field(&p, "sent_us"), field(&p, "done_us"));
@@ -400,11 +412,12 @@ fn a_pause_reaches_a_leasing_process_within_one_lease_period() {
     let held_until = sent + PAUSE.as_micros() as u64 - 1_000;
     let lease_end = times
         .iter()
-        .filter(|&&t| t >= done && t < held_from)
+        .filter(|&&(asked, _)| asked >= done && asked < held_from)
         .count();
+    // Decided surely within the pause, past one lease period.
     let during: Vec<_> = times
         .iter()
-        .filter(|&&t| t >= held_from && t < held_until)
+        .filter(|&&(asked, answered)| asked >= held_from && answered < held_until)
         .collect();
     println!(
         "pause sent at +{} ms, confirmed at +{} ms; admissions of the other process within \
@@ -418,9 +431,12 @@ fn a_pause_reaches_a_leasing_process_within_one_lease_period() {
         during.is_empty(),
         "admitted during the pause, past one lease period: {during:?}"
     );
-    assert!(times.iter().any(|&t| t < sent), "admitted before the pause");
     assert!(
-        times.iter().any(|&t| t >= held_until),
+        times.iter().any(|&(_, answered)| answered < sent),
+        "admitted before the pause"
+    );
+    assert!(
+        times.iter().any(|&(asked, _)| asked >= held_until),
         "admits again after the pause"
     );
 }
