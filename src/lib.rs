@@ -92,6 +92,8 @@
 //!    then admission restarts from an empty bucket (no burst at the end of a cooldown).
 //!    Repeated push-back ([`Bucket::push_back`]) also lowers the rate, never above the
 //!    configured one ([`adaptive`]).
+//! 4. **Retry-After is a floor**: a retry never goes out before the server's cooldown; jitter
+//!    only adds; a cooldown above [`RetryAfterLayer::max_retry_after`] returns the response.
 //! 5. **Fair, quiet, drift-free waiting**: first come, first served; each waiter is woken once,
 //!    at its turn; admission instants follow the schedule, never the instant a (1 ms) timer
 //!    fired; refill is lazy, with no background task.
@@ -101,6 +103,9 @@
 //! 8. **Bad input never panics**: configuration errors are clear errors at construction
 //!    ([`QuotaError`]); a refusal is a value ([`Denied`]): "not now" ([`Throttled`], with the
 //!    wait) or "never" ([`ExceedsBurst`], a cost above the burst), no sentinel values.
+//! 9. **One backend per limit**: a limit kept in Redis is decided in Redis on every path
+//!    that admits, waits or rejects; the synchronous [`Bucket::try_acquire`], which cannot
+//!    ask it, answers [`Denied::Undecided`].
 //!
 //! # Design notes
 //! - **GCRA in one atomic.** The bucket is the generic cell rate algorithm: one `u64`, the
