@@ -265,3 +265,39 @@ async fn a_refused_backend_answers_429_retry_after_one_second_with_the_denial() 
     assert!(matches!(rejected.denied(), Some(Denied::Backend(e)) if e.redis().is_some()));
     assert_eq!(rejected.wait(), Some(Duration::from_secs(1)));
 }
+
+#[tokio::test]
+async fn a_readied_service_dropped_without_a_call_gives_its_redis_token_back() {
+    let prefix = unique_prefix("unused");
+    // One token an hour: only a release can make the second admission possible.
+    let quota = Quota::per_hour(1).burst(1);
+    let bucket = process(&prefix, quota).await;
+    let mut svc = RateLimitLayer::new(bucket.clone())
+        .layer(service_fn(|()| async { Ok::<_, Infallible>(()) }));
+    svc.ready().await.unwrap();
+    assert!(
+        process(&prefix, quota)
+            .await
+            .try_acquire_shared(1)
+            .await
+            .is_err(),
+        "the token is held"
+    );
+    // Readied, never called: the token goes back to Redis, written in the background, so
+    // it lands within a bounded time. (A fresh handle each time: a handle that was refused
+    // may remember the refusal.)
+    drop(svc);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while process(&prefix, quota)
+        .await
+        .try_acquire_shared(1)
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the unused token never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

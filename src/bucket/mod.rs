@@ -392,8 +392,14 @@ impl Bucket {
         self.shared.check(n)
     }
 
+    /// Give an unused admission back where it was taken: this process's bucket, or the
+    /// shared store that granted it.
     pub(crate) fn give_back(&self, permit: Permit) {
-        self.shared.give_back(permit);
+        match self.backend() {
+            Backend::Local(_) => self.shared.give_back(permit),
+            Backend::Remote(remote) if permit.tokens() > 0 => remote.release(permit.tokens()),
+            Backend::Remote(_) => {}
+        }
     }
 }
 

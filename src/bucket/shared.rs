@@ -111,10 +111,15 @@ pub(crate) struct Permit {
 }
 
 impl Permit {
-    /// An admission granted elsewhere (a remote limit): nothing to give back.
-    pub(crate) fn remote() -> Self {
+    /// The tokens this admission took.
+    pub(crate) fn tokens(&self) -> u32 {
+        self.tokens
+    }
+
+    /// `tokens` admitted by a remote limit: giving the permit back releases them there.
+    pub(crate) fn remote(tokens: u32) -> Self {
         Permit {
-            tokens: 0,
+            tokens,
             at: 0,
             tat: 0,
         }

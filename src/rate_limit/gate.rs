@@ -62,7 +62,7 @@ impl Gate {
                     // One token always fits; a remote limit answers once it admits, or when
                     // its store fails and the failure policy refuses.
                     self.state = match std::task::ready!(fut.as_mut().poll(cx)) {
-                        Ok(()) => State::Ready(Permit::remote()),
+                        Ok(()) => State::Ready(Permit::remote(1)),
                         Err(e) => State::Refused(e),
                     };
                 }

@@ -7,7 +7,7 @@ use tower_service::Service;
 use super::future::{ResponseFuture, Rest};
 use super::gate::Gate;
 use super::UnitCost;
-use crate::bucket::{Backend, Permit, Reservation};
+use crate::bucket::{Backend, Reservation};
 use crate::{BoxError, Bucket, Denied};
 
 /// Waits in `poll_ready` until the shared [`Bucket`] admits the next request.
@@ -113,11 +113,11 @@ where
         let bucket = self.gate.bucket();
         let n = (self.cost)(&req);
         if let Err(e) = bucket.check(n) {
-            give_back(bucket, permit);
+            bucket.give_back(permit);
             return ResponseFuture::failed(Denied::from(e).into());
         }
         if n == 0 {
-            give_back(bucket, permit);
+            bucket.give_back(permit);
         }
         if n <= 1 {
             return ResponseFuture::called(self.inner.call(req));
@@ -134,13 +134,5 @@ where
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
         ResponseFuture::waiting(rest, ready, req)
-    }
-}
-
-/// Give an unused admission back where it was taken.
-fn give_back(bucket: &Bucket, permit: Permit) {
-    match bucket.backend() {
-        Backend::Local(_) => bucket.give_back(permit),
-        Backend::Remote(remote) => remote.release(1),
     }
 }
