@@ -82,7 +82,7 @@ def one_run(redis):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 8 and cells[1].isdigit():
             f[f"accuracy/{cells[0]}"] = {
-                "admitted": int(cells[1]), "max100": int(cells[3]),
+                "admitted": int(cells[1]), "ratio": float(cells[2]), "max100": int(cells[3]),
                 "wakeups": float(cells[5]), "cpu_ms": float(cells[7]),
             }
     if redis:
@@ -181,10 +181,11 @@ def main():
     accuracy = sorted({k for r in results for k in r if k.startswith("accuracy/")})
     for k in accuracy:
         name = k.split("/", 1)[1]
-        row(f"accuracy, {name}: admitted (ideal 3010)", lambda r, k=k: r[k]["admitted"], num)
-        row(f"accuracy, {name}: admitted / ideal", lambda r, k=k: r[k]["admitted"] / 3010,
+        row(f"accuracy, {name}: admitted (ideal 3010; leaky bucket 3001)",
+            lambda r, k=k: r[k]["admitted"], num)
+        row(f"accuracy, {name}: admitted / its ideal", lambda r, k=k: r[k]["ratio"],
             lambda v: f"{100 * v:.1f} %")
-        row(f"accuracy, {name}: max in 100 ms (ideal ≤ 110)", lambda r, k=k: r[k]["max100"], num)
+        row(f"accuracy, {name}: max in 100 ms (≤ 110 + 1; leaky bucket ≤ 101 + 1)", lambda r, k=k: r[k]["max100"], num)
         row(f"accuracy, {name}: wake-ups per admission", lambda r, k=k: r[k]["wakeups"],
             lambda v: f"{v:.2f}")
         row(f"accuracy, {name}: CPU ms", lambda r, k=k: r[k]["cpu_ms"], num)

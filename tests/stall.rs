@@ -131,6 +131,14 @@ async fn stall(name: &str, bucket: Bucket, bound: Bound, path: Path) {
     let mut times: Vec<Duration> = log.lock().unwrap().iter().map(|t| *t - start).collect();
     times.sort();
     assert_eq!(times.len(), BEFORE + AFTER);
+    // One instant (a window narrower than any spacing): at most `bound(0)`, the burst plus
+    // the one token of rounding.
+    let at_once = most_in(&times, Duration::from_nanos(1));
+    assert!(
+        at_once as u64 <= bound(0),
+        "{name} via {path:?}: {at_once} admitted at one instant (bound {})",
+        bound(0)
+    );
     for ms in [1u64, 2, 5, 10, 20, 50, 60, 100, 250, 500, 1000, 3000] {
         let most = most_in(&times, MS * ms as u32);
         assert!(
@@ -219,6 +227,66 @@ async fn repeated_short_stalls_do_not_lower_the_rate() {
         last <= Duration::from_millis(1003),
         "{last:?} for 1000 tokens at 1000/s"
     );
+}
+
+/// The leaky bucket (strict spacing, burst 1) at 1000/s on a runtime that only runs every
+/// `jump`: 1001 waiters, the instants they go.
+async fn leaky_in_jumps(jump: Duration) -> Vec<Duration> {
+    let bucket = Bucket::with_algorithm(Quota::per_second(1000), Algorithm::leaky_bucket(2000));
+    let start = Instant::now();
+    let log: Log = Arc::default();
+    let tasks: Vec<_> = (0..1001)
+        .map(|_| tokio::spawn(request(Path::Acquire, bucket.clone(), log.clone())))
+        .collect();
+    settle().await;
+    while log.lock().unwrap().len() < 1001 {
+        advance(jump).await;
+        settle().await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut times: Vec<Duration> = log.lock().unwrap().iter().map(|t| *t - start).collect();
+    times.sort();
+    // Never more than the burst plus the token of rounding in any interval `w`, however the
+    // jumps fall: `1 + 1000·w + 1`, so at most two at one instant.
+    for us in [
+        0.001, 901.0, 1_000.0, 1_801.0, 1_901.0, 2_701.0, 3_801.0, 10_000.0, 1e5,
+    ] {
+        let w = Duration::from_secs_f64(us / 1e6);
+        let most = most_in(&times, w) as f64;
+        let bound = 1.0 + us / 1_000.0 + 1.0;
+        assert!(
+            most <= bound,
+            "{most} within {w:?} (bound {bound}, {jump:?} jumps)"
+        );
+    }
+    times
+}
+
+/// Timers less than one interval late: the late waiter is counted at its turn, so the
+/// schedule does not slip.
+#[tokio::test(start_paused = true)]
+async fn a_leaky_bucket_keeps_its_rate_with_timers_up_to_one_interval_late() {
+    let last = *leaky_in_jumps(Duration::from_micros(900))
+        .await
+        .last()
+        .unwrap();
+    assert!(
+        last <= Duration::from_millis(1001),
+        "{last:?} for 1 + 1000 tokens"
+    );
+}
+
+/// Timers 1.9 intervals late: two go together once the one ahead was late, but the bound
+/// allows no more than three in any two consecutive runs (`1 + 1.9 + 1`), so 1.5 per run is
+/// the most it lets through: the bucket takes exactly that, and loses nothing more.
+#[tokio::test(start_paused = true)]
+async fn a_leaky_bucket_with_late_timers_admits_all_the_bound_allows_and_no_more() {
+    let times = leaky_in_jumps(Duration::from_micros(1_900)).await;
+    let last = *times.last().unwrap();
+    // 1000 tokens after the first at 1.5 per 1.9 ms: 1.2667 s.
+    assert!(last <= Duration::from_micros(1_267_400), "{last:?}");
 }
 
 /// `Ready` from the waiting layer without a call in between still holds the bound for a

@@ -58,8 +58,9 @@ impl Gcra {
         }
     }
 
+    /// `(interval, tolerance)`.
     #[inline]
-    fn params(&self) -> (u64, u64) {
+    pub(crate) fn params(&self) -> (u64, u64) {
         (
             self.interval.load(Ordering::Acquire),
             self.tolerance.load(Ordering::Acquire),
@@ -108,6 +109,16 @@ impl Gcra {
         schedule(tat, from, tokens.saturating_mul(interval), tolerance)
             .1
             .max(from)
+    }
+
+    /// The instant at which the bucket is full again.
+    pub(crate) fn tat(&self) -> u64 {
+        self.tat.load(Ordering::Acquire)
+    }
+
+    /// Hold at least as much as a bucket whose `tat` is `floor`. Under the lock.
+    pub(crate) fn raise_tat(&self, floor: u64) {
+        self.tat.fetch_max(floor, Ordering::AcqRel);
     }
 
     /// Undo an admission that sits in the chain after every admission since. Under the lock.

@@ -23,17 +23,27 @@
 //!   a cancellation; or already fired). Without stalls or cancellations each waiter is woken
 //!   once, by its own timer. Window waiters behind the first are woken by the hand-over
 //!   (at most one wake more each);
-//! - **drift-free**: a waiter woken late by a coarse timer is counted as admitted at the
-//!   instant its timer was armed for (for the token and leaky bucket, its place in the
-//!   schedule), if that is at most `slack` ago and not before the one ahead of it was
-//!   counted (a hand-over passes the credit on, so a late first in line does not make
-//!   everyone behind it late). `slack` is one emission interval, or 2 ms (tokio's 1 ms timer
-//!   granularity and as much for the task to run) if that is longer, for the token and
-//!   leaky bucket and the sliding log; none for the aligned windows, whose boundaries do not
-//!   move. The schedule therefore never slips by the lateness of the timer, and the bound
-//!   gains at most what that credit covers: `burst + rate·(t + slack)`, i.e. one token, or
-//!   `rate × 2 ms` above 500 per second (at 1000/s, two). Without a late timer no credit
-//!   is taken;
+//! - **drift-free**: a waiter woken late by a coarse timer is counted as admitted at its
+//!   turn (for the token and leaky bucket, its place in the schedule; for the sliding log,
+//!   the instant its timer was armed for), if that is at most `slack` ago and not before the
+//!   one ahead of it was counted (a hand-over passes the credit on, so a late first in line
+//!   does not make everyone behind it late). The schedule therefore does not slip by the
+//!   lateness of the timer. `slack` is one emission interval, or 2 ms (tokio's 1 ms timer
+//!   granularity and as much for the task to run) if that is longer; twice that for the
+//!   token and leaky bucket (below); none for the aligned windows, whose boundaries do not
+//!   move. Without a late timer no credit is taken;
+//! - **exact at the instants that count**: a credit alone would let the waiters whose turns
+//!   all passed during a late wake-up go together, above the bound (at 1000/s with a timer
+//!   1.9 ms late: three at one instant from a leaky bucket). So the token and leaky bucket
+//!   also keep a *guard* while anyone waits: a bucket one token larger, fed with the instants
+//!   waiters are actually admitted at. A waiter goes only when both have room, so over any
+//!   interval `t` of actual admission instants at most `burst + rate·t + 1` are admitted
+//!   (the `+1` is the guard's extra token, which is what lets a late waiter catch up at all),
+//!   whatever the rate and however late the timers. When the line empties, the bucket takes
+//!   over what the guard saw, so the lock-free path keeps the bound too. What the bound
+//!   forbids is lost, and only that: a leaky bucket whose runtime only runs every 1.9 ms
+//!   admits 3 per 3.8 ms, the most the bound allows; with timers at most one interval late
+//!   it loses nothing;
 //! - **cancel-safe**: nothing was reserved, so a waiter that leaves takes nothing with it;
 //!   it unlinks itself in O(1) and, if it was first, wakes the next. Those behind a
 //!   cancelled waiter have predictions that are now late; each learns its real turn at its
@@ -61,7 +71,7 @@ use std::time::Duration;
 use tokio::time::Sleep;
 
 use super::clock::Clock;
-use super::gcra::{Gcra, Level};
+use super::gcra::{schedule, Gcra, Level};
 use super::queue::{Entry, Queue};
 use super::window::{Align, Fixed, Log, Ramp, Sliding, Window};
 use super::{Algorithm, ExceedsBurst, QueueFull, Remote};
@@ -95,6 +105,11 @@ struct State {
     queue: Queue,
     /// Window engines: the latest instant committed; later commits go no earlier.
     tail: u64,
+    /// GCRA engines: the `tat` of a bucket one token larger fed with the instants waiters were
+    /// actually admitted at (not the instants they were counted at), from when the line
+    /// formed. A waiter goes only when this bucket too has room, so catching up after a late
+    /// timer never puts more than `burst + 1 + rate·t` into any interval of actual instants.
+    guard: u64,
     window: Option<Box<dyn Window>>,
     /// Window engines, after a pause: no burst until the window's own bound takes over.
     ramp: Option<Ramp>,
@@ -183,6 +198,7 @@ impl Shared {
                 quota,
                 queue: Queue::default(),
                 tail: 0,
+                guard: 0,
                 window: window_of(&quota, algorithm, clock.now_ns(), align),
                 ramp: None,
             }),
@@ -281,10 +297,12 @@ impl Shared {
             .map_err(|at| at - now)
     }
 
-    /// How far back a late waiter may be counted as admitted.
+    /// How far back a late waiter may be counted as admitted. The GCRA engines, whose guard
+    /// bounds what a credit can let through, allow twice a late timer: the timer's own
+    /// lateness, and as much again when the guard made it wait for a later timer.
     fn slack(&self, st: &State) -> u64 {
         match &st.window {
-            None => st.quota.interval_ns().max(TIMER_SLACK),
+            None => st.quota.interval_ns().max(TIMER_SLACK).saturating_mul(2),
             Some(w) if w.slack() > 0 => w.slack().max(TIMER_SLACK),
             Some(_) => 0,
         }
@@ -342,6 +360,30 @@ impl Shared {
         Ok(Permit { tokens, at, tat: 0 })
     }
 
+    /// [`commit`](Self::commit) for the first in line, which may be counted up to `slack`
+    /// back. The GCRA engines also check the [`guard`](State::guard) at `now`: when it has
+    /// no room, the answer is the later of the instant it has and the instant the engine has.
+    fn commit_first(
+        &self,
+        st: &mut State,
+        tokens: u32,
+        from: u64,
+        now: u64,
+    ) -> Result<Permit, u64> {
+        if st.window.is_some() {
+            return self.commit(st, tokens, from, now);
+        }
+        let (interval, tolerance) = self.gcra.params();
+        let cost = u64::from(tokens).saturating_mul(interval);
+        let (guard, at) = schedule(st.guard, now, cost, tolerance.saturating_add(interval));
+        if at > now {
+            return Err(at.max(self.predict(st, tokens, 0, from)));
+        }
+        let permit = self.commit(st, tokens, from, now)?;
+        st.guard = guard;
+        Ok(permit)
+    }
+
     /// The first in line may have to learn its turn: its timer is armed too late (someone
     /// ahead left, or gave a permit back), or has fired already (it waits for this hand-over),
     /// or its request failed. Its waker, to call once the lock is released.
@@ -371,6 +413,11 @@ impl Shared {
         let was_first = st.queue.head() == Some(key);
         let e = st.queue.remove(key);
         self.waiting.store(st.queue.len(), Ordering::Release);
+        if st.queue.is_empty() && st.window.is_none() {
+            // The fast path takes over: it must see what the guard saw, less its extra token.
+            self.gcra
+                .raise_tat(st.guard.saturating_sub(self.gcra.params().0));
+        }
         let next = if was_first {
             if let Some(k) = st.queue.head() {
                 st.queue.get_mut(k).first_since = counted_at.unwrap_or(now);
@@ -406,7 +453,11 @@ impl Shared {
                     self.observe_admitted(tokens, 0);
                     return Ok(Reservation::Now(permit));
                 }
-                Err(at) => at,
+                Err(at) => {
+                    // The line forms: its guard starts where the bucket is.
+                    st.guard = st.guard.max(self.gcra.tat());
+                    at
+                }
             }
         } else if st.window.is_none() {
             let ahead = st.queue.tokens();
@@ -439,7 +490,11 @@ impl Shared {
         match st.window.as_mut() {
             // Exact while the bucket has not refilled past the admission; after that its
             // tokens would have come back anyway.
-            None if now < permit.tat => self.gcra.release(u64::from(permit.tokens)),
+            None if now < permit.tat => {
+                self.gcra.release(u64::from(permit.tokens));
+                let cost = u64::from(permit.tokens).saturating_mul(self.gcra.params().0);
+                st.guard = st.guard.saturating_sub(cost);
+            }
             None => {}
             Some(w) => w.release(u64::from(permit.tokens), permit.at),
         }
@@ -491,6 +546,7 @@ impl Shared {
                 // stretches it.
                 let paused = self.paused_until.load(Ordering::Acquire);
                 self.gcra.set_params(interval, tolerance, now.max(paused));
+                st.guard = self.gcra.tat();
             }
             Some(w) => w.set_limit(u64::from(quota.count()), quota.period_ns(), now),
         }
@@ -581,11 +637,15 @@ impl Waiter {
                 let mut st = shared.lock();
                 let now = shared.clock.now_ns();
                 let first = st.queue.head() == Some(key);
+                let windowed = st.window.is_some();
                 let e = st.queue.get_mut(key);
                 let (tokens, failed) = (e.tokens, e.failed);
                 // A late timer is credited back to the instant it was armed for, and to the
                 // instant the one ahead was counted at (a hand-over passes the credit on).
-                let since = if e.armed <= now {
+                // The GCRA engines count it at its turn in the schedule, which is never
+                // before the one ahead: only that bound applies (its timer may have been
+                // armed later, for the guard).
+                let since = if e.armed <= now && windowed {
                     e.first_since.max(e.armed)
                 } else {
                     e.first_since
@@ -597,7 +657,7 @@ impl Waiter {
                     }))
                 } else if first {
                     let from = now.saturating_sub(shared.slack(&st)).max(since);
-                    match shared.commit(&mut st, tokens, from, now) {
+                    match shared.commit_first(&mut st, tokens, from, now) {
                         Ok(permit) => Some(Ok(permit)),
                         Err(at) => {
                             st.queue.get_mut(key).armed = at;
