@@ -33,17 +33,23 @@
 //!   token and leaky bucket (below); none for the aligned windows, whose boundaries do not
 //!   move. Without a late timer no credit is taken;
 //! - **exact at the instants that count**: a credit alone would let the waiters whose turns
-//!   all passed during a late wake-up go together, above the bound (at 1000/s with a timer
-//!   1.9 ms late: three at one instant from a leaky bucket). So the token and leaky bucket
-//!   also keep a *guard* while anyone waits: a bucket one token larger, fed with the instants
+//!   all passed during a late wake-up go together, above the bound (at 1000/s with a burst
+//!   of 10, after a stall: twelve at one instant). So the token and leaky bucket also
+//!   keep a *guard* while anyone waits: a bucket one token larger, fed with the instants
 //!   waiters are actually admitted at. A waiter goes only when both have room, so over any
 //!   interval `t` of actual admission instants at most `burst + rate·t + 1` are admitted
-//!   (the `+1` is the guard's extra token, which is what lets a late waiter catch up at all),
-//!   whatever the rate and however late the timers. When the line empties, the bucket takes
-//!   over what the guard saw, so the lock-free path keeps the bound too. What the bound
-//!   forbids is lost, and only that: a leaky bucket whose runtime only runs every 1.9 ms
-//!   admits 3 per 3.8 ms, the most the bound allows; with timers at most one interval late
-//!   it loses nothing;
+//!   (the `+1` is the guard's extra token, which is what lets a late waiter catch up at
+//!   all), whatever the rate and however late the timers. When the line empties, the bucket
+//!   takes over what the guard saw, so the lock-free path keeps the bound too.
+//!
+//!   One exception, where tokio's timer cannot do better: a bucket whose burst lasts less
+//!   than 2 ms plus one interval (`(burst + 1)·interval < 2 ms`, e.g. a leaky bucket above
+//!   500 per second) gets a guard of `⌈2 ms · rate⌉ + 1` tokens instead, a bound of
+//!   `⌈2 ms · rate⌉ + 1 + rate·t` (a leaky bucket at 1000/s: `1 + rate·t + 2`).
+//!   Timers fire on 1 ms ticks with up to 2 ms of jitter, so two waiters an interval apart
+//!   often run closer than that; a `+1` guard would hold each such pair back a tick and lose
+//!   7 % of a 1000/s leaky bucket's rate (measured). What a guard forbids is lost, and only
+//!   that: with timers at most one interval late nothing is;
 //! - **cancel-safe**: nothing was reserved, so a waiter that leaves takes nothing with it;
 //!   it unlinks itself in O(1) and, if it was first, wakes the next. Those behind a
 //!   cancelled waiter have predictions that are now late; each learns its real turn at its
@@ -81,6 +87,22 @@ use crate::Quota;
 /// How late tokio's timer may fire and still not slow the schedule down: its 1 ms
 /// granularity, plus as much again for the task to be polled.
 const TIMER_SLACK: u64 = 2_000_000;
+
+/// The guard's tolerance: one token more than the bucket's, or as many as it takes for the
+/// bucket and its guard together to cover [`TIMER_SLACK`] of timer jitter beyond one
+/// interval: `burst + 1` tokens, or `1 + ⌈TIMER_SLACK / interval⌉` if that is more.
+///
+/// Without that floor a bucket whose burst lasts less than the jitter (a leaky bucket above
+/// 500 per second) would have to refuse every pair of waiters a late timer brings closer
+/// together than their interval, and each refusal costs a timer tick more: measured at
+/// 1000/s, 7 % of its rate lost.
+fn guard_tolerance(interval: u64, tolerance: u64) -> u64 {
+    let floor = TIMER_SLACK
+        .div_ceil(interval.max(1))
+        .saturating_add(1)
+        .saturating_mul(interval);
+    tolerance.saturating_add(interval).max(floor)
+}
 
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -375,7 +397,7 @@ impl Shared {
         }
         let (interval, tolerance) = self.gcra.params();
         let cost = u64::from(tokens).saturating_mul(interval);
-        let (guard, at) = schedule(st.guard, now, cost, tolerance.saturating_add(interval));
+        let (guard, at) = schedule(st.guard, now, cost, guard_tolerance(interval, tolerance));
         if at > now {
             return Err(at.max(self.predict(st, tokens, 0, from)));
         }
