@@ -90,7 +90,9 @@ pub struct RedisStats {
     /// Decisions made by the [`FailurePolicy`] instead of Redis: after a failure, and while
     /// Redis is left alone after one.
     pub fallbacks: u64,
-    /// `try_acquire` calls refused from what an earlier reply said, without a round trip.
+    /// Always 0: `try_acquire` asks Redis every time (what an earlier reply said may be
+    /// stale once another process gives tokens back or the rate changes). Kept so that code
+    /// reading it still builds.
     pub local_refusals: u64,
     /// Leases taken from Redis (with [`lease`](super::RedisBucketBuilder::lease)); each is one
     /// of the round trips.
@@ -104,7 +106,6 @@ pub(crate) struct Counters {
     round_trips: AtomicU64,
     failures: AtomicU64,
     pub(crate) fallbacks: AtomicU64,
-    pub(crate) local_refusals: AtomicU64,
     pub(crate) leases: AtomicU64,
     pub(crate) leased_admissions: AtomicU64,
 }
@@ -281,7 +282,7 @@ impl Backend {
             round_trips: c.round_trips.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
-            local_refusals: c.local_refusals.load(Ordering::Relaxed),
+            local_refusals: 0,
             leases: c.leases.load(Ordering::Relaxed),
             leased_admissions: c.leased_admissions.load(Ordering::Relaxed),
         }

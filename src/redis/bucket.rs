@@ -174,20 +174,6 @@ impl RedisBucket {
         Ok(u64::from(n) * self.inner.backend.interval_ns())
     }
 
-    /// Whether `n` tokens (`cost` ns) surely cannot fit now, from what earlier replies said;
-    /// if so, the wait.
-    fn refused_locally(&self, n: u32, cost: u64) -> Option<Duration> {
-        let inner = &*self.inner;
-        let now = Instant::now();
-        if inner.backend.is_gcra() {
-            inner
-                .hint
-                .surely_refused(now, cost, inner.backend.tolerance_ns())
-        } else {
-            inner.hint.window_refused(now, n)
-        }
-    }
-
     /// The instant `n` tokens (`cost` ns) should fit, from what earlier replies said.
     fn likely_fits_at(&self, n: u32, cost: u64) -> Instant {
         let inner = &*self.inner;
@@ -225,9 +211,11 @@ impl RedisBucket {
 
     /// Take `n` tokens now, or say how long until they fit.
     ///
-    /// One round trip to Redis, unless an earlier reply already says the tokens cannot fit
-    /// yet: then it refuses at once ([`RedisStats::local_refusals`]). It never waits or
-    /// queues (and does not see this process's waiters in [`acquire`](Self::acquire)).
+    /// One round trip to Redis, every time: what an earlier reply said never refuses here,
+    /// since another process may have given tokens back, or the rate may have changed,
+    /// since then (with a [lease](RedisBucketBuilder::lease), tokens held in it are admitted
+    /// without a round trip). It never waits or queues (and does not see this process's
+    /// waiters in [`acquire`](Self::acquire)).
     ///
     /// # Errors
     /// - [`Denied::Throttled`] with the wait until `n` tokens fit;
@@ -239,10 +227,10 @@ impl RedisBucket {
         if n == 0 {
             return Ok(());
         }
-        let cost = self.check(n)?;
+        self.check(n)?;
         let inner = &*self.inner;
         if let Some(lease) = &inner.lease {
-            return match self.take_leased(lease, n, cost).await {
+            return match self.take_leased(lease, n).await {
                 Ok(None) => Ok(()),
                 Ok(Some(wait)) => Err(Throttled::after(wait).into()),
                 Err(e) => {
@@ -250,10 +238,6 @@ impl RedisBucket {
                     try_acquire_fallback(inner.backend.policy(), self.fallback(), n, e)
                 }
             };
-        }
-        if let Some(wait) = self.refused_locally(n, cost) {
-            bump(&inner.backend.counters.local_refusals);
-            return Err(Throttled::after(wait).into());
         }
         match inner.backend.acquire(&inner.key, n).await {
             Ok(t) => {
@@ -297,7 +281,7 @@ impl RedisBucket {
         }
         let cost = self.check(n)?;
         if let Some(lease) = &self.inner.lease {
-            match self.take_leased(lease, n, cost).await {
+            match self.take_leased(lease, n).await {
                 Ok(None) => return Ok(()),
                 // Refused: book an instant, as without leases (first come, first served).
                 Ok(Some(_)) => {}
@@ -341,25 +325,16 @@ impl RedisBucket {
         }
     }
 
-    /// With a lease: admit `n` tokens (`cost` ns) from it, or take a new lease (one task at
+    /// With a lease: admit `n` tokens from it, or take a new lease (one task at
     /// a time). `Ok(None)`: admitted; `Ok(Some(wait))`: refused, the tokens fit in about
     /// `wait`.
-    async fn take_leased(
-        &self,
-        lease: &Lease,
-        n: u32,
-        cost: u64,
-    ) -> Result<Option<Duration>, RedisError> {
+    async fn take_leased(&self, lease: &Lease, n: u32) -> Result<Option<Duration>, RedisError> {
         let inner = &*self.inner;
         let counters = &inner.backend.counters;
         let _refill = loop {
             if lease.take(n, Instant::now()) {
                 bump(&counters.leased_admissions);
                 return Ok(None);
-            }
-            if let Some(wait) = self.refused_locally(n, cost) {
-                bump(&counters.local_refusals);
-                return Ok(Some(wait));
             }
             match lease.start_refill() {
                 Some(refill) => break refill,

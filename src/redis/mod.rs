@@ -65,8 +65,9 @@
 //!   requests of any process line up behind it — and sleeps until it: one round trip per
 //!   admission, first come, first served across processes (a dropped waiter gives its
 //!   tokens back). With the windows, waiters of a process line up and only the first asks
-//!   Redis. `try_acquire` refuses at once,
-//!   without a round trip, when an earlier reply already says the tokens cannot fit yet.
+//!   Redis. What a reply said only schedules when a waiter asks again: it never refuses on
+//!   its own, since another process may give tokens back, or the rate change, meanwhile.
+//!   `try_acquire` (and the rejecting layer) asks Redis every time.
 //! - **Failures.** Each call is bounded by a timeout (default 50 ms). When Redis fails —
 //!   unreachable, slow, a reply that makes no sense, a key of another type — the
 //!   [`FailurePolicy`] decides: reject (`Closed`, the default: a waiting caller gets
