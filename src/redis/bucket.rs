@@ -14,6 +14,8 @@ use super::failure::{acquire_fallback, pause_fallback, try_acquire_fallback, Fai
 use super::lane::Hint;
 use super::lease::Lease;
 use super::script::Reply;
+use crate::bucket::Outcome;
+use crate::observe::Observer;
 use crate::{Algorithm, Bucket, Denied, ExceedsBurst, Quota, Throttled};
 
 /// A rate limit kept in Redis: one limit shared by every process, task and clone that uses
@@ -76,6 +78,8 @@ struct Inner {
     local: Option<Bucket>,
     /// The run of failures the local fallback last decided in.
     local_outage: AtomicU64,
+    /// Told what a [`Bucket`] made from this one decides.
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl RedisBucket {
@@ -99,6 +103,7 @@ impl RedisBucket {
         options: Options,
         quota: Quota,
         key: String,
+        observer: Option<Arc<dyn Observer>>,
     ) -> Result<Self, RedisError> {
         let algorithm = options.algorithm;
         let local = options
@@ -116,6 +121,7 @@ impl RedisBucket {
                 lane: tokio::sync::Mutex::new(()),
                 local,
                 local_outage: AtomicU64::new(0),
+                observer,
             }),
         })
     }
@@ -152,6 +158,15 @@ impl RedisBucket {
     /// given back.
     pub fn leased_tokens(&self) -> u32 {
         self.inner.lease.as_ref().map_or(0, Lease::tokens)
+    }
+
+    /// A [`Bucket`] builder on this shared limit, with its observer.
+    pub(crate) fn bucket_builder(self) -> crate::BucketBuilder {
+        let mut builder = Bucket::builder(self.quota()).algorithm(self.algorithm());
+        if let Some(observer) = &self.inner.observer {
+            builder = builder.observer(Arc::clone(observer));
+        }
+        builder.remote(Arc::new(self) as Arc<dyn crate::bucket::Remote>)
     }
 
     pub(super) fn backend(&self) -> &Backend {
@@ -224,35 +239,62 @@ impl RedisBucket {
     /// - when Redis fails, whatever the [`FailurePolicy`] says: nothing (`Open`),
     ///   [`Denied::Backend`] (`Closed`), the local bucket's answer (`Local`).
     pub async fn try_acquire(&self, n: u32) -> Result<(), Denied> {
+        self.try_acquire_outcome(n).await.result.map(drop)
+    }
+
+    /// [`try_acquire`](Self::try_acquire), with what an observer is told.
+    pub(crate) async fn try_acquire_outcome(&self, n: u32) -> Outcome {
         if n == 0 {
-            return Ok(());
+            return Outcome::bare(Ok(Duration::ZERO));
         }
-        self.check(n)?;
+        if let Err(e) = self.check(n) {
+            return Outcome::bare(Err(e.into()));
+        }
         let inner = &*self.inner;
+        let fallback = |e| {
+            bump(&inner.backend.counters.fallbacks);
+            let r = try_acquire_fallback(inner.backend.policy(), self.fallback(), n, e);
+            Outcome::bare(r.map(|()| Duration::ZERO))
+        };
         if let Some(lease) = &inner.lease {
             return match self.take_leased(lease, n).await {
-                Ok(None) => Ok(()),
-                Ok(Some(wait)) => Err(Throttled::after(wait).into()),
-                Err(e) => {
-                    bump(&inner.backend.counters.fallbacks);
-                    try_acquire_fallback(inner.backend.policy(), self.fallback(), n, e)
-                }
+                Ok(None) => Outcome::bare(Ok(Duration::ZERO)),
+                Ok(Some(wait)) => Outcome::bare(Err(Throttled::after(wait).into())),
+                Err(e) => fallback(e),
             };
         }
         match inner.backend.acquire(&inner.key, n).await {
             Ok(t) => {
                 let reply = self.learn(&t, n);
-                if reply.admitted {
-                    Ok(())
+                let result = if reply.admitted {
+                    Ok(Duration::ZERO)
                 } else {
                     Err(Throttled::after(reply.wait).into())
+                };
+                Outcome {
+                    result,
+                    available: self.available(&reply),
                 }
             }
-            Err(e) => {
-                bump(&inner.backend.counters.fallbacks);
-                try_acquire_fallback(inner.backend.policy(), self.fallback(), n, e)
-            }
+            Err(e) => fallback(e),
         }
+    }
+
+    /// The whole tokens left once a decision `reply` takes effect (its booked instant, for
+    /// an admission booked later), when the algorithm's state says it: token and leaky
+    /// bucket. The windows' replies do not.
+    fn available(&self, reply: &Reply) -> Option<u32> {
+        let backend = &self.inner.backend;
+        if !backend.is_gcra() {
+            return None;
+        }
+        let mut full = reply.full_in;
+        if reply.admitted {
+            full = full.saturating_sub(reply.wait);
+        }
+        let full = u64::try_from(full.as_nanos()).unwrap_or(u64::MAX);
+        let free = backend.tolerance_ns().saturating_sub(full) / backend.interval_ns().max(1);
+        Some(u32::try_from(free).unwrap_or(u32::MAX))
     }
 
     /// Wait until `n` tokens are available, then take them.
@@ -276,51 +318,66 @@ impl RedisBucket {
     /// - when Redis fails, whatever the [`FailurePolicy`] says: admit (`Open`),
     ///   [`Denied::Backend`] (`Closed`), wait on the local bucket (`Local`).
     pub async fn acquire(&self, n: u32) -> Result<(), Denied> {
+        self.acquire_outcome(n).await.result.map(drop)
+    }
+
+    /// [`acquire`](Self::acquire), with what an observer is told.
+    pub(crate) async fn acquire_outcome(&self, n: u32) -> Outcome {
         if n == 0 {
-            return Ok(());
+            return Outcome::bare(Ok(Duration::ZERO));
         }
-        let cost = self.check(n)?;
-        if let Some(lease) = &self.inner.lease {
-            match self.take_leased(lease, n).await {
-                Ok(None) => return Ok(()),
-                // Refused: book an instant, as without leases (first come, first served).
-                Ok(Some(_)) => {}
-                Err(e) => {
-                    let backend = &self.inner.backend;
-                    bump(&backend.counters.fallbacks);
-                    return acquire_fallback(backend.policy(), self.fallback(), n, e).await;
-                }
-            }
-        }
-        if self.inner.backend.is_gcra() {
-            return self.acquire_reserving(n, cost).await;
-        }
+        let cost = match self.check(n) {
+            Ok(cost) => cost,
+            Err(e) => return Outcome::bare(Err(e.into())),
+        };
         let inner = &*self.inner;
         let asked = Instant::now();
-        let _turn = inner.lane.lock().await;
+        let fallback = |e| async move {
+            bump(&inner.backend.counters.fallbacks);
+            let r = acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
+            Outcome::bare(r.map(|()| asked.elapsed()))
+        };
+        if let Some(lease) = &inner.lease {
+            match self.take_leased(lease, n).await {
+                Ok(None) => return Outcome::bare(Ok(Duration::ZERO)),
+                // Refused: book an instant, as without leases (first come, first served).
+                Ok(Some(_)) => {}
+                Err(e) => return fallback(e).await,
+            }
+        }
+        if inner.backend.is_gcra() {
+            return self.acquire_reserving(n, cost).await;
+        }
+        // Waiting behind another waiter of this process counts as waiting.
+        let (_turn, mut waited) = match inner.lane.try_lock() {
+            Ok(turn) => (turn, false),
+            Err(_) => (inner.lane.lock().await, true),
+        };
         // Redis failed while this waiter queued: the policy answers now, so every waiter
         // of a failing store gets its answer within about one timeout.
         if let Some(e) = inner.backend.failed_since(asked) {
-            bump(&inner.backend.counters.fallbacks);
-            return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
+            return fallback(e).await;
         }
         loop {
             // Re-read after every sleep: a pause may have moved the instant later.
             let at = self.likely_fits_at(n, cost);
             if at > Instant::now() {
+                waited = true;
                 tokio::time::sleep_until(at).await;
                 continue;
             }
             match inner.backend.acquire(&inner.key, n).await {
                 Ok(t) => {
                     if self.learn(&t, n).admitted {
-                        return Ok(());
+                        let waited = if waited {
+                            asked.elapsed()
+                        } else {
+                            Duration::ZERO
+                        };
+                        return Outcome::bare(Ok(waited));
                     }
                 }
-                Err(e) => {
-                    bump(&inner.backend.counters.fallbacks);
-                    return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
-                }
+                Err(e) => return fallback(e).await,
             }
         }
     }
@@ -386,14 +443,17 @@ impl RedisBucket {
     /// in-process bucket. A waiter whose instant lies beyond the reservation horizon sleeps
     /// until it is within it (as far as the last reply knows) and asks again. Dropped while
     /// sleeping on a booked instant, it gives the tokens back.
-    async fn acquire_reserving(&self, n: u32, cost: u64) -> Result<(), Denied> {
+    async fn acquire_reserving(&self, n: u32, cost: u64) -> Outcome {
         let inner = &*self.inner;
         let horizon = inner.backend.reserve_horizon();
+        let asked = Instant::now();
+        let mut slept = false;
         loop {
             // Re-read after every sleep: a pause may have moved the instant later.
             let at = self.likely_fits_at(n, cost);
             if let Some(early) = at.checked_sub(horizon) {
                 if early > Instant::now() {
+                    slept = true;
                     tokio::time::sleep_until(early).await;
                     continue;
                 }
@@ -407,13 +467,23 @@ impl RedisBucket {
                             let booked = Booked::new(self, n);
                             tokio::time::sleep_until(t.received + reply.wait).await;
                             booked.used();
+                            slept = true;
                         }
-                        return Ok(());
+                        let waited = if slept {
+                            asked.elapsed()
+                        } else {
+                            Duration::ZERO
+                        };
+                        return Outcome {
+                            result: Ok(waited),
+                            available: self.available(&reply),
+                        };
                     }
                 }
                 Err(e) => {
                     bump(&inner.backend.counters.fallbacks);
-                    return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
+                    let r = acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
+                    return Outcome::bare(r.map(|()| asked.elapsed()));
                 }
             }
         }
