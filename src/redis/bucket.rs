@@ -31,12 +31,11 @@ use crate::{Algorithm, Bucket, Denied, ExceedsBurst, Quota, Throttled};
 ///   token bucket, over any interval of length `t`, admitted tokens ≤ `burst + rate·t` (the
 ///   interval is rounded up to whole microseconds); for the sliding log, at most `count` in
 ///   every window of length `period`.
-/// - **Fair, quiet waiting**: with the token and leaky bucket, an
-///   [`acquire`](RedisBucket::acquire) waiter books its admission instant in Redis (one
-///   round trip) and sleeps until it: Redis hands out instants in arrival order, so the
-///   waiters of every process are served first come, first served, and replicas with more
-///   waiters see the same waits as the others. With the windows, waiters of one process
-///   line up and only the first asks Redis; heads of different processes race.
+/// - **Fair, quiet waiting**, every algorithm: an [`acquire`](RedisBucket::acquire) waiter
+///   books its admission instant in Redis (one round trip) and sleeps until it: Redis
+///   hands out instants in arrival order, so the waiters of every process are served
+///   first come, first served, and replicas with more waiters see the same waits as the
+///   others.
 /// - **Failure policy**: every call is bounded by the timeout; when Redis fails, the
 ///   [`FailurePolicy`] answers (by default `Closed`: refuse), and Redis is used again as
 ///   soon as it answers.
@@ -74,7 +73,6 @@ struct Inner {
     /// With [`RedisBucketBuilder::lease`]: the tokens this process holds.
     lease: Option<Lease>,
     hint: Hint,
-    lane: tokio::sync::Mutex<()>,
     local: Option<Bucket>,
     /// The run of failures the local fallback last decided in.
     local_outage: AtomicU64,
@@ -118,7 +116,6 @@ impl RedisBucket {
                 key,
                 lease,
                 hint: Hint::new(),
-                lane: tokio::sync::Mutex::new(()),
                 local,
                 local_outage: AtomicU64::new(0),
                 observer,
@@ -299,16 +296,17 @@ impl RedisBucket {
 
     /// Wait until `n` tokens are available, then take them.
     ///
-    /// Token and leaky bucket: the waiter books the earliest instant its tokens fit in Redis
-    /// (if within the booking horizon, `max(1 s, burst × interval)`; else it sleeps until it
-    /// is and asks again), then sleeps until that instant: waiters of every process are served
-    /// in the order they reach Redis. Dropping the future while it sleeps gives its tokens
-    /// back (the next to ask gets them; waiters already booked keep their instants).
-    /// Instants booked before a [`pause`](Self::pause) of another process are kept: at most
-    /// the booking horizon's worth of tokens.
-    ///
-    /// Windows: waiters of this process are served first come, first served; only the first
-    /// talks to Redis, sleeping until the instant the last reply said its tokens fit.
+    /// The waiter books the earliest instant its tokens fit in Redis, after every earlier
+    /// booking (if within the booking horizon: `max(1 s, burst × interval)` for the token
+    /// and leaky bucket, `max(1 s, period)` for the windows; else it sleeps until it is and
+    /// asks again), then sleeps until that instant: waiters of every process are served
+    /// in the order they reach Redis, whatever the algorithm. A window counts a booking in
+    /// the window of its instant at once. Dropping the future while it sleeps gives its
+    /// tokens back (the next to ask gets them; waiters already booked keep their instants;
+    /// a window gives them back while it is still kept in Redis, the sliding window's later
+    /// requests still go after the instant that was booked). Instants booked before a
+    /// [`pause`](Self::pause) of another process are kept: at most the booking horizon's
+    /// worth of tokens.
     ///
     /// Dropped during its round trip, the tokens may have been taken.
     ///
@@ -345,41 +343,7 @@ impl RedisBucket {
                 Err(e) => return fallback(e).await,
             }
         }
-        if inner.backend.is_gcra() {
-            return self.acquire_reserving(n, cost).await;
-        }
-        // Waiting behind another waiter of this process counts as waiting.
-        let (_turn, mut waited) = match inner.lane.try_lock() {
-            Ok(turn) => (turn, false),
-            Err(_) => (inner.lane.lock().await, true),
-        };
-        // Redis failed while this waiter queued: the policy answers now, so every waiter
-        // of a failing store gets its answer within about one timeout.
-        if let Some(e) = inner.backend.failed_since(asked) {
-            return fallback(e).await;
-        }
-        loop {
-            // Re-read after every sleep: a pause may have moved the instant later.
-            let at = self.likely_fits_at(n, cost);
-            if at > Instant::now() {
-                waited = true;
-                tokio::time::sleep_until(at).await;
-                continue;
-            }
-            match inner.backend.acquire(&inner.key, n).await {
-                Ok(t) => {
-                    if self.learn(&t, n).admitted {
-                        let waited = if waited {
-                            asked.elapsed()
-                        } else {
-                            Duration::ZERO
-                        };
-                        return Outcome::bare(Ok(waited));
-                    }
-                }
-                Err(e) => return fallback(e).await,
-            }
-        }
+        self.acquire_reserving(n, cost).await
     }
 
     /// With a lease: admit `n` tokens from it, or take a new lease (one task at
@@ -436,11 +400,11 @@ impl RedisBucket {
         });
     }
 
-    /// Token and leaky bucket: book the admission instant in Redis, then sleep until it.
+    /// Book the admission instant in Redis, then sleep until it.
     ///
     /// Redis hands out instants in the order requests reach it, whichever process sends
     /// them, so waiters of every process are served first come, first served, as by the
-    /// in-process bucket. A waiter whose instant lies beyond the reservation horizon sleeps
+    /// in-process bucket (every algorithm). A waiter whose instant lies beyond the reservation horizon sleeps
     /// until it is within it (as far as the last reply knows) and asks again. Dropped while
     /// sleeping on a booked instant, it gives the tokens back.
     async fn acquire_reserving(&self, n: u32, cost: u64) -> Outcome {
@@ -464,7 +428,7 @@ impl RedisBucket {
                     if reply.admitted {
                         if !reply.wait.is_zero() {
                             // The script ran before the reply came: never early.
-                            let booked = Booked::new(self, n);
+                            let booked = Booked::new(self, n, t.at_us);
                             tokio::time::sleep_until(t.received + reply.wait).await;
                             booked.used();
                             slept = true;
@@ -554,13 +518,16 @@ impl RedisBucket {
 struct Booked<'a> {
     bucket: Option<&'a RedisBucket>,
     n: u32,
+    /// The booked instant on the Redis clock, µs, as the reply said (windows; else 0).
+    at_us: u64,
 }
 
 impl<'a> Booked<'a> {
-    fn new(bucket: &'a RedisBucket, n: u32) -> Self {
+    fn new(bucket: &'a RedisBucket, n: u32, at_us: u64) -> Self {
         Booked {
             bucket: Some(bucket),
             n,
+            at_us,
         }
     }
 
@@ -575,10 +542,11 @@ impl Drop for Booked<'_> {
         let Some(bucket) = self.bucket.take() else {
             return;
         };
-        let (bucket, n) = (bucket.clone(), self.n);
+        let (bucket, n, at_us) = (bucket.clone(), self.n, self.at_us);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let _ = bucket.release(n).await;
+                let inner = &*bucket.inner;
+                let _ = inner.backend.release_booked(&inner.key, n, at_us).await;
             });
         }
     }

@@ -219,6 +219,7 @@ mod tests {
                 full_in: Duration::from_millis(50),
             },
             granted: 1,
+            at_us: 0,
             sent,
             received: Instant::now(),
         });
@@ -263,6 +264,7 @@ mod tests {
                     full_in: Duration::from_millis(900),
                 },
                 granted: 0,
+                at_us: 0,
                 sent,
                 received: sent,
             },
