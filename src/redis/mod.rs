@@ -223,7 +223,7 @@
 //! | [`TokenBucket`](crate::Algorithm::TokenBucket) | one string, `"<tat>[:<pause>]"` | `GET`, `SET` | until full again |
 //! | [`LeakyBucket`](crate::Algorithm::LeakyBucket) | one string, `"K<tat>[:<pause>]"` | `GET`, `SET` | until drained (`tat`) |
 //! | [`FixedWindow`](crate::Algorithm::FixedWindow) | one string, `"F<window>:<count>[:<pause>][R<ramp>:<until>]"` | `GET`, `SET` | until the window ends (or the ramp) |
-//! | [`SlidingWindow`](crate::Algorithm::SlidingWindow) | one string, `"S<window>:<previous>:<current>[:<pause>][R<ramp>:<until>]"` | `GET`, `SET` | until the next window ends (or the ramp) |
+//! | [`SlidingWindow`](crate::Algorithm::SlidingWindow) | one string, `"S<window>:<previous>:<current>[:<pause>][R<ramp>:<until>][Q<booked>]"` (`booked`: the instant booked last, while ahead) | `GET`, `SET` | until the next window ends (or the ramp) |
 //! | [`SlidingLog`](crate::Algorithm::SlidingLog) | a string `"L<seq>:<total>[:<pause>][R<ramp>:<until>]"` (`total`: the tokens in the log) and a sorted set `<key>:log`, one entry per admission in the window (score = instant, member = `"<seq>:<tokens>"`) | admission: `GET`, `ZRANGEBYSCORE` + `ZREMRANGEBYSCORE` of the entries that left the window, `ZADD`, `SET`, `PEXPIRE`: O(log N) plus the entries that left (each leaves once); a refusal, pause or release reads the window's N entries (N ≤ `count`) | until the newest entry leaves the window (or the ramp) |
 //!
 //! - **Costs.** A request may cost up to the burst (token and leaky bucket) or the quota's
