@@ -1,11 +1,14 @@
-//! Waiting in front of Redis: a FIFO lane per bucket (only its head talks to Redis), and
-//! what the last replies said about when the bucket is full again.
+//! Waiting in front of Redis: what the last replies said about when a bucket's tokens fit
+//! (a [`Hint`], the wake-up schedule of a [`RedisBucket`](super::RedisBucket)'s waiters),
+//! and a FIFO lane per key of a keyed limit (only its head talks to Redis).
 //!
-//! Redis holds no queue: a waiter learns from a reply when its tokens should fit and sleeps
-//! until then. Within a process, waiters line up in a [`tokio::sync::Mutex`] (first come,
-//! first served, cancel-safe), so only the head of the line sleeps on a timer and asks Redis,
-//! and each admission costs one round trip in the common case: the reply that admits one
-//! waiter also says when the next one's tokens fit.
+//! A [`RedisBucket`](super::RedisBucket) waiter books its instant in Redis, which orders the
+//! waiters of every process; the hint only tells a waiter whose instant lies beyond the
+//! booking horizon when to ask again. A [`RedisKeyed`](super::RedisKeyed) key's waiters of
+//! one process line up in a [`tokio::sync::Mutex`] (first come, first served, cancel-safe),
+//! so only the head of the line sleeps on a timer and asks Redis, and each admission costs
+//! one round trip in the common case: the reply that admits one waiter also says when the
+//! next one's tokens fit.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
