@@ -202,3 +202,39 @@ async fn a_window_on_redis_reports_its_waits_through_acquire() {
         "{seen:?}"
     );
 }
+
+#[tokio::test]
+async fn the_rejecting_layers_bounded_wait_reports_the_time_waited() {
+    // 10/s, burst 1: the second request waits about 100 ms for its turn, within max_wait.
+    let (bucket, counters) = observed(
+        "observe-max-wait",
+        Quota::per_second(10).burst(1),
+        Algorithm::TokenBucket,
+    )
+    .await;
+    let server = RateLimitLayer::new(bucket)
+        .reject()
+        .max_wait(Duration::from_secs(1))
+        .layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+    let start = Instant::now();
+    for _ in 0..2 {
+        let resp = server
+            .clone()
+            .oneshot(Request::new(String::new()))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let seen = counters.get();
+    assert_eq!(
+        (seen.admitted, seen.delayed, seen.refused),
+        (2, 1, 0),
+        "{seen:?}"
+    );
+    assert!(
+        seen.waited >= Duration::from_millis(50) && seen.waited <= start.elapsed(),
+        "{seen:?}"
+    );
+}
