@@ -1017,3 +1017,28 @@ async fn a_window_waiter_books_its_turn_across_processes_and_gives_it_back_when_
         );
     }
 }
+
+#[tokio::test]
+async fn a_window_waiter_costs_one_round_trip_per_admission() {
+    // 2 per 200 ms: every wait lies within the booking horizon (1 s), so each admission is
+    // one booking, whatever the window.
+    let quota = Quota::new(2, Duration::from_millis(200));
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let b = handle(&unique_prefix("book-trips"), quota, algorithm).await;
+        let start = tokio::time::Instant::now();
+        for _ in 0..6 {
+            b.acquire(1).await.unwrap();
+        }
+        // Six tokens at 2 per window take at least two more windows.
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(200),
+            "{algorithm:?}: {took:?}"
+        );
+        assert_eq!(b.stats().round_trips, 6, "{algorithm:?}: {:?}", b.stats());
+    }
+}
