@@ -254,7 +254,7 @@ impl RedisBucket {
             Outcome::bare(r.map(|()| Duration::ZERO))
         };
         if let Some(lease) = &inner.lease {
-            return match self.take_leased(lease, n).await {
+            return match self.take_leased(lease, n, None).await {
                 Ok(None) => Outcome::bare(Ok(Duration::ZERO)),
                 Ok(Some(wait)) => Outcome::bare(Err(Throttled::after(wait).into())),
                 Err(e) => fallback(e),
@@ -336,7 +336,7 @@ impl RedisBucket {
             Outcome::bare(r.map(|()| asked.elapsed()))
         };
         if let Some(lease) = &inner.lease {
-            match self.take_leased(lease, n).await {
+            match self.take_leased(lease, n, Some(cost)).await {
                 Ok(None) => return Outcome::bare(Ok(Duration::ZERO)),
                 // Refused: book an instant, as without leases (first come, first served).
                 Ok(Some(_)) => {}
@@ -349,13 +349,28 @@ impl RedisBucket {
     /// With a lease: admit `n` tokens from it, or take a new lease (one task at
     /// a time). `Ok(None)`: admitted; `Ok(Some(wait))`: refused, the tokens fit in about
     /// `wait`.
-    async fn take_leased(&self, lease: &Lease, n: u32) -> Result<Option<Duration>, RedisError> {
+    ///
+    /// `waiter`: the caller books an instant when refused, so a lease request that the last
+    /// replies say cannot be granted yet is skipped (Redis decides the booking; a stale
+    /// hint only costs the lease, never the admission). A `try_acquire` always asks.
+    async fn take_leased(
+        &self,
+        lease: &Lease,
+        n: u32,
+        waiter: Option<u64>,
+    ) -> Result<Option<Duration>, RedisError> {
         let inner = &*self.inner;
         let counters = &inner.backend.counters;
         let _refill = loop {
             if lease.take(n, Instant::now()) {
                 bump(&counters.leased_admissions);
                 return Ok(None);
+            }
+            if let Some(cost) = waiter {
+                let at = self.likely_fits_at(n, cost);
+                if at > Instant::now() {
+                    return Ok(Some(at - Instant::now()));
+                }
             }
             match lease.start_refill() {
                 Some(refill) => break refill,
