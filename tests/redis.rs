@@ -427,7 +427,8 @@ async fn waiters_are_served_in_order_with_one_round_trip_each() {
 async fn try_acquire_asks_redis_every_time_and_its_wait_is_an_upper_bound() {
     let b = bucket(
         "local",
-        Quota::per_second(10).burst(1),
+        // 500 ms a token: room for slow round trips on a loaded machine.
+        Quota::per_second(2).burst(1),
         FailurePolicy::Closed,
     )
     .await;
@@ -436,7 +437,7 @@ async fn try_acquire_asks_redis_every_time_and_its_wait_is_an_upper_bound() {
     let w1 = wait_of(b.try_acquire(1).await);
     let w2 = wait_of(b.try_acquire(1).await);
     assert!(
-        w2 <= w1 && w1 <= Duration::from_millis(100),
+        w2 <= w1 && w1 <= Duration::from_millis(500),
         "{w2:?} vs {w1:?}"
     );
     assert_eq!(b.stats().round_trips, 3, "each refusal asked Redis");
