@@ -711,16 +711,18 @@ async fn a_far_future_window_state_is_clamped_and_written_back_on_a_refusal() {
                 .await
                 .unwrap();
         }
+        // Clamped to the booking horizon (max(1 s, W) = 1 s) past now, whose window (and,
+        // for the sliding window, the next) still counts.
         let wait = wait_of(a.try_acquire(1).await);
         assert!(
-            wait <= Duration::from_millis(400),
+            wait <= Duration::from_millis(1_000 + 2 * 200 + 1),
             "{algorithm:?}: {wait:?}"
         );
         assert_ne!(get(&mut conn, &key).await.unwrap(), value, "{algorithm:?}");
         assert_ttls(
             &mut conn,
             &key,
-            2 * 200 + 2,
+            1_000 + 3 * 200 + 2,
             &format!("{algorithm:?} clamp"),
         )
         .await;
@@ -750,10 +752,11 @@ async fn a_far_future_ramp_is_clamped_and_written_back_on_a_refusal() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        // Clamped: the next request goes within L·T (3 intervals), the ramp ends within 2·W.
+        // Clamped: the next request goes within the booking horizon (1 s) and L·T (3
+        // intervals), the ramp ends within 2·W.
         let wait = wait_of(a.try_acquire(1).await);
         assert!(
-            wait <= Duration::from_millis(201),
+            wait <= Duration::from_millis(1_000 + 201),
             "{algorithm:?}: {wait:?}"
         );
         assert_ne!(get(&mut conn, &key).await.unwrap(), value, "{algorithm:?}");
@@ -955,5 +958,87 @@ async fn a_log_total_out_of_step_with_its_entries_is_recounted() {
         assert!(wait <= Duration::from_millis(300), "{total}: {wait:?}");
         assert_eq!(get(&mut conn, &key).await.unwrap(), "L1:3", "{total}");
         assert_ttls(&mut conn, &key, 302, total).await;
+    }
+}
+
+/// Polls `b.try_acquire(1)` (a refusal takes nothing) until its wait satisfies `ok`, for at
+/// most 3 s; returns that wait.
+async fn until_wait(b: &RedisBucket, ok: impl Fn(Duration) -> bool, what: &str) -> Duration {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let wait = wait_of(b.try_acquire(1).await);
+        if ok(wait) {
+            return wait;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {wait:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_window_waiter_books_its_turn_across_processes_and_gives_it_back_when_cancelled() {
+    let mut conn = raw(&redis_url()).await;
+    // One token per 2 s window: the booking horizon is the window.
+    let quota = Quota::new(1, Duration::from_secs(2));
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingLog] {
+        let prefix = unique_prefix("book");
+        let (a, b) = (
+            handle(&prefix, quota, algorithm).await,
+            handle(&prefix, quota, algorithm).await,
+        );
+        // Start just after a window boundary (the fixed window's are aligned to the epoch).
+        let into = redis_now_us(&mut conn).await % 2_000_000;
+        tokio::time::sleep(Duration::from_micros(2_000_000 - into + 20_000)).await;
+        a.try_acquire(1).await.unwrap();
+        // A waiter of A books the next turn, about 2 s ahead.
+        let waiter = tokio::spawn({
+            let a = a.clone();
+            async move { a.acquire(1).await }
+        });
+        // B (another process) finds itself behind that booking: about 4 s.
+        until_wait(
+            &b,
+            |w| w > Duration::from_millis(3_000),
+            &format!("{algorithm:?}: B behind A's booking"),
+        )
+        .await;
+        assert!(!waiter.is_finished(), "{algorithm:?}");
+        // A's waiter goes away: its turn comes back, and B's wait is the booked turn's.
+        waiter.abort();
+        let wait = until_wait(
+            &b,
+            |w| w <= Duration::from_millis(2_000),
+            &format!("{algorithm:?}: the cancelled turn given back"),
+        )
+        .await;
+        assert!(
+            wait >= Duration::from_millis(1_000),
+            "{algorithm:?}: {wait:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_window_waiter_costs_one_round_trip_per_admission() {
+    // 2 per 200 ms: every wait lies within the booking horizon (1 s), so each admission is
+    // one booking, whatever the window.
+    let quota = Quota::new(2, Duration::from_millis(200));
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let b = handle(&unique_prefix("book-trips"), quota, algorithm).await;
+        let start = tokio::time::Instant::now();
+        for _ in 0..6 {
+            b.acquire(1).await.unwrap();
+        }
+        // Six tokens at 2 per window take at least two more windows.
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(200),
+            "{algorithm:?}: {took:?}"
+        );
+        assert_eq!(b.stats().round_trips, 6, "{algorithm:?}: {:?}", b.stats());
     }
 }

@@ -20,7 +20,7 @@ use redis_support::workers::{
 use redis_support::{free_port, raw, redis_url, unique_prefix, PrivateRedis};
 use tower::{service_fn, Service, ServiceExt};
 use tower_throttle::redis::{FailurePolicy, RedisBucket};
-use tower_throttle::{Bucket, KeyedBucket, Quota, RateLimitLayer};
+use tower_throttle::{Algorithm, Bucket, KeyedBucket, Quota, RateLimitLayer};
 
 const WORKER_ENV: &str = "TOWER_THROTTLE_DISTRIBUTED_WORKER";
 const PROCESSES: usize = 2;
@@ -71,6 +71,17 @@ fn worker_process_entry_point() {
             "weighted" => weighted_worker(&args[1], start_us, &tally).await,
             "outage" => outage_worker(&args[1], start_us, &args[3], &args[4], &tally).await,
             "fair" => fair_worker(&args[1], start_us, args[3].parse().unwrap(), &tally).await,
+            "fair-window" => {
+                let algorithm = window_algorithm(&args[4]);
+                fair_window_worker(
+                    &args[1],
+                    start_us,
+                    args[3].parse().unwrap(),
+                    algorithm,
+                    &tally,
+                )
+                .await
+            }
             m => panic!("unknown worker mode {m}"),
         }
     });
@@ -474,4 +485,196 @@ fn waiters_of_every_process_are_served_in_arrival_order() {
     let (lo, hi) = (means[0].min(means[1]), means[0].max(means[1]));
     assert!(hi <= 1.25 * lo, "unequal mean waits: {means:?}");
     assert!(worst <= 2.0 * median, "worst {worst} > 2 × median {median}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The windows: first come, first served across processes, within the window's own bound.
+
+/// One window of 20 a second, as the token bucket's fairness test (2 and 18 waiters).
+const WINDOW_FAIR_RUN: Duration = Duration::from_secs(5);
+const WINDOW_FAIR_WARM_UP: Duration = Duration::from_millis(2_000);
+
+fn window_algorithm(name: &str) -> Algorithm {
+    match name {
+        "fixed" => Algorithm::FixedWindow,
+        "sliding" => Algorithm::SlidingWindow,
+        "log" => Algorithm::SlidingLog,
+        other => panic!("unknown window {other}"),
+    }
+}
+
+/// Waiters in a loop on one window limit; prints, per admission, the wall clock when it
+/// returned and its wait (+1, µs) when measured after the warm-up, else 0.
+async fn fair_window_worker(
+    prefix: &str,
+    start_us: u64,
+    waiters: usize,
+    algorithm: Algorithm,
+    tally: &Arc<Tally>,
+) {
+    let bucket = RedisBucket::builder(Quota::per_second(FAIR_RATE))
+        .url(redis_url())
+        .key_prefix(prefix)
+        .key("fair-window")
+        .algorithm(algorithm)
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("worker connects");
+    until_unix(start_us).await;
+    let start = tokio::time::Instant::now();
+    let deadline = start + WINDOW_FAIR_RUN;
+    let tasks: Vec<_> = (0..waiters)
+        .map(|_| {
+            let (bucket, tally) = (bucket.clone(), tally.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                loop {
+                    let asked = tokio::time::Instant::now();
+                    match tokio::time::timeout_at(deadline, bucket.acquire(1)).await {
+                        Ok(Ok(())) => {
+                            tally.admit(1);
+                            let measured = asked >= start + WINDOW_FAIR_WARM_UP;
+                            let wait = asked.elapsed().as_micros() as u64;
+                            seen.push(unix_us());
+                            seen.push(if measured { wait + 1 } else { 0 });
+                        }
+                        Ok(Err(_)) => {
+                            tally.errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => break seen,
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for t in tasks {
+        seen.extend(t.await.unwrap());
+    }
+    print_values(&seen);
+}
+
+/// Runs 2 and 18 waiters in two processes on one 20/s window; returns, per process, the
+/// measured waits (µs), and every admission's wall clock (µs).
+fn run_fair_window(algorithm: &str) -> (Vec<Vec<u64>>, Vec<u64>) {
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { raw(&redis_url()).await });
+    let prefix = unique_prefix(&format!("fair-{algorithm}"));
+    let start_us = unix_us() + 1_000_000;
+    let children: Vec<_> = FAIR_WAITERS
+        .iter()
+        .map(|w| {
+            let spec = format!("fair-window {prefix} {start_us} {w} {algorithm}");
+            spawn("worker_process_entry_point", WORKER_ENV, &spec)
+        })
+        .collect();
+    let (mut waits, mut instants) = (Vec::new(), Vec::new());
+    for child in children {
+        let (r, values) = report_and_values(child);
+        assert_eq!(r["errors"], 0, "{r:?}");
+        let mut mine = Vec::new();
+        for pair in values.chunks(2) {
+            instants.push(pair[0]);
+            if pair[1] > 0 {
+                mine.push(pair[1] - 1);
+            }
+        }
+        assert!(!mine.is_empty(), "no steady-state waits");
+        waits.push(mine);
+    }
+    instants.sort_unstable();
+    (waits, instants)
+}
+
+/// Equal mean waits in both processes (within 25 %), the worst within twice the median.
+fn assert_fair(algorithm: &str, waits: &[Vec<u64>]) {
+    let means: Vec<f64> = waits
+        .iter()
+        .map(|w| w.iter().sum::<u64>() as f64 / w.len() as f64 / 1e6)
+        .collect();
+    let mut all: Vec<u64> = waits.concat();
+    all.sort_unstable();
+    let median = all[all.len() / 2] as f64 / 1e6;
+    let worst = *all.last().unwrap() as f64 / 1e6;
+    println!(
+        "fair {algorithm}: {} waits, means {means:?} s, median {median:.3} s, worst {worst:.3} s",
+        all.len()
+    );
+    let (lo, hi) = (means[0].min(means[1]), means[0].max(means[1]));
+    assert!(
+        hi <= 1.25 * lo,
+        "{algorithm}: unequal mean waits: {means:?}"
+    );
+    assert!(
+        worst <= 2.0 * median,
+        "{algorithm}: worst {worst} > 2 × median {median}"
+    );
+}
+
+/// A wall clock an admission is read at lies after its instant in Redis (the same clock,
+/// one machine) by at most this: a reply and a timer, on a loaded machine.
+const READ_LATE_US: u64 = 100_000;
+const WINDOW_US: u64 = 1_000_000;
+
+/// Every aligned window holds at most 20 admissions: those read at least `READ_LATE_US`
+/// into a window surely went in it; and in all, no more than 20 per window the run
+/// touched.
+fn assert_fixed_bound(instants: &[u64]) {
+    let limit = u64::from(FAIR_RATE);
+    let (first, last) = (instants[0], *instants.last().unwrap());
+    let windows = (last / WINDOW_US) - (first.saturating_sub(READ_LATE_US) / WINDOW_US) + 1;
+    let total = instants.len() as u64;
+    println!("fair fixed: {total} admissions over {windows} windows");
+    assert!(total <= limit * windows, "{total} in {windows} windows");
+    let mut per_window = std::collections::HashMap::<u64, u64>::new();
+    for &t in instants {
+        if t % WINDOW_US >= READ_LATE_US {
+            *per_window.entry(t / WINDOW_US).or_default() += 1;
+        }
+    }
+    for (w, n) in per_window {
+        assert!(n <= limit, "window {w}: {n} admissions");
+    }
+}
+
+/// Any interval of a window's length holds at most 20 admissions (read up to
+/// `READ_LATE_US` late: those read within `W − READ_LATE_US` went within `W`).
+fn assert_log_bound(instants: &[u64]) {
+    let limit = FAIR_RATE as usize;
+    for (i, &t) in instants.iter().enumerate() {
+        let within = instants[i..]
+            .iter()
+            .take_while(|&&u| u < t + WINDOW_US - READ_LATE_US)
+            .count();
+        assert!(
+            within <= limit,
+            "{within} admissions within a window from {t}"
+        );
+    }
+}
+
+#[test]
+fn fixed_window_waiters_of_every_process_are_served_in_arrival_order() {
+    let (waits, instants) = run_fair_window("fixed");
+    assert_fair("fixed", &waits);
+    assert_fixed_bound(&instants);
+}
+
+#[test]
+fn sliding_window_waiters_of_every_process_are_served_in_arrival_order() {
+    let (waits, instants) = run_fair_window("sliding");
+    assert_fair("sliding", &waits);
+    // The estimate's own bound: at most the count per window on average.
+    let (first, last) = (instants[0], *instants.last().unwrap());
+    let windows = (last / WINDOW_US) - (first.saturating_sub(READ_LATE_US) / WINDOW_US) + 1;
+    assert!(instants.len() as u64 <= u64::from(FAIR_RATE) * windows);
+}
+
+#[test]
+fn sliding_log_waiters_of_every_process_are_served_in_arrival_order() {
+    let (waits, instants) = run_fair_window("log");
+    assert_fair("log", &waits);
+    assert_log_bound(&instants);
 }

@@ -284,8 +284,7 @@ async fn a_readied_service_dropped_without_a_call_gives_its_redis_token_back() {
         "the token is held"
     );
     // Readied, never called: the token goes back to Redis, written in the background, so
-    // it lands within a bounded time. (A fresh handle each time: a handle that was refused
-    // may remember the refusal.)
+    // it lands within a bounded time.
     drop(svc);
     let deadline = Instant::now() + Duration::from_secs(2);
     while process(&prefix, quota)
@@ -300,4 +299,111 @@ async fn a_readied_service_dropped_without_a_call_gives_its_redis_token_back() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Waits, bounded, until the Redis key `key` is gone: a release that gave back the only
+/// token of a one-an-hour bucket leaves it full again, which Redis stores as no state.
+async fn until_given_back(key: &str) {
+    let mut conn = redis_support::raw(&redis_url()).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if exists == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the token never came back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_refused_handle_admits_once_another_process_gave_the_token_back() {
+    let prefix = unique_prefix("stale-refusal");
+    // One token an hour: only a release can make a second admission possible.
+    let quota = Quota::per_hour(1).burst(1);
+    let (a, b) = (process(&prefix, quota).await, process(&prefix, quota).await);
+    let mut held =
+        RateLimitLayer::new(b.clone()).layer(service_fn(|()| async { Ok::<_, Infallible>(()) }));
+    held.ready().await.unwrap();
+    // A is refused, with a wait of about an hour, and remembers it.
+    let wait = a
+        .try_acquire_shared(1)
+        .await
+        .expect_err("B holds the token")
+        .wait()
+        .expect("a throttled answer");
+    assert!(wait > Duration::from_secs(3000), "{wait:?}");
+    // B gives its token back (readied, never called).
+    drop(held);
+    until_given_back(&format!("{prefix}:{{api}}")).await;
+    // A asks Redis again instead of repeating its refusal.
+    a.try_acquire_shared(1)
+        .await
+        .expect("the token B gave back is A's");
+    assert!(
+        b.try_acquire_shared(1).await.is_err(),
+        "one token an hour in all"
+    );
+}
+
+#[tokio::test]
+async fn a_rejecting_layer_admits_once_another_process_gave_the_token_back() {
+    let prefix = unique_prefix("stale-reject");
+    let quota = Quota::per_hour(1).burst(1);
+    let (a, b) = (process(&prefix, quota).await, process(&prefix, quota).await);
+    let server = RateLimitLayer::new(a)
+        .reject()
+        .layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+    let mut held = RateLimitLayer::new(b).layer(service_fn(|()| async { Ok::<_, Infallible>(()) }));
+    held.ready().await.unwrap();
+    let status = |svc: &tower::util::BoxCloneService<Request<String>, Response<String>, _>| {
+        svc.clone().oneshot(Request::new(String::new()))
+    };
+    let server = tower::util::BoxCloneService::new(server);
+    let code = |r: Result<Response<String>, _>| r.unwrap().status();
+    assert_eq!(code(status(&server).await), StatusCode::TOO_MANY_REQUESTS);
+    drop(held);
+    until_given_back(&format!("{prefix}:{{api}}")).await;
+    assert_eq!(
+        code(status(&server).await),
+        StatusCode::OK,
+        "asked Redis again"
+    );
+    assert_eq!(code(status(&server).await), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn a_keyed_rejecting_layer_admits_once_another_process_gave_the_token_back() {
+    let prefix = unique_prefix("stale-keyed");
+    let quota = Quota::per_hour(1).burst(1);
+    let keyed = keyed_process(&prefix, quota).await;
+    let other = tower_throttle::redis::RedisKeyed::builder(quota)
+        .url(redis_url())
+        .key_prefix(&prefix)
+        .build()
+        .await
+        .unwrap();
+    let server = RateLimitLayer::keyed(keyed, tower_throttle::keyed::HeaderKey::x_api_key())
+        .reject()
+        .layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+    let status = |server: &_| {
+        let svc: tower::util::BoxCloneService<Request<String>, Response<String>, _> =
+            tower::util::BoxCloneService::clone(server);
+        async move { svc.oneshot(keyed_request("k")).await.unwrap().status() }
+    };
+    let server = tower::util::BoxCloneService::new(server);
+    // The other process takes key k's token; this one is refused.
+    other.try_acquire("k", 1).await.unwrap();
+    assert_eq!(status(&server).await, StatusCode::TOO_MANY_REQUESTS);
+    other.release("k", 1).await.unwrap();
+    assert_eq!(status(&server).await, StatusCode::OK, "asked Redis again");
+    assert_eq!(status(&server).await, StatusCode::TOO_MANY_REQUESTS);
 }

@@ -10,13 +10,24 @@
 //! in-process decision to call by mistake: a remote limit is decided remotely on every
 //! path, or the path does not compile.
 //!
+//! Every remote decision goes through [`RemoteRef`], which tells the bucket's
+//! [`Observer`] what the store decided (admissions with the time waited, refusals, the
+//! tokens left when the store says), as the in-process decisions do: no path of a remote
+//! bucket can skip the observer.
+//!
 //! A remote bucket still keeps an in-process state at the same quota: it holds this
 //! process's side of a [`pause`](Bucket::pause) at once, and feeds
 //! [`snapshot`](Bucket::snapshot) (which says so: [`Snapshot::local_view`](super::Snapshot::local_view)).
 
+use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::{Bucket, Permit, QueueFull, Remote, Reservation, Shared};
+use super::{
+    Bucket, Denied, Outcome, Permit, QueueFull, Remote, RemoteAcquire, RemoteDecision,
+    RemoteOutcome, Reservation, Shared,
+};
+use crate::observe::Observer;
 
 /// Where a bucket's limit is decided. Every admission path matches on it.
 #[derive(Debug)]
@@ -24,7 +35,21 @@ pub(crate) enum Backend<'a> {
     /// In this process.
     Local(Local<'a>),
     /// In a store shared with other processes.
-    Remote(&'a Arc<dyn Remote>),
+    Remote(RemoteRef<'a>),
+}
+
+/// The decisions of a bucket kept in a shared store: each one asks the store, and tells
+/// the bucket's observer what it answered.
+#[derive(Clone, Copy)]
+pub(crate) struct RemoteRef<'a> {
+    remote: &'a Arc<dyn Remote>,
+    shared: &'a Arc<Shared>,
+}
+
+impl fmt::Debug for RemoteRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RemoteRef").field(self.remote).finish()
+    }
 }
 
 /// The decisions of a bucket kept in this process: only a [`Backend::Local`] has them.
@@ -38,7 +63,10 @@ impl Bucket {
     #[inline]
     pub(crate) fn backend(&self) -> Backend<'_> {
         match self.shared.remote() {
-            Some(remote) => Backend::Remote(remote),
+            Some(remote) => Backend::Remote(RemoteRef {
+                remote,
+                shared: &self.shared,
+            }),
             None => Backend::Local(Local {
                 shared: &self.shared,
             }),
@@ -63,5 +91,63 @@ impl Local<'_> {
     #[inline]
     pub(crate) fn try_admit(self, n: u32) -> Result<Permit, u64> {
         self.shared.try_admit(n)
+    }
+}
+
+impl RemoteRef<'_> {
+    /// Wait until `n` tokens are admitted by the shared limit.
+    pub(crate) fn acquire(self, n: u32) -> RemoteAcquire {
+        self.observed(n, self.remote.acquire(n))
+    }
+
+    /// Decide whether `n` tokens fit: now, or within `max_wait` (zero: without waiting).
+    pub(crate) fn try_acquire(self, n: u32, max_wait: Duration) -> RemoteDecision {
+        self.observed(n, self.remote.try_acquire(n, max_wait))
+    }
+
+    /// Give back `n` tokens of an admission that was not used (fire and forget).
+    pub(crate) fn release(self, n: u32) {
+        self.remote.release(n);
+    }
+
+    /// Hold every process for `cooldown` (fire and forget; the caller holds this process
+    /// and tells the observer).
+    pub(crate) fn pause(self, cooldown: Duration) {
+        self.remote.pause(cooldown);
+    }
+
+    /// The decision, reported to the bucket's observer when it has one.
+    fn observed(self, n: u32, decision: RemoteOutcome) -> RemoteAcquire {
+        let Some(observer) = self.shared.observer.clone() else {
+            return Box::pin(async move { decision.await.result.map(drop) });
+        };
+        Box::pin(async move {
+            let outcome = decision.await;
+            report(observer.as_ref(), n, &outcome);
+            outcome.result.map(drop)
+        })
+    }
+}
+
+/// Tell `o` what a remote decision of `n` tokens was, as the in-process decisions do: an
+/// admission with the time waited (and, after a wait, the tokens left), a refusal with its
+/// wait and the tokens left. A store that failed refuses nothing it decided: not reported.
+fn report(o: &dyn Observer, n: u32, outcome: &Outcome) {
+    match &outcome.result {
+        Ok(waited) => {
+            o.admitted(n, *waited);
+            if !waited.is_zero() {
+                if let Some(available) = outcome.available {
+                    o.tokens(available);
+                }
+            }
+        }
+        Err(Denied::Throttled(t)) => {
+            o.refused(n, t.wait(), false);
+            if let Some(available) = outcome.available {
+                o.tokens(available);
+            }
+        }
+        Err(_) => {}
     }
 }

@@ -45,7 +45,7 @@ pub(crate) use self::clock::Clock;
 pub(crate) use self::gcra::schedule;
 #[cfg(feature = "redis")]
 pub(crate) use self::remote::RemoteLearned;
-pub(crate) use self::remote::{Remote, RemoteAcquire, RemoteDecision};
+pub(crate) use self::remote::{Outcome, Remote, RemoteAcquire, RemoteDecision, RemoteOutcome};
 pub(crate) use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
 pub(crate) use self::window::{carried as sliding_carried, fits as sliding_fits};

@@ -90,7 +90,9 @@ pub struct RedisStats {
     /// Decisions made by the [`FailurePolicy`] instead of Redis: after a failure, and while
     /// Redis is left alone after one.
     pub fallbacks: u64,
-    /// `try_acquire` calls refused from what an earlier reply said, without a round trip.
+    /// Always 0: `try_acquire` asks Redis every time (what an earlier reply said may be
+    /// stale once another process gives tokens back or the rate changes). Kept so that code
+    /// reading it still builds.
     pub local_refusals: u64,
     /// Leases taken from Redis (with [`lease`](super::RedisBucketBuilder::lease)); each is one
     /// of the round trips.
@@ -104,7 +106,6 @@ pub(crate) struct Counters {
     round_trips: AtomicU64,
     failures: AtomicU64,
     pub(crate) fallbacks: AtomicU64,
-    pub(crate) local_refusals: AtomicU64,
     pub(crate) leases: AtomicU64,
     pub(crate) leased_admissions: AtomicU64,
 }
@@ -119,6 +120,9 @@ pub(crate) struct Timed {
     pub(crate) reply: Reply,
     /// Tokens granted: 0 or 1, or for a lease up to its size.
     pub(crate) granted: u32,
+    /// Windows: the admission's instant on the Redis clock, µs (0: none said), which a
+    /// release of a booking names.
+    pub(crate) at_us: u64,
     pub(crate) sent: Instant,
     pub(crate) received: Instant,
 }
@@ -153,8 +157,6 @@ pub(crate) struct Backend {
     failed_in_a_row: AtomicU32,
     /// Runs of failures begun so far: a fallback sees a new outage when this moves.
     outages: AtomicU64,
-    /// The last failed call's end, ns since `origin` (0: none).
-    last_failure: AtomicU64,
     origin: Instant,
     pub(crate) counters: Counters,
 }
@@ -188,10 +190,12 @@ impl Backend {
             Algorithm::TokenBucket => (tau, reply_limit_us),
             Algorithm::LeakyBucket { .. } => (interval_us, reply_limit_us),
             _ => {
-                // Windows: waits and states reach at most two windows past a pause, and the
+                // Windows: waits and states reach a few windows past a pause and the booking
+                // horizon (counted below, once more here for a ramp booked ahead), and the
                 // scripts multiply counts by window times.
                 let span = window_us
-                    .checked_mul(2)
+                    .checked_mul(4)
+                    .and_then(|w| w.checked_add(RESERVE_HORIZON_US.max(window_us)))
                     .and_then(|w| w.checked_add(reply_limit_us))
                     .filter(|&span| span <= MAX_SPAN_US);
                 let product = window_us
@@ -210,8 +214,16 @@ impl Backend {
         };
 
         // A booked instant may lie the booking horizon ahead: replies and states reach that
-        // much further.
-        let reserve_us = RESERVE_HORIZON_US.max(tolerance_us);
+        // much further. The token and leaky bucket book up to `max(1 s, tau)` ahead, the
+        // windows up to `max(1 s, W)` (`HW` in their scripts).
+        let reserve_us = if matches!(
+            algorithm,
+            Algorithm::TokenBucket | Algorithm::LeakyBucket { .. }
+        ) {
+            RESERVE_HORIZON_US.max(tolerance_us)
+        } else {
+            RESERVE_HORIZON_US.max(window_us)
+        };
         let reply_limit_us = reply_limit_us
             .checked_add(reserve_us)
             .filter(|&span| span <= MAX_SPAN_US)
@@ -237,7 +249,6 @@ impl Backend {
             down_until: AtomicU64::new(0),
             failed_in_a_row: AtomicU32::new(0),
             outages: AtomicU64::new(0),
-            last_failure: AtomicU64::new(0),
             origin: Instant::now(),
             counters: Counters::default(),
             options,
@@ -281,7 +292,7 @@ impl Backend {
             round_trips: c.round_trips.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
-            local_refusals: c.local_refusals.load(Ordering::Relaxed),
+            local_refusals: 0,
             leases: c.leases.load(Ordering::Relaxed),
             leased_admissions: c.leased_admissions.load(Ordering::Relaxed),
         }
@@ -362,9 +373,9 @@ impl Backend {
             .await
     }
 
-    /// Token and leaky bucket: take `n` tokens of the bucket at `key` for the earliest
-    /// instant they fit, if that is within the reservation horizon. An admitted reply's
-    /// `wait` is the time from the script's run to that instant.
+    /// Take `n` tokens of the bucket at `key` for the earliest instant they fit (after
+    /// every earlier booking), if that is within the reservation horizon. An admitted
+    /// reply's `wait` is the time from the script's run to that instant.
     pub(crate) async fn reserve(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
         self.run(&self.scripts.acquire, key, u64::from(n), 1, None)
             .await
@@ -377,7 +388,19 @@ impl Backend {
 
     /// Give back `n` tokens of an unused admission of the bucket at `key`.
     pub(crate) async fn release(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.release, key, u64::from(n), 0, None)
+        self.release_booked(key, n, 0).await
+    }
+
+    /// Give back `n` tokens of an admission booked for the instant `at_us` (Redis clock,
+    /// from its reply; 0: an admission made now) that was not used. The windows give them
+    /// back to the window of that instant (the token and leaky bucket need no instant).
+    pub(crate) async fn release_booked(
+        &self,
+        key: &str,
+        n: u32,
+        at_us: u64,
+    ) -> Result<Timed, RedisError> {
+        self.run(&self.scripts.release, key, u64::from(n), at_us, None)
             .await
     }
 
@@ -431,11 +454,12 @@ impl Backend {
             Err(_) => Err(RedisError::new(RedisErrorKind::Timeout, "redis timed out")),
         };
         match result {
-            Ok((reply, granted)) => {
+            Ok((reply, granted, at_us)) => {
                 self.breaker_success();
                 Ok(Timed {
                     reply,
                     granted,
+                    at_us,
                     sent,
                     received,
                 })
@@ -458,20 +482,6 @@ impl Backend {
     /// this has moved since it last decided.
     pub(crate) fn outages(&self) -> u64 {
         self.outages.load(Ordering::Acquire)
-    }
-
-    /// Whether a call failed after `since`: a waiter that queued behind it is answered by
-    /// the failure policy at once, rather than after a timeout of its own.
-    pub(crate) fn failed_since(&self, since: Instant) -> Option<RedisError> {
-        let at = self.last_failure.load(Ordering::Acquire);
-        let since = u64::try_from(since.saturating_duration_since(self.origin).as_nanos())
-            .unwrap_or(u64::MAX);
-        (at != 0 && at > since).then(|| {
-            RedisError::new(
-                RedisErrorKind::Unavailable,
-                "redis failed while this request waited its turn",
-            )
-        })
     }
 
     /// Whether this call may go to Redis. After [`BREAKER_THRESHOLD`] failures in a row,
@@ -510,7 +520,6 @@ impl Backend {
             trace_event!(warn, error = %e, "redis rate limit key unusable; failure policy applies");
             return;
         }
-        self.last_failure.fetch_max(self.now_ns(), Ordering::AcqRel);
         let in_a_row = self.failed_in_a_row.fetch_add(1, Ordering::AcqRel);
         if in_a_row == 0 {
             self.outages.fetch_add(1, Ordering::AcqRel);

@@ -14,6 +14,8 @@ use super::failure::{acquire_fallback, pause_fallback, try_acquire_fallback, Fai
 use super::lane::Hint;
 use super::lease::Lease;
 use super::script::Reply;
+use crate::bucket::Outcome;
+use crate::observe::Observer;
 use crate::{Algorithm, Bucket, Denied, ExceedsBurst, Quota, Throttled};
 
 /// A rate limit kept in Redis: one limit shared by every process, task and clone that uses
@@ -29,12 +31,11 @@ use crate::{Algorithm, Bucket, Denied, ExceedsBurst, Quota, Throttled};
 ///   token bucket, over any interval of length `t`, admitted tokens ≤ `burst + rate·t` (the
 ///   interval is rounded up to whole microseconds); for the sliding log, at most `count` in
 ///   every window of length `period`.
-/// - **Fair, quiet waiting**: with the token and leaky bucket, an
-///   [`acquire`](RedisBucket::acquire) waiter books its admission instant in Redis (one
-///   round trip) and sleeps until it: Redis hands out instants in arrival order, so the
-///   waiters of every process are served first come, first served, and replicas with more
-///   waiters see the same waits as the others. With the windows, waiters of one process
-///   line up and only the first asks Redis; heads of different processes race.
+/// - **Fair, quiet waiting**, every algorithm: an [`acquire`](RedisBucket::acquire) waiter
+///   books its admission instant in Redis (one round trip) and sleeps until it: Redis
+///   hands out instants in arrival order, so the waiters of every process are served
+///   first come, first served, and replicas with more waiters see the same waits as the
+///   others.
 /// - **Failure policy**: every call is bounded by the timeout; when Redis fails, the
 ///   [`FailurePolicy`] answers (by default `Closed`: refuse), and Redis is used again as
 ///   soon as it answers.
@@ -72,10 +73,11 @@ struct Inner {
     /// With [`RedisBucketBuilder::lease`]: the tokens this process holds.
     lease: Option<Lease>,
     hint: Hint,
-    lane: tokio::sync::Mutex<()>,
     local: Option<Bucket>,
     /// The run of failures the local fallback last decided in.
     local_outage: AtomicU64,
+    /// Told what a [`Bucket`] made from this one decides.
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl RedisBucket {
@@ -99,6 +101,7 @@ impl RedisBucket {
         options: Options,
         quota: Quota,
         key: String,
+        observer: Option<Arc<dyn Observer>>,
     ) -> Result<Self, RedisError> {
         let algorithm = options.algorithm;
         let local = options
@@ -113,9 +116,9 @@ impl RedisBucket {
                 key,
                 lease,
                 hint: Hint::new(),
-                lane: tokio::sync::Mutex::new(()),
                 local,
                 local_outage: AtomicU64::new(0),
+                observer,
             }),
         })
     }
@@ -154,6 +157,15 @@ impl RedisBucket {
         self.inner.lease.as_ref().map_or(0, Lease::tokens)
     }
 
+    /// A [`Bucket`] builder on this shared limit, with its observer.
+    pub(crate) fn bucket_builder(self) -> crate::BucketBuilder {
+        let mut builder = Bucket::builder(self.quota()).algorithm(self.algorithm());
+        if let Some(observer) = &self.inner.observer {
+            builder = builder.observer(Arc::clone(observer));
+        }
+        builder.remote(Arc::new(self) as Arc<dyn crate::bucket::Remote>)
+    }
+
     pub(super) fn backend(&self) -> &Backend {
         &self.inner.backend
     }
@@ -172,20 +184,6 @@ impl RedisBucket {
             });
         }
         Ok(u64::from(n) * self.inner.backend.interval_ns())
-    }
-
-    /// Whether `n` tokens (`cost` ns) surely cannot fit now, from what earlier replies said;
-    /// if so, the wait.
-    fn refused_locally(&self, n: u32, cost: u64) -> Option<Duration> {
-        let inner = &*self.inner;
-        let now = Instant::now();
-        if inner.backend.is_gcra() {
-            inner
-                .hint
-                .surely_refused(now, cost, inner.backend.tolerance_ns())
-        } else {
-            inner.hint.window_refused(now, n)
-        }
     }
 
     /// The instant `n` tokens (`cost` ns) should fit, from what earlier replies said.
@@ -225,9 +223,11 @@ impl RedisBucket {
 
     /// Take `n` tokens now, or say how long until they fit.
     ///
-    /// One round trip to Redis, unless an earlier reply already says the tokens cannot fit
-    /// yet: then it refuses at once ([`RedisStats::local_refusals`]). It never waits or
-    /// queues (and does not see this process's waiters in [`acquire`](Self::acquire)).
+    /// One round trip to Redis, every time: what an earlier reply said never refuses here,
+    /// since another process may have given tokens back, or the rate may have changed,
+    /// since then (with a [lease](RedisBucketBuilder::lease), tokens held in it are admitted
+    /// without a round trip). It never waits or queues (and does not see this process's
+    /// waiters in [`acquire`](Self::acquire)).
     ///
     /// # Errors
     /// - [`Denied::Throttled`] with the wait until `n` tokens fit;
@@ -236,53 +236,77 @@ impl RedisBucket {
     /// - when Redis fails, whatever the [`FailurePolicy`] says: nothing (`Open`),
     ///   [`Denied::Backend`] (`Closed`), the local bucket's answer (`Local`).
     pub async fn try_acquire(&self, n: u32) -> Result<(), Denied> {
+        self.try_acquire_outcome(n).await.result.map(drop)
+    }
+
+    /// [`try_acquire`](Self::try_acquire), with what an observer is told.
+    pub(crate) async fn try_acquire_outcome(&self, n: u32) -> Outcome {
         if n == 0 {
-            return Ok(());
+            return Outcome::bare(Ok(Duration::ZERO));
         }
-        let cost = self.check(n)?;
+        if let Err(e) = self.check(n) {
+            return Outcome::bare(Err(e.into()));
+        }
         let inner = &*self.inner;
+        let fallback = |e| {
+            bump(&inner.backend.counters.fallbacks);
+            let r = try_acquire_fallback(inner.backend.policy(), self.fallback(), n, e);
+            Outcome::bare(r.map(|()| Duration::ZERO))
+        };
         if let Some(lease) = &inner.lease {
-            return match self.take_leased(lease, n, cost).await {
-                Ok(None) => Ok(()),
-                Ok(Some(wait)) => Err(Throttled::after(wait).into()),
-                Err(e) => {
-                    bump(&inner.backend.counters.fallbacks);
-                    try_acquire_fallback(inner.backend.policy(), self.fallback(), n, e)
-                }
+            return match self.take_leased(lease, n, None).await {
+                Ok(None) => Outcome::bare(Ok(Duration::ZERO)),
+                Ok(Some(wait)) => Outcome::bare(Err(Throttled::after(wait).into())),
+                Err(e) => fallback(e),
             };
-        }
-        if let Some(wait) = self.refused_locally(n, cost) {
-            bump(&inner.backend.counters.local_refusals);
-            return Err(Throttled::after(wait).into());
         }
         match inner.backend.acquire(&inner.key, n).await {
             Ok(t) => {
                 let reply = self.learn(&t, n);
-                if reply.admitted {
-                    Ok(())
+                let result = if reply.admitted {
+                    Ok(Duration::ZERO)
                 } else {
                     Err(Throttled::after(reply.wait).into())
+                };
+                Outcome {
+                    result,
+                    available: self.available(&reply),
                 }
             }
-            Err(e) => {
-                bump(&inner.backend.counters.fallbacks);
-                try_acquire_fallback(inner.backend.policy(), self.fallback(), n, e)
-            }
+            Err(e) => fallback(e),
         }
+    }
+
+    /// The whole tokens left once a decision `reply` takes effect (its booked instant, for
+    /// an admission booked later), when the algorithm's state says it: token and leaky
+    /// bucket. The windows' replies do not.
+    fn available(&self, reply: &Reply) -> Option<u32> {
+        let backend = &self.inner.backend;
+        if !backend.is_gcra() {
+            return None;
+        }
+        let mut full = reply.full_in;
+        if reply.admitted {
+            full = full.saturating_sub(reply.wait);
+        }
+        let full = u64::try_from(full.as_nanos()).unwrap_or(u64::MAX);
+        let free = backend.tolerance_ns().saturating_sub(full) / backend.interval_ns().max(1);
+        Some(u32::try_from(free).unwrap_or(u32::MAX))
     }
 
     /// Wait until `n` tokens are available, then take them.
     ///
-    /// Token and leaky bucket: the waiter books the earliest instant its tokens fit in Redis
-    /// (if within the booking horizon, `max(1 s, burst × interval)`; else it sleeps until it
-    /// is and asks again), then sleeps until that instant: waiters of every process are served
-    /// in the order they reach Redis. Dropping the future while it sleeps gives its tokens
-    /// back (the next to ask gets them; waiters already booked keep their instants).
-    /// Instants booked before a [`pause`](Self::pause) of another process are kept: at most
-    /// the booking horizon's worth of tokens.
-    ///
-    /// Windows: waiters of this process are served first come, first served; only the first
-    /// talks to Redis, sleeping until the instant the last reply said its tokens fit.
+    /// The waiter books the earliest instant its tokens fit in Redis, after every earlier
+    /// booking (if within the booking horizon: `max(1 s, burst × interval)` for the token
+    /// and leaky bucket, `max(1 s, period)` for the windows; else it sleeps until it is and
+    /// asks again), then sleeps until that instant: waiters of every process are served
+    /// in the order they reach Redis, whatever the algorithm. A window counts a booking in
+    /// the window of its instant at once. Dropping the future while it sleeps gives its
+    /// tokens back (the next to ask gets them; waiters already booked keep their instants;
+    /// a window gives them back while it is still kept in Redis, the sliding window's later
+    /// requests still go after the instant that was booked). Instants booked before a
+    /// [`pause`](Self::pause) of another process are kept: at most the booking horizon's
+    /// worth of tokens.
     ///
     /// Dropped during its round trip, the tokens may have been taken.
     ///
@@ -292,63 +316,48 @@ impl RedisBucket {
     /// - when Redis fails, whatever the [`FailurePolicy`] says: admit (`Open`),
     ///   [`Denied::Backend`] (`Closed`), wait on the local bucket (`Local`).
     pub async fn acquire(&self, n: u32) -> Result<(), Denied> {
-        if n == 0 {
-            return Ok(());
-        }
-        let cost = self.check(n)?;
-        if let Some(lease) = &self.inner.lease {
-            match self.take_leased(lease, n, cost).await {
-                Ok(None) => return Ok(()),
-                // Refused: book an instant, as without leases (first come, first served).
-                Ok(Some(_)) => {}
-                Err(e) => {
-                    let backend = &self.inner.backend;
-                    bump(&backend.counters.fallbacks);
-                    return acquire_fallback(backend.policy(), self.fallback(), n, e).await;
-                }
-            }
-        }
-        if self.inner.backend.is_gcra() {
-            return self.acquire_reserving(n, cost).await;
-        }
-        let inner = &*self.inner;
-        let asked = Instant::now();
-        let _turn = inner.lane.lock().await;
-        // Redis failed while this waiter queued: the policy answers now, so every waiter
-        // of a failing store gets its answer within about one timeout.
-        if let Some(e) = inner.backend.failed_since(asked) {
-            bump(&inner.backend.counters.fallbacks);
-            return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
-        }
-        loop {
-            // Re-read after every sleep: a pause may have moved the instant later.
-            let at = self.likely_fits_at(n, cost);
-            if at > Instant::now() {
-                tokio::time::sleep_until(at).await;
-                continue;
-            }
-            match inner.backend.acquire(&inner.key, n).await {
-                Ok(t) => {
-                    if self.learn(&t, n).admitted {
-                        return Ok(());
-                    }
-                }
-                Err(e) => {
-                    bump(&inner.backend.counters.fallbacks);
-                    return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
-                }
-            }
-        }
+        self.acquire_outcome(n).await.result.map(drop)
     }
 
-    /// With a lease: admit `n` tokens (`cost` ns) from it, or take a new lease (one task at
+    /// [`acquire`](Self::acquire), with what an observer is told.
+    pub(crate) async fn acquire_outcome(&self, n: u32) -> Outcome {
+        if n == 0 {
+            return Outcome::bare(Ok(Duration::ZERO));
+        }
+        let cost = match self.check(n) {
+            Ok(cost) => cost,
+            Err(e) => return Outcome::bare(Err(e.into())),
+        };
+        let inner = &*self.inner;
+        let asked = Instant::now();
+        let fallback = |e| async move {
+            bump(&inner.backend.counters.fallbacks);
+            let r = acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
+            Outcome::bare(r.map(|()| asked.elapsed()))
+        };
+        if let Some(lease) = &inner.lease {
+            match self.take_leased(lease, n, Some(cost)).await {
+                Ok(None) => return Outcome::bare(Ok(Duration::ZERO)),
+                // Refused: book an instant, as without leases (first come, first served).
+                Ok(Some(_)) => {}
+                Err(e) => return fallback(e).await,
+            }
+        }
+        self.acquire_reserving(n, cost).await
+    }
+
+    /// With a lease: admit `n` tokens from it, or take a new lease (one task at
     /// a time). `Ok(None)`: admitted; `Ok(Some(wait))`: refused, the tokens fit in about
     /// `wait`.
+    ///
+    /// `waiter`: the caller books an instant when refused, so a lease request that the last
+    /// replies say cannot be granted yet is skipped (Redis decides the booking; a stale
+    /// hint only costs the lease, never the admission). A `try_acquire` always asks.
     async fn take_leased(
         &self,
         lease: &Lease,
         n: u32,
-        cost: u64,
+        waiter: Option<u64>,
     ) -> Result<Option<Duration>, RedisError> {
         let inner = &*self.inner;
         let counters = &inner.backend.counters;
@@ -357,9 +366,11 @@ impl RedisBucket {
                 bump(&counters.leased_admissions);
                 return Ok(None);
             }
-            if let Some(wait) = self.refused_locally(n, cost) {
-                bump(&counters.local_refusals);
-                return Ok(Some(wait));
+            if let Some(cost) = waiter {
+                let at = self.likely_fits_at(n, cost);
+                if at > Instant::now() {
+                    return Ok(Some(at - Instant::now()));
+                }
             }
             match lease.start_refill() {
                 Some(refill) => break refill,
@@ -404,21 +415,24 @@ impl RedisBucket {
         });
     }
 
-    /// Token and leaky bucket: book the admission instant in Redis, then sleep until it.
+    /// Book the admission instant in Redis, then sleep until it.
     ///
     /// Redis hands out instants in the order requests reach it, whichever process sends
     /// them, so waiters of every process are served first come, first served, as by the
-    /// in-process bucket. A waiter whose instant lies beyond the reservation horizon sleeps
+    /// in-process bucket (every algorithm). A waiter whose instant lies beyond the reservation horizon sleeps
     /// until it is within it (as far as the last reply knows) and asks again. Dropped while
     /// sleeping on a booked instant, it gives the tokens back.
-    async fn acquire_reserving(&self, n: u32, cost: u64) -> Result<(), Denied> {
+    async fn acquire_reserving(&self, n: u32, cost: u64) -> Outcome {
         let inner = &*self.inner;
         let horizon = inner.backend.reserve_horizon();
+        let asked = Instant::now();
+        let mut slept = false;
         loop {
             // Re-read after every sleep: a pause may have moved the instant later.
             let at = self.likely_fits_at(n, cost);
             if let Some(early) = at.checked_sub(horizon) {
                 if early > Instant::now() {
+                    slept = true;
                     tokio::time::sleep_until(early).await;
                     continue;
                 }
@@ -429,16 +443,26 @@ impl RedisBucket {
                     if reply.admitted {
                         if !reply.wait.is_zero() {
                             // The script ran before the reply came: never early.
-                            let booked = Booked::new(self, n);
+                            let booked = Booked::new(self, n, t.at_us);
                             tokio::time::sleep_until(t.received + reply.wait).await;
                             booked.used();
+                            slept = true;
                         }
-                        return Ok(());
+                        let waited = if slept {
+                            asked.elapsed()
+                        } else {
+                            Duration::ZERO
+                        };
+                        return Outcome {
+                            result: Ok(waited),
+                            available: self.available(&reply),
+                        };
                     }
                 }
                 Err(e) => {
                     bump(&inner.backend.counters.fallbacks);
-                    return acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
+                    let r = acquire_fallback(inner.backend.policy(), self.fallback(), n, e).await;
+                    return Outcome::bare(r.map(|()| asked.elapsed()));
                 }
             }
         }
@@ -509,13 +533,16 @@ impl RedisBucket {
 struct Booked<'a> {
     bucket: Option<&'a RedisBucket>,
     n: u32,
+    /// The booked instant on the Redis clock, µs, as the reply said (windows; else 0).
+    at_us: u64,
 }
 
 impl<'a> Booked<'a> {
-    fn new(bucket: &'a RedisBucket, n: u32) -> Self {
+    fn new(bucket: &'a RedisBucket, n: u32, at_us: u64) -> Self {
         Booked {
             bucket: Some(bucket),
             n,
+            at_us,
         }
     }
 
@@ -530,10 +557,11 @@ impl Drop for Booked<'_> {
         let Some(bucket) = self.bucket.take() else {
             return;
         };
-        let (bucket, n) = (bucket.clone(), self.n);
+        let (bucket, n, at_us) = (bucket.clone(), self.n, self.at_us);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let _ = bucket.release(n).await;
+                let inner = &*bucket.inner;
+                let _ = inner.backend.release_booked(&inner.key, n, at_us).await;
             });
         }
     }

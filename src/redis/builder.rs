@@ -1,11 +1,15 @@
 //! The builders of [`RedisBucket`] and [`RedisKeyed`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::backend::Options;
 use super::error::RedisError;
 use super::failure::FailurePolicy;
 use super::{RedisBucket, RedisKeyed};
+use crate::observe::Observer;
+#[cfg(doc)]
+use crate::Bucket;
 use crate::{Algorithm, Quota};
 
 /// The settings both builders share, with their docs.
@@ -135,6 +139,7 @@ pub struct RedisBucketBuilder {
     name: Option<String>,
     lease: Option<u32>,
     lease_period: Duration,
+    observer: Option<Arc<dyn Observer>>,
     options: Options,
 }
 
@@ -150,6 +155,7 @@ impl RedisBucketBuilder {
             name: None,
             lease: None,
             lease_period: DEFAULT_LEASE_PERIOD,
+            observer: None,
             options: Options::default(),
         }
     }
@@ -212,6 +218,19 @@ impl RedisBucketBuilder {
         self
     }
 
+    /// Report to `observer` (see [`observe`](crate::observe)) what every [`Bucket`]
+    /// made from this Redis bucket (`Bucket::from(redis)`, [`RedisBucket::adaptive`])
+    /// decides, on every path: the waiting layer, [`Bucket::acquire`],
+    /// [`Bucket::try_acquire_shared`] and the rejecting layer report admissions (with the
+    /// time waited), refusals and pauses, as an in-process bucket's observer
+    /// ([`BucketBuilder::observer`](crate::BucketBuilder::observer)) does. Token levels
+    /// are reported for the token and leaky bucket, whose replies say them (the windows'
+    /// replies do not). Calls of the `RedisBucket` itself are not reported.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Check the settings and connect to Redis.
     ///
     /// Needs a tokio runtime (the connection runs on it).
@@ -243,7 +262,7 @@ impl RedisBucketBuilder {
             .as_deref()
             .ok_or(RedisError::config("redis bucket key not set"))?;
         let key = super::key::bucket_key(&self.options.prefix, name)?;
-        RedisBucket::from_parts(self.options, self.quota, key).await
+        RedisBucket::from_parts(self.options, self.quota, key, self.observer).await
     }
 }
 

@@ -1,8 +1,9 @@
 //! Differential test: for every algorithm, the in-process [`Bucket`] and the Redis scripts
 //! make the same decisions — admit or refuse, and the wait — for thousands of random
-//! sequences of arrivals, costs, pauses (and the ramps after them) and releases (an
-//! admission given back at once, as when another limit refused it), so the two
-//! implementations cannot drift apart.
+//! sequences of arrivals, costs, pauses (and the ramps after them), releases (an
+//! admission given back at once, as when another limit refused it) and bookings (a
+//! waiter's acquire: Redis books the instant the in-process bucket says the tokens fit,
+//! and both sides count them there), so the two implementations cannot drift apart.
 //! The per-key engine of [`KeyedBucket`] (a third implementation) is held to the same
 //! decisions where it can be lined up: the token and leaky bucket and the sliding log (the
 //! fixed and sliding windows of a keyed store take their own phase from the wall clock when
@@ -99,7 +100,7 @@ struct Pair<'a> {
 }
 
 impl Pair<'_> {
-    fn args(&self, arg: u64) -> [u64; 11] {
+    fn args(&self, arg: u64, book: u64) -> [u64; 11] {
         let q = &self.quota;
         let interval = q.interval_ns() / 1000;
         let burst = u64::from(q.burst_size());
@@ -109,8 +110,8 @@ impl Pair<'_> {
         };
         let now = self.origin_us + self.t_us;
         let (window, limit) = (q.period_ns() / 1000, u64::from(q.count()));
-        // No booking (`ARGV[8]`): a try decides now, as `try_acquire` does; no lease
-        // (`ARGV[9]`, `ARGV[10]`).
+        // Booking (`ARGV[8]`) only when asked: else a try decides now, as `try_acquire`
+        // does; no lease (`ARGV[9]`, `ARGV[10]`).
         [
             interval,
             burst,
@@ -119,7 +120,7 @@ impl Pair<'_> {
             tau,
             window,
             limit,
-            0,
+            book,
             0,
             0,
             now,
@@ -128,9 +129,14 @@ impl Pair<'_> {
 
     /// Run script `op` (0 acquire, 1 pause, 2 release): (admitted, µs).
     fn run(&mut self, op: usize, arg: u64) -> (bool, u64) {
+        self.run_booking(op, arg, 0)
+    }
+
+    /// Run script `op` with `ARGV[8]` = `book`: (admitted, µs).
+    fn run_booking(&mut self, op: usize, arg: u64, book: u64) -> (bool, u64) {
         let mut call = self.scripts[op].prepare_invoke();
         call.key(&self.key).key(format!("{}:log", self.key));
-        for a in self.args(arg) {
+        for a in self.args(arg, book) {
             call.arg(a);
         }
         let reply: Value = call.invoke(self.conn).expect("script runs");
@@ -209,6 +215,33 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
             continue;
         }
         let n = rng.range(1, u64::from(max_cost)) as u32;
+        // Now and then a waiter books: Redis admits it for the instant the in-process
+        // bucket says its tokens fit, and both sides count them there.
+        if rng.range(0, 5) == 0 {
+            pair.keyed = None;
+            let local = pair.bucket.try_acquire(n);
+            let (admitted, wait_us) = pair.run_booking(0, u64::from(n), 1);
+            if std::env::var("DIFF_TRACE").is_ok() {
+                eprintln!("{at}: book n={n} local={local:?} redis=({admitted}, {wait_us})");
+            }
+            match local {
+                Ok(()) => assert!(admitted && wait_us == 0, "{at}: book {n} at once"),
+                Err(Denied::Throttled(t)) => {
+                    let local_us = t.wait().as_nanos().div_ceil(1000) as u64;
+                    // Within the booking horizon (every wait here is), Redis books it.
+                    assert!(local_us <= 1_000_000, "{at}: a wait of {local_us} µs");
+                    assert!(admitted, "{at}: {n} refused here, not booked by redis");
+                    assert_eq!(local_us, wait_us, "{at}: booked instant for {n}");
+                    tokio::time::advance(Duration::from_micros(wait_us)).await;
+                    pair.t_us += wait_us;
+                    pair.bucket
+                        .try_acquire(n)
+                        .unwrap_or_else(|e| panic!("{at}: {n} fit at the booked instant: {e}"));
+                }
+                Err(other) => panic!("{at}: {other}"),
+            }
+            continue;
+        }
         // Now and then an admission is given back at once (another limit refused it).
         let (local, permit) = if rng.range(0, 5) == 0 {
             pair.keyed = None;

@@ -1,11 +1,14 @@
-//! Waiting in front of Redis: a FIFO lane per bucket (only its head talks to Redis), and
-//! what the last replies said about when the bucket is full again.
+//! Waiting in front of Redis: what the last replies said about when a bucket's tokens fit
+//! (a [`Hint`], the wake-up schedule of a [`RedisBucket`](super::RedisBucket)'s waiters),
+//! and a FIFO lane per key of a keyed limit (only its head talks to Redis).
 //!
-//! Redis holds no queue: a waiter learns from a reply when its tokens should fit and sleeps
-//! until then. Within a process, waiters line up in a [`tokio::sync::Mutex`] (first come,
-//! first served, cancel-safe), so only the head of the line sleeps on a timer and asks Redis,
-//! and each admission costs one round trip in the common case: the reply that admits one
-//! waiter also says when the next one's tokens fit.
+//! A [`RedisBucket`](super::RedisBucket) waiter books its instant in Redis, which orders the
+//! waiters of every process; the hint only tells a waiter whose instant lies beyond the
+//! booking horizon when to ask again. A [`RedisKeyed`](super::RedisKeyed) key's waiters of
+//! one process line up in a [`tokio::sync::Mutex`] (first come, first served, cancel-safe),
+//! so only the head of the line sleeps on a timer and asks Redis, and each admission costs
+//! one round trip in the common case: the reply that admits one waiter also says when the
+//! next one's tokens fit.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,15 +21,16 @@ use super::backend::Timed;
 use crate::keyed::KeyDigest;
 
 /// When the Redis bucket is full again, as far as this process knows, in ns since `origin`
-/// (0 = nothing known). Tokens are never given back in Redis and a pause never shortens, so
-/// the instant only moves forward; a reset (expiry, `FLUSHALL`, a clamp) only makes this
-/// knowledge conservative, for at most `burst × interval` (plus a pause).
+/// (0 = nothing known): only a wake-up schedule for waiters, never a refusal. Tokens can be
+/// given back in Redis (a cancelled waiter, a release of any process) and the rate can
+/// change, so what a reply said may be stale: a decision that could go the other way asks
+/// Redis. A waiter sleeps until about the instant its tokens should fit and then asks (or,
+/// token and leaky bucket, books within the booking horizon, which usually covers it at
+/// once), so its round trips stay bounded.
 ///
 /// For the window algorithms, whose state is no single instant, `lo` and `hi` only hold the
-/// end of a pause made by this process, and the last refusal is kept instead: a request of
-/// at least as many tokens cannot fit before the wait it gave (others only add admissions).
-/// `try_acquire` refuses locally only a request of the same cost (whose wait it knows
-/// exactly); waiters sleep until that wait for any cost at least as large.
+/// end of a pause made by this process, and the last refusal is kept instead: the wait it
+/// gave, for a request of at least as many tokens.
 #[derive(Debug)]
 pub(crate) struct Hint {
     origin: Instant,
@@ -38,11 +42,11 @@ pub(crate) struct Hint {
     refusal: Mutex<Refusal>,
 }
 
-/// A refusal of `tokens`: they fit from `lo` (sure) / `hi` (likely), ns since `origin`.
+/// A refusal of `tokens`: they should fit from `hi`, ns since `origin` (from the instant
+/// the reply came).
 #[derive(Debug, Default, Clone, Copy)]
 struct Refusal {
     tokens: u32,
-    lo: u64,
     hi: u64,
 }
 
@@ -65,26 +69,8 @@ impl Hint {
         let wait = u64::try_from(t.reply.wait.as_nanos()).unwrap_or(u64::MAX);
         *self.refusal() = Refusal {
             tokens,
-            lo: self.ns(t.sent).saturating_add(wait),
             hi: self.ns(t.received).saturating_add(wait),
         };
-    }
-
-    /// Windows: whether `tokens` surely cannot fit now (a pause of this process, or the
-    /// last refusal, of as many tokens); if so, the wait until they should.
-    pub(crate) fn window_refused(&self, now: Instant, tokens: u32) -> Option<Duration> {
-        let now = self.ns(now);
-        let r = *self.refusal();
-        let (mut lo, mut hi) = (
-            self.lo.load(Ordering::Acquire),
-            self.hi.load(Ordering::Acquire),
-        );
-        // Only the same cost: the wait of a smaller one would understate a larger one's.
-        if r.tokens == tokens {
-            lo = lo.max(r.lo);
-            hi = hi.max(r.hi);
-        }
-        (lo > now).then(|| Duration::from_nanos(hi.saturating_sub(now)))
     }
 
     /// Windows: the instant `tokens` should fit, from what this process knows.
@@ -127,19 +113,6 @@ impl Hint {
         let at = self.ns(now).saturating_add(full);
         self.lo.fetch_max(at, Ordering::AcqRel);
         self.hi.fetch_max(at, Ordering::AcqRel);
-    }
-
-    /// Whether a request of `cost` ns surely cannot fit now; if so, the wait until it
-    /// should (from the upper bound, so that a retry after the wait is not refused again).
-    pub(crate) fn surely_refused(
-        &self,
-        now: Instant,
-        cost: u64,
-        tolerance: u64,
-    ) -> Option<Duration> {
-        let fits = |bound: &AtomicU64| fits_at(bound.load(Ordering::Acquire), cost, tolerance);
-        let now = self.ns(now);
-        (fits(&self.lo) > now).then(|| Duration::from_nanos(fits(&self.hi).saturating_sub(now)))
     }
 
     /// The instant a request of `cost` ns should fit, if nobody else takes tokens first.
@@ -231,14 +204,13 @@ mod tests {
     use crate::redis::script::Reply;
 
     #[tokio::test(start_paused = true)]
-    async fn hints_refuse_only_what_surely_cannot_fit() {
+    async fn hints_schedule_wake_ups_from_the_upper_bound() {
         let hint = Hint::new();
         let ms = |n: u64| n * 1_000_000;
         let now = Instant::now();
-        assert_eq!(
-            hint.surely_refused(now, ms(10), ms(30)),
-            None,
-            "nothing known"
+        assert!(
+            hint.likely_fits_at(ms(10), ms(30)) <= now,
+            "nothing known: ask at once"
         );
         // Sent at +0, answered at +2 ms: full again 50 ms after the script ran.
         let sent = now;
@@ -250,48 +222,42 @@ mod tests {
                 full_in: Duration::from_millis(50),
             },
             granted: 1,
+            at_us: 0,
             sent,
             received: Instant::now(),
         });
-        // A 10 ms token with a 30 ms tolerance fits from +30 ms (sure) / +32 ms (likely).
-        let t = Instant::now();
-        assert_eq!(
-            hint.surely_refused(t, ms(10), ms(30)),
-            Some(Duration::from_millis(30)),
-            "the wait is the upper bound"
-        );
+        // A 10 ms token with a 30 ms tolerance should fit from +32 ms (the upper bound).
         assert_eq!(
             hint.likely_fits_at(ms(10), ms(30)),
             now + Duration::from_millis(32)
         );
-        tokio::time::advance(Duration::from_millis(28)).await;
-        assert_eq!(hint.surely_refused(Instant::now(), ms(10), ms(30)), None);
-        // A pause moves both bounds, never back.
+        // A pause moves the instant, never back.
         hint.hold(Instant::now(), Duration::from_millis(100));
-        assert!(hint
-            .surely_refused(Instant::now(), ms(10), ms(30))
-            .is_some());
+        assert_eq!(
+            hint.likely_fits_at(ms(10), ms(30)),
+            now + Duration::from_millis(82)
+        );
         hint.hold(Instant::now(), Duration::ZERO);
-        assert!(hint
-            .surely_refused(Instant::now(), ms(10), ms(30))
-            .is_some());
+        assert_eq!(
+            hint.likely_fits_at(ms(10), ms(30)),
+            now + Duration::from_millis(82)
+        );
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_leaky_cost_above_the_tolerance_is_not_refused_on_no_knowledge() {
+    async fn a_leaky_cost_above_the_tolerance_waits_for_the_drain_only() {
         let hint = Hint::new();
         let ms = |n: u64| n * 1_000_000;
         // Leaky bucket, T = 10 ms: a cost of 3 tokens (30 ms) exceeds the tolerance (10 ms).
-        assert_eq!(hint.surely_refused(Instant::now(), ms(30), ms(10)), None);
         assert!(hint.likely_fits_at(ms(30), ms(10)) <= Instant::now());
         // Once drained, at +20 ms, it goes: a cost above the tolerance waits no longer.
         let leaky = Hint::new();
         leaky.hold(Instant::now(), Duration::from_millis(20));
         assert_eq!(
-            leaky.surely_refused(Instant::now(), ms(30), ms(10)),
-            Some(Duration::from_millis(20))
+            leaky.likely_fits_at(ms(30), ms(10)),
+            Instant::now() + Duration::from_millis(20)
         );
-        // Windows: a refusal refuses the same cost only, until its wait.
+        // Windows: a refusal schedules a request of at least its cost, never a smaller one.
         let sent = Instant::now();
         hint.refused(
             &Timed {
@@ -301,20 +267,15 @@ mod tests {
                     full_in: Duration::from_millis(900),
                 },
                 granted: 0,
+                at_us: 0,
                 sent,
                 received: sent,
             },
             2,
         );
-        assert_eq!(
-            hint.window_refused(Instant::now(), 2),
-            Some(Duration::from_millis(40))
-        );
-        assert_eq!(hint.window_refused(Instant::now(), 1), None);
-        assert_eq!(hint.window_refused(Instant::now(), 3), None);
+        assert_eq!(hint.window_fits_at(2), sent + Duration::from_millis(40));
         assert_eq!(hint.window_fits_at(3), sent + Duration::from_millis(40));
-        tokio::time::advance(Duration::from_millis(40)).await;
-        assert_eq!(hint.window_refused(Instant::now(), 2), None);
+        assert!(hint.window_fits_at(1) <= sent);
     }
 
     #[tokio::test]

@@ -45,8 +45,8 @@
 //!   (a clock stepped back after a failover, a stray write) is clamped and the clamp is
 //!   written, so a key is held at most `max_pause + burst × interval` plus the booking
 //!   horizon, `max(1 s, burst × interval)` (token and leaky bucket), or
-//!   `max_pause + 2 × period` (windows); a key that lost its TTL gets it back on
-//!   the next decision.
+//!   `max_pause + 2 × period` plus the booking horizon, `max(1 s, period)` (windows); a key
+//!   that lost its TTL gets it back on the next decision.
 //! - **Keys**: `<prefix>:{<name>}` for a bucket; `<prefix>:v1:{<digest>}` for a key of a
 //!   keyed limit, the digest specified and versioned (see
 //!   [`StableKey`](crate::keyed::StableKey)): the same in every process, build and platform,
@@ -60,13 +60,13 @@
 //!   through a match on the bucket's backend, so no path can take them for a Redis limit by
 //!   accident. The synchronous `try_acquire`, which cannot ask Redis, refuses
 //!   ([`Denied::Undecided`](crate::Denied::Undecided)).
-//! - **Fair waiting, without hammering Redis.** With the token and leaky bucket a waiter
-//!   books its admission instant in Redis — the bucket is charged at once, so later
-//!   requests of any process line up behind it — and sleeps until it: one round trip per
-//!   admission, first come, first served across processes (a dropped waiter gives its
-//!   tokens back). With the windows, waiters of a process line up and only the first asks
-//!   Redis. `try_acquire` refuses at once,
-//!   without a round trip, when an earlier reply already says the tokens cannot fit yet.
+//! - **Fair waiting, without hammering Redis.** With every algorithm a waiter books its
+//!   admission instant in Redis — the bucket is charged at once (a window counts the tokens
+//!   in the window of that instant), so later requests of any process line up behind it —
+//!   and sleeps until it: one round trip per admission, first come, first served across
+//!   processes (a dropped waiter gives its tokens back). What a reply said only schedules when a waiter asks again: it never refuses on
+//!   its own, since another process may give tokens back, or the rate change, meanwhile.
+//!   `try_acquire` (and the rejecting layer) asks Redis every time.
 //! - **Failures.** Each call is bounded by a timeout (default 50 ms). When Redis fails —
 //!   unreachable, slow, a reply that makes no sense, a key of another type — the
 //!   [`FailurePolicy`] decides: reject (`Closed`, the default: a waiting caller gets
@@ -223,7 +223,7 @@
 //! | [`TokenBucket`](crate::Algorithm::TokenBucket) | one string, `"<tat>[:<pause>]"` | `GET`, `SET` | until full again |
 //! | [`LeakyBucket`](crate::Algorithm::LeakyBucket) | one string, `"K<tat>[:<pause>]"` | `GET`, `SET` | until drained (`tat`) |
 //! | [`FixedWindow`](crate::Algorithm::FixedWindow) | one string, `"F<window>:<count>[:<pause>][R<ramp>:<until>]"` | `GET`, `SET` | until the window ends (or the ramp) |
-//! | [`SlidingWindow`](crate::Algorithm::SlidingWindow) | one string, `"S<window>:<previous>:<current>[:<pause>][R<ramp>:<until>]"` | `GET`, `SET` | until the next window ends (or the ramp) |
+//! | [`SlidingWindow`](crate::Algorithm::SlidingWindow) | one string, `"S<window>:<previous>:<current>[:<pause>][R<ramp>:<until>][Q<booked>]"` (`booked`: the instant booked last, while ahead) | `GET`, `SET` | until the next window ends (or the ramp) |
 //! | [`SlidingLog`](crate::Algorithm::SlidingLog) | a string `"L<seq>:<total>[:<pause>][R<ramp>:<until>]"` (`total`: the tokens in the log) and a sorted set `<key>:log`, one entry per admission in the window (score = instant, member = `"<seq>:<tokens>"`) | admission: `GET`, `ZRANGEBYSCORE` + `ZREMRANGEBYSCORE` of the entries that left the window, `ZADD`, `SET`, `PEXPIRE`: O(log N) plus the entries that left (each leaves once); a refusal, pause or release reads the window's N entries (N ≤ `count`) | until the newest entry leaves the window (or the ramp) |
 //!
 //! - **Costs.** A request may cost up to the burst (token and leaky bucket) or the quota's
@@ -240,12 +240,22 @@
 //! - **Release** ([`RedisKeyed::release`], used when a global ceiling refuses after the key
 //!   admitted): the token and leaky bucket move their instant back, the windows lower the
 //!   current window's count, the log removes the newest entry of that cost; never below
-//!   empty.
+//!   empty. A [`RedisBucket::acquire`] waiter dropped before its booked instant gives its
+//!   tokens back the same way, to the window of that instant while Redis still keeps it
+//!   (the fixed window its last window, the sliding window its last two; the log removes
+//!   the booked entry); the sliding window's later requests still go after the instant
+//!   that was booked.
+//! - **Booking** ([`RedisBucket::acquire`], every algorithm): a request that fits within the
+//!   booking horizon — `max(1 s, burst × interval)` for the token and leaky bucket,
+//!   `max(1 s, period)` for the windows — is admitted at once for the earliest instant it
+//!   fits, never before an instant booked earlier; the waiter sleeps until it. Beyond the
+//!   horizon it is refused with the wait, and the waiter asks again once within it. A
+//!   window's `try_acquire` also goes after the instants booked (first come, first served,
+//!   as in process). Bookings made before a pause by another process keep their instants.
 //! - `Algorithm::leaky_bucket(max_queue)` bounds the waiters of an in-process bucket only: the
-//!   Redis backend does not use it (its waiters line up per process as for every algorithm).
-//! - Waiting: with the token and leaky bucket each reply says when the next request fits,
-//!   so an admission costs one round trip; with the windows a process learns only from
-//!   refusals, so a waiter may need a second round trip.
+//!   Redis backend does not use it (its waiters book their instants as for every algorithm).
+//! - Waiting: each reply says when the request goes, so an admission costs one round trip
+//!   (two when its instant lies beyond the booking horizon).
 
 mod backend;
 mod bucket;

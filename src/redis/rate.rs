@@ -10,12 +10,9 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use std::sync::Arc;
-
 use super::error::RedisError;
 use super::RedisBucket;
 use crate::adaptive::{Adaptive, Cut};
-use crate::bucket::Remote;
 use crate::{Bucket, Quota};
 
 /// How long what the processes learned stays in Redis without a new push-back.
@@ -28,11 +25,7 @@ impl RedisBucket {
     ///
     /// (`Bucket::from(redis)` makes one whose configured rate is the ceiling and the start.)
     pub fn adaptive(self, settings: Adaptive) -> Bucket {
-        Bucket::builder(self.quota())
-            .algorithm(self.algorithm())
-            .remote(Arc::new(self) as Arc<dyn Remote>)
-            .adaptive(settings)
-            .build()
+        self.bucket_builder().adaptive(settings).build()
     }
 
     /// The Redis key beside the bucket's that holds what its processes learned of the

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{RedisBucket, RedisKeyed};
 use crate::adaptive::Cut;
-use crate::bucket::{Remote, RemoteAcquire, RemoteDecision, RemoteLearned};
+use crate::bucket::{Outcome, Remote, RemoteDecision, RemoteLearned, RemoteOutcome};
 use crate::keyed::{KeyId, RemoteKeyed, RemoteKeys, StableKey};
 use crate::{Bucket, Denied, KeyedBucket, Quota};
 use tokio::time::Instant;
@@ -48,17 +48,33 @@ where
     }
 }
 
+/// As [`within`], with what each decision tells an observer.
+async fn within_outcome(bucket: RedisBucket, n: u32, max_wait: Duration) -> Outcome {
+    let now = bucket.try_acquire_outcome(n).await;
+    match &now.result {
+        Err(Denied::Throttled(t)) if !max_wait.is_zero() && t.wait() <= max_wait => {
+            let deadline = Instant::now() + max_wait;
+            match tokio::time::timeout_at(deadline, bucket.acquire_outcome(n)).await {
+                Ok(outcome) => outcome,
+                // A pause intervened: the turn did not come within `max_wait`.
+                Err(_) => now,
+            }
+        }
+        _ => now,
+    }
+}
+
 impl Remote for RedisBucket {
-    fn acquire(&self, n: u32) -> RemoteAcquire {
+    fn acquire(&self, n: u32) -> RemoteOutcome {
         let this = self.clone();
         // The failure policy's refusal is an error at once (each call to Redis is bounded by
         // the timeout), never a retry loop.
-        Box::pin(async move { this.acquire(n).await })
+        Box::pin(async move { this.acquire_outcome(n).await })
     }
 
-    fn try_acquire(&self, n: u32, max_wait: Duration) -> RemoteDecision {
+    fn try_acquire(&self, n: u32, max_wait: Duration) -> RemoteOutcome {
         let this = self.clone();
-        Box::pin(async move { within(this.try_acquire(n), max_wait, || this.acquire(n)).await })
+        Box::pin(within_outcome(this, n, max_wait))
     }
 
     fn release(&self, n: u32) {
@@ -103,15 +119,14 @@ impl From<RedisBucket> for Bucket {
     /// [`Denied::Undecided`]; [`Bucket::snapshot`] is this process's view
     /// only ([`Snapshot::local_view`](crate::Snapshot::local_view)).
     ///
+    /// An [observer](super::RedisBucketBuilder::observer) set on the Redis bucket is the
+    /// `Bucket`'s: it sees every decision of every path above.
+    ///
     /// When Redis fails and the failure policy refuses, a waiting caller gets
     /// [`Denied::Backend`] within the timeout (the waiting layer fails that call
     /// with it), and the rejecting layer refuses the request.
     fn from(redis: RedisBucket) -> Self {
-        let quota = redis.quota();
-        Bucket::builder(quota)
-            .algorithm(redis.algorithm())
-            .remote(Arc::new(redis) as Arc<dyn Remote>)
-            .build()
+        redis.bucket_builder().build()
     }
 }
 

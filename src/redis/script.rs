@@ -16,7 +16,7 @@
 //! | token bucket | `"<tat>"` or `"<tat>:<pause>"` | — |
 //! | leaky bucket | `"K<tat>"` or `"K<tat>:<pause>"` | — |
 //! | fixed window | `"F<w>:<count>"` (+ `":<pause>"`, + ramp) | — |
-//! | sliding window | `"S<w>:<prev>:<cur>"` (+ `":<pause>"`, + ramp) | — |
+//! | sliding window | `"S<w>:<prev>:<cur>"` (+ `":<pause>"`, + ramp, + `"Q<q>"`) | — |
 //! | sliding log | `"L<seq>:<total>"` (+ `":<pause>"`, + ramp) | sorted set: score = instant, member = `"<seq>:<tokens>"` |
 //!
 //! `tat` is the instant the bucket is full again (GCRA); `total` the tokens of the log's
@@ -38,13 +38,15 @@
 //!   milliseconds, so it is > 0 and an idle key vanishes when it would mean "fresh" anyway.
 //! - A stored state further ahead than any legitimate one (clock stepped back after a
 //!   failover, a stray write, garbage) is clamped — GCRA: to `max(now, pause) + tau`; windows:
-//!   no count in a window after the one of `max(now, pause)`, no count above `L`; log: entries
-//!   after `max(now, pause)` collapse into one entry there; a ramp hands over within `2·W`
-//!   of `max(now, pause)` and lets its next request through within `L·T` — with the pause
+//!   no count in a window after the one of `max(now, pause) + HW` (`HW = max(1 s, W)`, the
+//!   horizon a waiter may book an instant ahead), no count above `L`, no booked instant
+//!   (the sliding window's `"Q<q>"` suffix) past it; log: entries after
+//!   `max(now, pause) + HW` collapse into one entry there; a ramp hands over within `2·W`
+//!   of `max(now, pause)` and lets its next request through within `HW + L·T` — with the pause
 //!   clamped to `now + max_pause`, and the clamp is *written*, on the deny path too; a key that lost its
 //!   TTL (or holds a too-long one) gets the right TTL back. So nothing locks a key out for
 //!   longer than `max_pause + burst·T + H` (buckets; `H = max(1 s, tau)`, the horizon a
-//!   waiter may book an instant ahead) or `max_pause + 2·W` (windows).
+//!   waiter may book an instant ahead) or `max_pause + 2·W + HW` (windows).
 //! - A value that does not parse is treated as a fresh state and overwritten; a key of
 //!   another type makes `GET` (or the log's commands) fail with `WRONGTYPE`, which the client
 //!   maps to [`RedisErrorKind::WrongType`](super::RedisErrorKind::WrongType).
@@ -71,7 +73,10 @@ macro_rules! source {
 
 /// The sources of one algorithm: acquire, pause, release, each from `lua/<dir>/<op>.lua`.
 ///
-/// - acquire: take `ARGV[3]` tokens if they fit. Returns `{admitted 0|1, wait µs, full_in µs}`.
+/// - acquire: take `ARGV[3]` tokens if they fit (now, or with `ARGV[8]` = 1 booked within
+///   the booking horizon). Returns `{admitted 0|1, wait µs, full_in µs}`, and for the
+///   windows the admission's instant (µs) fourth, which a release of a booking names in
+///   `ARGV[8]`.
 /// - pause: pause for `ARGV[3]` µs (at most P). Returns `{1, pause_in µs, full_in µs}`.
 /// - release: give back `ARGV[3]` tokens. Returns `{1, 0, full_in µs}`.
 ///
@@ -165,22 +170,24 @@ pub(crate) struct Reply {
 /// `limit_us` (the longest state the script can hold). Anything else is garbage.
 #[cfg(test)]
 pub(crate) fn parse_reply(value: &Value, limit_us: u64) -> Result<Reply, RedisError> {
-    parse_grant(value, limit_us, 1).map(|(reply, _)| reply)
+    parse_grant(value, limit_us, 1).map(|(reply, _, _)| reply)
 }
 
 /// Check a reply whose first integer is a number of tokens granted, `0..=max` (`max` = 1:
-/// admitted or not); with the count. Anything else is garbage.
+/// admitted or not); with the count, and the admission's instant on the Redis clock (µs)
+/// when the reply has a fourth integer (a window's acquire: what a release of a booking
+/// names; 0 otherwise). Anything else is garbage.
 pub(crate) fn parse_grant(
     value: &Value,
     limit_us: u64,
     max: u32,
-) -> Result<(Reply, u32), RedisError> {
+) -> Result<(Reply, u32, u64), RedisError> {
     let garbage = || RedisError::new(RedisErrorKind::Garbage, "redis sent an unexpected reply");
     let Value::Array(items) = value else {
         return Err(garbage());
     };
-    let mut ints = [0u64; 3];
-    if items.len() != ints.len() {
+    let mut ints = [0u64; 4];
+    if items.len() != 3 && items.len() != 4 {
         return Err(garbage());
     }
     for (slot, item) in ints.iter_mut().zip(items) {
@@ -189,12 +196,14 @@ pub(crate) fn parse_grant(
             _ => return Err(garbage()),
         }
     }
-    let [admitted, wait, full_in] = ints;
-    // A refusal always has a wait (a zero would make a waiter ask again at once).
+    let [admitted, wait, full_in, at] = ints;
+    // A refusal always has a wait (a zero would make a waiter ask again at once); an
+    // instant stays exact in Lua's doubles.
     if admitted > u64::from(max)
         || (admitted == 0 && wait == 0)
         || wait > limit_us
         || full_in > limit_us
+        || at >= 1 << 53
     {
         return Err(garbage());
     }
@@ -204,7 +213,7 @@ pub(crate) fn parse_grant(
         full_in: Duration::from_micros(full_in),
     };
     // At most `max`, a u32.
-    Ok((reply, admitted as u32))
+    Ok((reply, admitted as u32, at))
 }
 
 #[cfg(test)]
@@ -241,9 +250,26 @@ mod tests {
                 Value::Int(1),
                 Value::Int(0),
                 Value::Int(0),
+                Value::Int(1 << 53),
+            ]),
+            Value::Array(vec![
+                Value::Int(1),
+                Value::Int(0),
+                Value::Int(0),
+                Value::Int(0),
                 Value::Int(0),
             ]),
         ];
+        let booked = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(700),
+            Value::Int(9000),
+            Value::Int(1_700_000_000_000_700),
+        ]);
+        assert_eq!(
+            parse_grant(&booked, 10_000, 1).unwrap().2,
+            1_700_000_000_000_700
+        );
         for v in bad {
             let e = parse_reply(&v, 10_000).unwrap_err();
             assert_eq!(e.kind(), RedisErrorKind::Garbage, "{v:?}");

@@ -18,11 +18,11 @@ if raw then
   end
 end
 -- Clamp what no legitimate state can be: a pause ends within P, no window after the one
--- where the pause ends (or of now) holds tokens, no window more than L.
+-- of the booking horizon past the pause (or now) holds tokens, no window more than L.
 if pause > now + P then pause = now + P; dirty = true end
 if pause <= now then pause = 0 end
 local base = math.max(now, pause)
-local bw = math.floor(base / W)
+local bw = math.floor((base + HW) / W)
 if w > bw then w = bw; dirty = true end
 if ramp_clamp(base) then dirty = true end
 if c > L then c = L; dirty = true end
@@ -43,6 +43,27 @@ local function save()
     value = string.format('F%d:%d', w, c)
   end
   put(value .. ramp_suffix(), horizon())
+end
+-- Only the last window with tokens is kept: a request goes no earlier than its start (the
+-- windows before it, when it lies ahead, were full when it was booked).
+local function tail()
+  if w > cw then return w * W end
+  return 0
+end
+-- Count n tokens admitted at `at` (in the window of `at`, never before w); its window.
+local function admit(n, at)
+  local v = math.floor(at / W)
+  if v > w then w = v; c = 0 end
+  c = c + n
+  return v
+end
+-- Give back n tokens admitted in window v, if it is the one kept. Whether anything changed.
+local function refund(v, n)
+  if v == w and c > 0 then
+    c = math.max(c - n, 0)
+    return true
+  end
+  return false
 end
 -- The earliest instant at or after `nb` at which n tokens fit.
 local function earliest(n, nb)

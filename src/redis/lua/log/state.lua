@@ -48,16 +48,18 @@ if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', log, '-inf', cut)
   dirty = true -- the total must follow the entries, on a refusal too
 end
--- Entries after `base` no legitimate state holds (a clock stepped back after a failover, a
--- stray write): they are moved to `base`, at most L tokens, and the clamp is written.
-local late = redis.call('ZRANGEBYSCORE', log, '(' .. fmt(base), '+inf')
+-- Entries after `base` + HW (bookings lie at most HW ahead) no legitimate state holds (a
+-- clock stepped back after a failover, a stray write): they are moved there, at most L
+-- tokens, and the clamp is written.
+local far = base + HW
+local late = redis.call('ZRANGEBYSCORE', log, '(' .. fmt(far), '+inf')
 if #late > 0 then
   local t = sum(late)
-  redis.call('ZREMRANGEBYSCORE', log, '(' .. fmt(base), '+inf')
+  redis.call('ZREMRANGEBYSCORE', log, '(' .. fmt(far), '+inf')
   total = total - t
   t = math.min(t, L)
   seq = seq + 1
-  redis.call('ZADD', log, fmt(base), string.format('%d:%d', seq, t))
+  redis.call('ZADD', log, fmt(far), string.format('%d:%d', seq, t))
   total = total + t
   dirty = true
 end
@@ -127,11 +129,17 @@ local function earliest(n, nb)
   end
   return t
 end
+-- A request goes no earlier than the newest entry (booked instants included): first come,
+-- first served.
+local function tail()
+  return newest or 0
+end
 -- Restart after a pause ending at `e` with an empty log: admissions from before the pause
--- must not expire into a burst after it. The ramp hands over a window after `e`.
+-- must not expire into a burst after it (bookings still ahead stay: they will go). The ramp
+-- hands over a window after `e`.
 local function restart_at(e)
-  redis.call('DEL', log)
-  total = 0
-  newest = nil
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', fmt(now))
+  total = sum(redis.call('ZRANGE', log, 0, -1))
+  find_newest()
   return e + W
 end

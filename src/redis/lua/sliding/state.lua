@@ -1,11 +1,18 @@
 -- Sliding window (two-window estimate): the state, its clamp and its save.
 -- KEYS[1] holds "S<w>:<prev>:<cur>" or "S<w>:<prev>:<cur>:<pause>", then the ramp's suffix
--- while it runs (`lua/window/ramp.lua`): `cur` tokens admitted
--- in the window of index w ([w·W, (w+1)·W) of the Redis clock), `prev` in window w − 1;
--- `pause` the end of a pause in force. Any other window holds nothing.
+-- while it runs (`lua/window/ramp.lua`), then "Q<q>" while a booking lies ahead: `cur`
+-- tokens admitted in the window of index w ([w·W, (w+1)·W) of the Redis clock), `prev` in
+-- window w − 1; `pause` the end of a pause in force; `q` the instant booked last. Any other
+-- window holds nothing.
 local cw = math.floor(now / W)
 local w, p, c, pause, dirty = cw, 0, 0, 0, false
+local q = 0
 if raw then
+  local head, qa = string.match(raw, '^(.-)Q(%d+)$')
+  if head then
+    raw = head
+    q = tonumber(qa)
+  end
   local a, b, d, e = string.match(ramp_read(raw), '^S(%d+):(%d+):(%d+):?(%d*)$')
   if a then
     w = tonumber(a)
@@ -15,16 +22,20 @@ if raw then
   else
     dirty = true -- not ours: count it as a fresh state, and overwrite it
     ramp_forget()
+    q = 0
     foreign()
   end
 end
 -- Clamp what no legitimate state can be: a pause ends within P, no window after the one
--- where the pause ends (or of now) holds tokens, no window more than L.
+-- of the booking horizon past the pause (or now) holds tokens, no booking lies further
+-- ahead, no window more than L.
 if pause > now + P then pause = now + P; dirty = true end
 if pause <= now then pause = 0 end
 local base = math.max(now, pause)
-local bw = math.floor(base / W)
+local bw = math.floor((base + HW) / W)
 if w > bw then w = bw; dirty = true end
+if q > base + HW then q = base + HW; dirty = true end
+if q <= now then q = 0 end
 if ramp_clamp(base) then dirty = true end
 if c > L then c = L; dirty = true end
 if p > L then p = L; dirty = true end
@@ -42,7 +53,7 @@ end
 -- The state matters until the end of the window after w (where w still counts as the
 -- previous window), of any pause and of the ramp.
 local function horizon()
-  return math.max((w + 2) * W, pause, ramp_until)
+  return math.max((w + 2) * W, pause, ramp_until, q)
 end
 local function save()
   local value
@@ -51,7 +62,40 @@ local function save()
   else
     value = string.format('S%d:%d:%d', w, p, c)
   end
-  put(value .. ramp_suffix(), horizon())
+  local booked = ''
+  if q > now then booked = string.format('Q%d', q) end
+  put(value .. ramp_suffix() .. booked, horizon())
+end
+-- A request goes no earlier than the last booking (its estimate counted every booking
+-- before it, none after), nor before the start of the last window kept.
+local function tail()
+  local t = q
+  if w > cw and w * W > t then t = w * W end
+  return t
+end
+-- Count n tokens admitted at `at` (in the window of `at`, never before w); its window.
+local function admit(n, at)
+  local v = math.floor(at / W)
+  if v == w + 1 then
+    p, c, w = c, 0, v
+  elseif v > w + 1 then
+    p, c, w = 0, 0, v
+  end
+  c = c + n
+  if at > now and at > q then q = at end
+  return v
+end
+-- Give back n tokens admitted in window v, if it is one of the two kept. Whether anything
+-- changed. The last booking's instant stays: later requests still go after it.
+local function refund(v, n)
+  if v == w and c > 0 then
+    c = math.max(c - n, 0)
+    return true
+  elseif v == w - 1 and p > 0 then
+    p = math.max(p - n, 0)
+    return true
+  end
+  return false
 end
 -- The earliest instant at or after `nb` at which n tokens fit: the estimate at t in window
 -- v is ceil(count(v−1) · (end of v − t) / W) + count(v), and must stay ≤ L − n.

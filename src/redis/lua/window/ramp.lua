@@ -4,6 +4,10 @@
 -- window's value: `tat` the instant the ramp lets the next request through (GCRA, tolerance
 -- T), `until` the instant it hands over (each window's `restart_at` says when).
 local ramp_tat, ramp_until = 0, 0
+-- The booking horizon of the windows: a waiter (acquire with `book`) whose tokens fit
+-- within HW = max(1 s, W) is admitted now for that instant, counted at once in the window
+-- of that instant, so later requests of any process line up behind it.
+local HW = math.max(1000000, W)
 -- The window's own part of a stored value; the ramp, if any, is read off its end.
 local function ramp_read(v)
   local head, a, b = string.match(v, '^(.-)R(%d+):(%d+)$')
@@ -17,12 +21,12 @@ local function ramp_forget()
 end
 -- Clamp at `nb` = max(now, pause) what no legitimate ramp holds: it hands over at most two
 -- windows after its pause ends, and its next request goes at most L·T after the last one
--- it let through. Whether a clamp must be written.
+-- it let through (booked at most HW ahead). Whether a clamp must be written.
 local function ramp_clamp(nb)
   if ramp_until <= now then ramp_forget(); return false end
   local dirty = false
   if ramp_until > nb + 2 * W then ramp_until = nb + 2 * W; dirty = true end
-  if ramp_tat > nb + L * T then ramp_tat = nb + L * T; dirty = true end
+  if ramp_tat > nb + HW + L * T then ramp_tat = nb + HW + L * T; dirty = true end
   return dirty
 end
 -- Start a ramp at the end `e` of a pause, handing over at `h`.
