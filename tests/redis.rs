@@ -97,7 +97,7 @@ async fn every_write_leaves_a_ttl_within_the_time_to_refill() {
         .unwrap();
     let (pttl, _) = inspect(&mut conn, &key).await;
     assert_eq!(pttl, -1);
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    tokio::time::sleep(Duration::from_micros(500)).await;
     // New handles: no local knowledge, so they ask Redis.
     let fresh = || async {
         let h = RedisBucket::builder(b.quota())
@@ -332,6 +332,47 @@ async fn script_flush_between_calls_is_invisible() {
     let s = b.stats();
     assert_eq!((s.failures, s.fallbacks), (0, 0), "{s:?}");
     assert_eq!(s.round_trips, 9, "each call ran the script in Redis: {s:?}");
+}
+
+/// Another client flushing the script cache while decisions run (a deploy, an operator):
+/// the load-then-call that follows a `NOSCRIPT` may itself meet a flush, and is retried.
+#[tokio::test]
+async fn a_script_flush_storm_is_invisible() {
+    let mut conn = raw(&redis_url()).await;
+    let b = bucket(
+        "flush-storm",
+        Quota::per_second(100_000).burst(1_000),
+        FailurePolicy::Closed,
+    )
+    .await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flusher = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let mut flushes = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _: () = redis::cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                flushes += 1;
+                tokio::time::sleep(Duration::from_micros(500)).await;
+            }
+            flushes
+        }
+    });
+    for _ in 0..1_000 {
+        match b.try_acquire(1).await {
+            Ok(()) | Err(Denied::Throttled(_)) => {}
+            Err(e) => panic!("a flush reached the caller: {e:?}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flushes = flusher.await.unwrap();
+    assert!(flushes >= 2, "the storm ran: {flushes} flushes");
+    let s = b.stats();
+    assert_eq!((s.failures, s.fallbacks), (0, 0), "{s:?}");
 }
 
 #[tokio::test]

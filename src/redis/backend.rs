@@ -424,25 +424,46 @@ impl Backend {
         self.breaker_admit()?;
         bump(&self.counters.round_trips);
         let mut conn = self.conn.clone();
-        let mut call = script.prepare_invoke();
-        call.key(key)
-            .key(format!("{key}:log"))
-            .arg(self.interval_us.load(Ordering::Acquire))
-            .arg(self.burst)
-            .arg(arg)
-            .arg(self.max_pause_us)
-            .arg(self.tolerance_us.load(Ordering::Acquire))
-            .arg(self.window_us)
-            .arg(self.limit)
-            .arg(book);
+        let keys = [key.to_owned(), format!("{key}:log")];
+        let mut args = vec![
+            self.interval_us.load(Ordering::Acquire),
+            u64::from(self.burst),
+            arg,
+            self.max_pause_us,
+            self.tolerance_us.load(Ordering::Acquire),
+            self.window_us,
+            u64::from(self.limit),
+            book,
+        ];
         let mut max_grant = 1;
         if let Some((need, back)) = lease {
-            call.arg(need).arg(back);
+            args.extend([u64::from(need), u64::from(back)]);
             max_grant = u32::try_from(arg).unwrap_or(u32::MAX);
         }
+        let mut call = script.prepare_invoke();
+        call.key(&keys[0]).key(&keys[1]);
+        args.iter().for_each(|a| {
+            call.arg(a);
+        });
         let sent = Instant::now();
-        let result =
-            tokio::time::timeout(self.options.timeout, call.invoke_async::<Value>(&mut conn)).await;
+        // `invoke_async` loads a script Redis lacks and calls it again; when another client
+        // flushed the cache in between, the script goes in whole (`EVAL`), which needs no
+        // cache.
+        let invoke = async {
+            match call.invoke_async::<Value>(&mut conn).await {
+                Err(e) if is_no_script(&e) => {
+                    ::redis::cmd("EVAL")
+                        .arg(self.scripts.source_of(script))
+                        .arg(keys.len())
+                        .arg(&keys)
+                        .arg(&args)
+                        .query_async::<Value>(&mut conn)
+                        .await
+                }
+                other => other,
+            }
+        };
+        let result = tokio::time::timeout(self.options.timeout, invoke).await;
         let received = Instant::now();
         let result = match result {
             Ok(Ok(value)) => parse_grant(
@@ -591,4 +612,9 @@ impl std::fmt::Debug for Backend {
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
+}
+
+/// Redis answered `NOSCRIPT`: it does not have the script (it was flushed).
+fn is_no_script(e: &::redis::RedisError) -> bool {
+    e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript)
 }

@@ -141,6 +141,9 @@ pub(crate) struct Scripts {
     pub(crate) release: ::redis::Script,
     /// The token bucket's only, when leases are on.
     pub(crate) lease: Option<::redis::Script>,
+    /// The sources of acquire, pause and release, for `EVAL` when `EVALSHA` cannot be relied
+    /// on (the script cache is being flushed).
+    sources: [&'static str; 3],
 }
 
 impl Scripts {
@@ -152,6 +155,21 @@ impl Scripts {
             pause: ::redis::Script::new(pause),
             release: ::redis::Script::new(release),
             lease: lease.then(|| ::redis::Script::new(LEASE_SOURCE)),
+            sources: [acquire, pause, release],
+        }
+    }
+
+    /// The source of one of these scripts.
+    pub(crate) fn source_of(&self, script: &::redis::Script) -> &'static str {
+        let hash = script.get_hash();
+        if hash == self.acquire.get_hash() {
+            self.sources[0]
+        } else if hash == self.pause.get_hash() {
+            self.sources[1]
+        } else if hash == self.release.get_hash() {
+            self.sources[2]
+        } else {
+            LEASE_SOURCE
         }
     }
 }
