@@ -287,9 +287,12 @@ local tat = tonumber(string.match(v, '^(%d+)'))
 local p = tonumber(string.match(v, ':(%d+)$')) or 0
 return {redis.call('PTTL', KEYS[1]), math.max(tat, p) - now}
 ";
-    redis::Script::new(LUA)
-        .key(key)
-        .invoke_async(conn)
+    // EVAL, not EVALSHA: another test may flush the script cache at any moment.
+    redis::cmd("EVAL")
+        .arg(LUA)
+        .arg(1)
+        .arg(key)
+        .query_async(conn)
         .await
         .expect("inspect")
 }
