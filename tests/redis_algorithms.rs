@@ -1042,3 +1042,83 @@ async fn a_window_waiter_costs_one_round_trip_per_admission() {
         assert_eq!(b.stats().round_trips, 6, "{algorithm:?}: {:?}", b.stats());
     }
 }
+
+/// Polls `k.try_acquire(key, 1)` as [`until_wait`] polls a bucket.
+async fn until_key_wait(
+    k: &RedisKeyed,
+    key: &str,
+    ok: impl Fn(Duration) -> bool,
+    what: &str,
+) -> Duration {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let wait = wait_of(k.try_acquire(key, 1).await);
+        if ok(wait) {
+            return wait;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {wait:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_keyed_waiter_books_its_turn_across_processes_and_gives_it_back_when_cancelled() {
+    let mut conn = raw(&redis_url()).await;
+    // One token per 2 s: the booking horizon is 2 s, whatever the algorithm.
+    let quota = Quota::new(1, Duration::from_secs(2)).burst(1);
+    for algorithm in [
+        Algorithm::TokenBucket,
+        Algorithm::leaky_bucket(16),
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let prefix = unique_prefix("keyed-book");
+        let (a, b) = (
+            keyed(&prefix, quota, algorithm).await,
+            keyed(&prefix, quota, algorithm).await,
+        );
+        // Start just after a window boundary (the fixed window's are aligned to the epoch).
+        let into = redis_now_us(&mut conn).await % 2_000_000;
+        tokio::time::sleep(Duration::from_micros(2_000_000 - into + 20_000)).await;
+        a.try_acquire("user", 1).await.unwrap();
+        // Another key is another limit: untouched by what follows.
+        b.try_acquire("other", 1).await.unwrap();
+        // A waiter of A books the key's next turn, about 2 s ahead.
+        let waiter = tokio::spawn({
+            let a = a.clone();
+            async move { a.acquire("user", 1).await }
+        });
+        // B (another process) finds itself behind that booking: about 4 s.
+        until_key_wait(
+            &b,
+            "user",
+            |w| w > Duration::from_millis(3_000),
+            &format!("{algorithm:?}: B behind A's booking"),
+        )
+        .await;
+        assert!(!waiter.is_finished(), "{algorithm:?}");
+        // A's waiter goes away: its turn comes back, and B's wait is the booked turn's.
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled(), "{algorithm:?}");
+        let wait = until_key_wait(
+            &b,
+            "user",
+            |w| w <= Duration::from_millis(2_000),
+            &format!("{algorithm:?}: the cancelled turn given back"),
+        )
+        .await;
+        assert!(
+            wait >= Duration::from_millis(1_000),
+            "{algorithm:?}: {wait:?}"
+        );
+        // B takes that turn by waiting for it: one booking, admitted at that instant.
+        let (started, trips) = (tokio::time::Instant::now(), b.stats().round_trips);
+        b.acquire("user", 1).await.unwrap();
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(900) && took <= Duration::from_millis(2_300),
+            "{algorithm:?}: {took:?}"
+        );
+        assert_eq!(b.stats().round_trips, trips + 1, "{algorithm:?}");
+    }
+}

@@ -19,7 +19,7 @@ use redis_support::workers::{
 };
 use redis_support::{free_port, raw, redis_url, unique_prefix, PrivateRedis};
 use tower::{service_fn, Service, ServiceExt};
-use tower_throttle::redis::{FailurePolicy, RedisBucket};
+use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisKeyed};
 use tower_throttle::{Algorithm, Bucket, KeyedBucket, Quota, RateLimitLayer};
 
 const WORKER_ENV: &str = "TOWER_THROTTLE_DISTRIBUTED_WORKER";
@@ -74,6 +74,17 @@ fn worker_process_entry_point() {
             "fair-window" => {
                 let algorithm = window_algorithm(&args[4]);
                 fair_window_worker(
+                    &args[1],
+                    start_us,
+                    args[3].parse().unwrap(),
+                    algorithm,
+                    &tally,
+                )
+                .await
+            }
+            "fair-keyed" => {
+                let algorithm = keyed_algorithm(&args[4]);
+                fair_keyed_worker(
                     &args[1],
                     start_us,
                     args[3].parse().unwrap(),
@@ -503,6 +514,22 @@ fn window_algorithm(name: &str) -> Algorithm {
     }
 }
 
+/// A shared limit the fairness workers wait on: a bucket, or one key of a keyed limit.
+#[derive(Clone)]
+enum Limit {
+    Bucket(RedisBucket),
+    Key(RedisKeyed),
+}
+
+impl Limit {
+    async fn acquire(&self, n: u32) -> Result<(), tower_throttle::Denied> {
+        match self {
+            Limit::Bucket(b) => b.acquire(n).await,
+            Limit::Key(k) => k.acquire("shared-user", n).await,
+        }
+    }
+}
+
 /// Waiters in a loop on one window limit; prints, per admission, the wall clock when it
 /// returned and its wait (+1, µs) when measured after the warm-up, else 0.
 async fn fair_window_worker(
@@ -521,6 +548,31 @@ async fn fair_window_worker(
         .build()
         .await
         .expect("worker connects");
+    fair_waiters(Limit::Bucket(bucket), start_us, waiters, tally).await;
+}
+
+/// As [`fair_window_worker`], on one key of a keyed limit (burst 1 for the token bucket).
+async fn fair_keyed_worker(
+    prefix: &str,
+    start_us: u64,
+    waiters: usize,
+    algorithm: Algorithm,
+    tally: &Arc<Tally>,
+) {
+    let keyed = RedisKeyed::builder(Quota::per_second(FAIR_RATE).burst(1))
+        .url(redis_url())
+        .key_prefix(prefix)
+        .algorithm(algorithm)
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("worker connects");
+    fair_waiters(Limit::Key(keyed), start_us, waiters, tally).await;
+}
+
+/// `waiters` tasks acquiring one token of `bucket` in a loop for [`WINDOW_FAIR_RUN`] from
+/// `start_us`; prints what [`fair_window_worker`] says it prints.
+async fn fair_waiters(bucket: Limit, start_us: u64, waiters: usize, tally: &Arc<Tally>) {
     until_unix(start_us).await;
     let start = tokio::time::Instant::now();
     let deadline = start + WINDOW_FAIR_RUN;
@@ -558,15 +610,20 @@ async fn fair_window_worker(
 /// Runs 2 and 18 waiters in two processes on one 20/s window; returns, per process, the
 /// measured waits (µs), and every admission's wall clock (µs).
 fn run_fair_window(algorithm: &str) -> (Vec<Vec<u64>>, Vec<u64>) {
+    run_fair("fair-window", algorithm)
+}
+
+/// As [`run_fair_window`], with the workers of `mode`.
+fn run_fair(mode: &str, algorithm: &str) -> (Vec<Vec<u64>>, Vec<u64>) {
     tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(async { raw(&redis_url()).await });
-    let prefix = unique_prefix(&format!("fair-{algorithm}"));
+    let prefix = unique_prefix(&format!("{mode}-{algorithm}"));
     let start_us = unix_us() + 1_000_000;
     let children: Vec<_> = FAIR_WAITERS
         .iter()
         .map(|w| {
-            let spec = format!("fair-window {prefix} {start_us} {w} {algorithm}");
+            let spec = format!("{mode} {prefix} {start_us} {w} {algorithm}");
             spawn("worker_process_entry_point", WORKER_ENV, &spec)
         })
         .collect();
@@ -677,4 +734,72 @@ fn sliding_log_waiters_of_every_process_are_served_in_arrival_order() {
     let (waits, instants) = run_fair_window("log");
     assert_fair("log", &waits);
     assert_log_bound(&instants);
+}
+
+// ---------------------------------------------------------------------------------------
+// One key of a keyed limit: first come, first served across processes, every algorithm.
+
+fn keyed_algorithm(name: &str) -> Algorithm {
+    match name {
+        "token" => Algorithm::TokenBucket,
+        "leaky" => Algorithm::leaky_bucket(16),
+        other => window_algorithm(other),
+    }
+}
+
+/// The token and leaky bucket at 20/s, burst 1: any interval of length `t` admits at most
+/// `1 + 20·t` (read up to `READ_LATE_US` late: those read within `t − READ_LATE_US` of each
+/// other went within `t`).
+fn assert_gcra_bound(instants: &[u64]) {
+    let per_s = u64::from(FAIR_RATE);
+    for (i, &t) in instants.iter().enumerate() {
+        for (j, &u) in instants[i..].iter().enumerate() {
+            let span = (u - t) + READ_LATE_US;
+            let (count, most) = (j as u64 + 1, 1 + per_s * span / 1_000_000);
+            assert!(
+                count <= most,
+                "{count} admissions within {span} µs from {t}"
+            );
+        }
+    }
+}
+
+fn keyed_fair(algorithm: &str) {
+    let (waits, instants) = run_fair("fair-keyed", algorithm);
+    assert_fair(&format!("keyed {algorithm}"), &waits);
+    match algorithm {
+        "token" | "leaky" => assert_gcra_bound(&instants),
+        "fixed" => assert_fixed_bound(&instants),
+        "log" => assert_log_bound(&instants),
+        _ => {
+            let (first, last) = (instants[0], *instants.last().unwrap());
+            let windows = (last / WINDOW_US) - (first.saturating_sub(READ_LATE_US) / WINDOW_US) + 1;
+            assert!(instants.len() as u64 <= u64::from(FAIR_RATE) * windows);
+        }
+    }
+}
+
+#[test]
+fn keyed_token_bucket_waiters_of_every_process_are_served_in_arrival_order() {
+    keyed_fair("token");
+}
+
+#[test]
+fn keyed_leaky_bucket_waiters_of_every_process_are_served_in_arrival_order() {
+    keyed_fair("leaky");
+}
+
+#[test]
+fn keyed_fixed_window_waiters_of_every_process_are_served_in_arrival_order() {
+    keyed_fair("fixed");
+}
+
+#[test]
+fn keyed_sliding_window_waiters_of_every_process_are_served_in_arrival_order() {
+    keyed_fair("sliding");
+}
+
+#[test]
+fn keyed_sliding_log_waiters_of_every_process_are_served_in_arrival_order() {
+    keyed_fair("log");
 }

@@ -193,8 +193,13 @@ impl RedisKeyed {
 
     /// Wait until `n` tokens of `key`'s limit are available, then take them.
     ///
-    /// Waiters for one key in this process are served first come, first served, and only
-    /// the first talks to Redis; waiters for different keys do not wait for each other.
+    /// As [`RedisBucket::acquire`](super::RedisBucket::acquire), per key: the waiter books
+    /// the earliest instant its tokens fit in Redis, after every earlier booking of that key
+    /// (within the booking horizon; else it sleeps until it is within it and asks again),
+    /// then sleeps until that instant. Waiters for one key in every process are served in
+    /// the order they reach Redis, whatever the algorithm; waiters for different keys do not
+    /// wait for each other. Dropping the future while it sleeps gives its booking back, as
+    /// [`RedisBucket::acquire`](super::RedisBucket::acquire) does.
     ///
     /// # Errors
     /// As [`RedisBucket::acquire`](super::RedisBucket::acquire).
@@ -208,36 +213,43 @@ impl RedisKeyed {
         let id = key.key_digest();
         let rkey = keyed_key(&backend.options.prefix, &id);
         let gcra = backend.is_gcra();
-        let cost = Duration::from_nanos(u64::from(n) * backend.interval_ns());
-        let tolerance = Duration::from_nanos(backend.tolerance_ns());
+        let cost = u64::from(n) * backend.interval_ns();
+        let horizon = backend.reserve_horizon();
+        // The key's hint, shared by this process's waiters for it while any waits.
         let entered = inner.lanes.enter(id);
-        // Declared after `entered`, so dropped before it. It holds, per the last reply for
-        // this key: the instant the bucket is full again (token and leaky bucket), or the
-        // instant the last refused request should fit (windows).
-        let mut known = entered.lane().lock_owned().await;
+        let hint = entered.lane();
         loop {
+            // Re-read after every sleep: another waiter's reply may have moved the instant.
             let at = if gcra {
-                known
-                    .and_then(|f| f.checked_add(cost))
-                    .and_then(|f| f.checked_sub(tolerance))
+                hint.likely_fits_at(cost, backend.tolerance_ns())
             } else {
-                *known
+                hint.window_fits_at(n)
             };
-            if let Some(at) = at {
-                if at > Instant::now() {
-                    tokio::time::sleep_until(at).await;
+            if let Some(early) = at.checked_sub(horizon) {
+                if early > Instant::now() {
+                    tokio::time::sleep_until(early).await;
+                    continue;
                 }
             }
-            match backend.acquire(&rkey, n).await {
+            match backend.reserve(&rkey, n).await {
                 Ok(t) => {
-                    *known = if gcra {
-                        Some(t.received + t.reply.full_in)
-                    } else if t.reply.admitted {
-                        None
-                    } else {
-                        Some(t.received + t.reply.wait)
-                    };
+                    if gcra {
+                        hint.observe(&t);
+                    } else if !t.reply.admitted {
+                        hint.refused(&t, n);
+                    }
                     if t.reply.admitted {
+                        if !t.reply.wait.is_zero() {
+                            // The script ran before the reply came: never early.
+                            let booked = Booked {
+                                keyed: Some(self.clone()),
+                                key: rkey,
+                                n,
+                                at_us: t.at_us,
+                            };
+                            tokio::time::sleep_until(t.received + t.reply.wait).await;
+                            booked.used();
+                        }
                         return Ok(());
                     }
                 }
@@ -282,5 +294,37 @@ impl fmt::Debug for RedisKeyed {
             .field("algorithm", &self.inner.backend.algorithm)
             .field("failure_policy", self.inner.backend.policy())
             .finish_non_exhaustive()
+    }
+}
+
+/// Tokens of a key booked in Redis for a later instant: given back if the waiter goes away
+/// first.
+struct Booked {
+    keyed: Option<RedisKeyed>,
+    /// The Redis key of the limit's key.
+    key: String,
+    n: u32,
+    /// The booked instant on the Redis clock, µs, as the reply said (windows; else 0).
+    at_us: u64,
+}
+
+impl Booked {
+    /// The instant came: the tokens are spent.
+    fn used(mut self) {
+        self.keyed = None;
+    }
+}
+
+impl Drop for Booked {
+    fn drop(&mut self) {
+        let Some(keyed) = self.keyed.take() else {
+            return;
+        };
+        let (key, n, at_us) = (std::mem::take(&mut self.key), self.n, self.at_us);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = keyed.inner.backend.release_booked(&key, n, at_us).await;
+            });
+        }
     }
 }

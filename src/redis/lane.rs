@@ -1,14 +1,11 @@
-//! Waiting in front of Redis: what the last replies said about when a bucket's tokens fit
-//! (a [`Hint`], the wake-up schedule of a [`RedisBucket`](super::RedisBucket)'s waiters),
-//! and a FIFO lane per key of a keyed limit (only its head talks to Redis).
+//! Waiting in front of Redis: what the last replies said about when a limit's tokens fit
+//! (a [`Hint`], the wake-up schedule of waiters whose instant lies beyond the booking
+//! horizon), per [`RedisBucket`](super::RedisBucket), and per key of a
+//! [`RedisKeyed`](super::RedisKeyed) while that key has waiters in this process.
 //!
-//! A [`RedisBucket`](super::RedisBucket) waiter books its instant in Redis, which orders the
-//! waiters of every process; the hint only tells a waiter whose instant lies beyond the
-//! booking horizon when to ask again. A [`RedisKeyed`](super::RedisKeyed) key's waiters of
-//! one process line up in a [`tokio::sync::Mutex`] (first come, first served, cancel-safe),
-//! so only the head of the line sleeps on a timer and asks Redis, and each admission costs
-//! one round trip in the common case: the reply that admits one waiter also says when the
-//! next one's tokens fit.
+//! Waiters book their instant in Redis, which orders the waiters of every process (a
+//! bucket's, or one key's): the hint only tells a waiter whose instant lies beyond the
+//! booking horizon when to ask again, so its round trips stay bounded.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +45,12 @@ pub(crate) struct Hint {
 struct Refusal {
     tokens: u32,
     hi: u64,
+}
+
+impl Default for Hint {
+    fn default() -> Self {
+        Hint::new()
+    }
 }
 
 impl Hint {
@@ -128,10 +131,9 @@ fn fits_at(full: u64, cost: u64, tolerance: u64) -> u64 {
     full.saturating_sub(tolerance.saturating_sub(cost))
 }
 
-/// The lane of one key of a keyed limit, holding what the last reply for that key said
-/// while anyone waits: the instant the bucket is full again, upper bound (token and leaky
-/// bucket), or the instant the last refused request should fit (windows).
-pub(crate) type Lane = tokio::sync::Mutex<Option<Instant>>;
+/// The lane of one key of a keyed limit: what the last replies for that key said, while
+/// anyone in this process waits for it.
+pub(crate) type Lane = Hint;
 
 /// The lanes of a keyed limit: one per key with waiters in this process, removed when the
 /// last waiter leaves (so the table is bounded by the number of waiters).
@@ -145,7 +147,7 @@ pub(crate) struct Lanes {
 pub(crate) struct Entered<'a> {
     lanes: &'a Lanes,
     id: KeyDigest,
-    lane: Option<Arc<Lane>>,
+    lane: Arc<Lane>,
 }
 
 impl Lanes {
@@ -162,7 +164,7 @@ impl Lanes {
                     // Only entries whose last holder panicked are dead; drop them in bulk.
                     map.retain(|_, w| w.strong_count() > 0);
                 }
-                let lane = Arc::new(Lane::new(None));
+                let lane = Arc::new(Lane::new());
                 map.insert(id, Arc::downgrade(&lane));
                 lane
             }
@@ -170,7 +172,7 @@ impl Lanes {
         Entered {
             lanes: self,
             id,
-            lane: Some(lane),
+            lane,
         }
     }
 
@@ -181,18 +183,17 @@ impl Lanes {
 }
 
 impl Entered<'_> {
-    pub(crate) fn lane(&self) -> Arc<Lane> {
-        self.lane.clone().unwrap_or_default()
+    pub(crate) fn lane(&self) -> &Lane {
+        &self.lane
     }
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        let Some(lane) = self.lane.take() else { return };
         let mut map = self.lanes.lock();
         // Every other holder of the lane holds an `Entered` of its own (lanes are only
         // reached through the map, under its lock): a count of 1 means this is the last.
-        if Arc::strong_count(&lane) == 1 {
+        if Arc::strong_count(&self.lane) == 1 {
             map.remove(&self.id);
         }
     }
@@ -282,10 +283,13 @@ mod tests {
     async fn lanes_are_removed_when_the_last_waiter_leaves() {
         let lanes = Lanes::default();
         let a = lanes.enter(KeyDigest::from_bytes([1; 16]));
-        let guard = a.lane().lock_owned().await;
         let b = lanes.enter(KeyDigest::from_bytes([1; 16]));
         assert_eq!(lanes.len(), 1);
-        drop(guard);
+        assert!(std::ptr::eq(a.lane(), b.lane()), "one hint per key");
+        let c = lanes.enter(KeyDigest::from_bytes([2; 16]));
+        assert_eq!(lanes.len(), 2);
+        drop(c);
+        assert_eq!(lanes.len(), 1);
         drop(a);
         assert_eq!(lanes.len(), 1, "b still waits");
         drop(b);
