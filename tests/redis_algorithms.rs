@@ -1122,3 +1122,69 @@ async fn a_keyed_waiter_books_its_turn_across_processes_and_gives_it_back_when_c
         assert_eq!(b.stats().round_trips, trips + 1, "{algorithm:?}");
     }
 }
+
+/// The instant (µs after `start`, Redis clock) a request of one token of `b` fits, as its
+/// refusal says: read just before the call, so never late, early by at most a round trip.
+async fn fits_at(conn: &mut MultiplexedConnection, b: &RedisBucket, start: u64) -> i64 {
+    let before = redis_now_us(conn).await;
+    let wait = wait_of(b.try_acquire(1).await);
+    (before + wait.as_micros() as u64) as i64 - start as i64
+}
+
+#[tokio::test]
+async fn a_cancelled_sliding_window_booking_gives_its_turn_back() {
+    let mut conn = raw(&redis_url()).await;
+    // 4 per 2 s window: the booking horizon is the window. Instants below are µs from the
+    // start of a window `w` ([0, 2 s) is w, [2 s, 4 s) is w + 1).
+    let quota = Quota::new(4, Duration::from_secs(2));
+    let prefix = unique_prefix("sliding-cancel");
+    let (a, b) = (
+        handle(&prefix, quota, Algorithm::SlidingWindow).await,
+        handle(&prefix, quota, Algorithm::SlidingWindow).await,
+    );
+    let key = a.redis_key().to_owned();
+    // 1.5 s into a window.
+    let now = redis_now_us(&mut conn).await;
+    let mut start = now - now % 2_000_000;
+    if now - start > 1_400_000 {
+        start += 2_000_000;
+    }
+    tokio::time::sleep(Duration::from_micros(start + 1_500_000 - now)).await;
+    a.try_acquire(4).await.unwrap();
+    // A waiter of A books 2 tokens: window w is full, and in w + 1 the estimate carries
+    // 4 × (4 s − t) / 2 s of it, which leaves room for 2 from 3 s.
+    let waiter = tokio::spawn({
+        let a = a.clone();
+        async move { a.acquire(2).await }
+    });
+    // B (another process) goes after that booking: 1 more token fits from 3.5 s.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    let behind = loop {
+        let at = fits_at(&mut conn, &b, start).await;
+        if at > 3_000_000 || tokio::time::Instant::now() > deadline {
+            break at;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!((3_400_000..=3_510_000).contains(&behind), "{behind}");
+    assert!(!waiter.is_finished());
+    // A's waiter goes away: its turn comes back. B's token fits where it would have without
+    // that booking, 2.5 s — not after the cancelled instant (3 s).
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    let back = loop {
+        let at = fits_at(&mut conn, &b, start).await;
+        if at < 2_900_000 || tokio::time::Instant::now() > deadline {
+            break at;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!((2_400_000..=2_510_000).contains(&back), "{back}");
+    let state = get(&mut conn, &key).await.unwrap();
+    assert!(!state.contains('Q'), "no booking left ahead: {state}");
+    // B books that turn and goes at it.
+    b.acquire(1).await.unwrap();
+    let went = redis_now_us(&mut conn).await as i64 - start as i64;
+    assert!((2_490_000..=2_900_000).contains(&went), "{went}");
+}

@@ -303,8 +303,9 @@ impl RedisBucket {
     /// in the order they reach Redis, whatever the algorithm. A window counts a booking in
     /// the window of its instant at once. Dropping the future while it sleeps gives its
     /// tokens back (the next to ask gets them; waiters already booked keep their instants;
-    /// a window gives them back while it is still kept in Redis, the sliding window's later
-    /// requests still go after the instant that was booked). Instants booked before a
+    /// a window gives them back while it is still kept in Redis; the turn goes back too, so
+    /// later requests go after the latest booking left, with every algorithm). Instants
+    /// booked before a
     /// [`pause`](Self::pause) of another process are kept: at most the booking horizon's
     /// worth of tokens.
     ///

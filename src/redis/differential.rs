@@ -3,7 +3,9 @@
 //! sequences of arrivals, costs, pauses (and the ramps after them), releases (an
 //! admission given back at once, as when another limit refused it) and bookings (a
 //! waiter's acquire: Redis books the instant the in-process bucket says the tokens fit,
-//! and both sides count them there), so the two implementations cannot drift apart.
+//! and both sides count them there; or, until the first pause, a waiter that books and goes
+//! away at once: its booking given back, Redis must decide as if it had never been, its
+//! turn included), so the two implementations cannot drift apart.
 //! The per-key engine of [`KeyedBucket`] (a third implementation) is held to the same
 //! decisions where it can be lined up: the token and leaky bucket and the sliding log (the
 //! fixed and sliding windows of a keyed store take their own phase from the wall clock when
@@ -129,11 +131,13 @@ impl Pair<'_> {
 
     /// Run script `op` (0 acquire, 1 pause, 2 release): (admitted, µs).
     fn run(&mut self, op: usize, arg: u64) -> (bool, u64) {
-        self.run_booking(op, arg, 0)
+        let (ok, us, _) = self.run_booking(op, arg, 0);
+        (ok, us)
     }
 
-    /// Run script `op` with `ARGV[8]` = `book`: (admitted, µs).
-    fn run_booking(&mut self, op: usize, arg: u64, book: u64) -> (bool, u64) {
+    /// Run script `op` with `ARGV[8]` = `book`: (admitted, µs, the admission's instant when
+    /// the reply says it — the windows' acquire — else 0).
+    fn run_booking(&mut self, op: usize, arg: u64, book: u64) -> (bool, u64, u64) {
         let mut call = self.scripts[op].prepare_invoke();
         call.key(&self.key).key(format!("{}:log", self.key));
         for a in self.args(arg, book) {
@@ -147,12 +151,19 @@ impl Pair<'_> {
             Value::Int(i) => u64::try_from(*i).expect("non-negative"),
             other => panic!("reply item {other:?}"),
         };
-        (int(&items[0]) == 1, int(&items[1]))
+        let at = items.get(3).map_or(0, int);
+        (int(&items[0]) == 1, int(&items[1]), at)
     }
 }
 
-/// Runs one random sequence and compares every decision.
-async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u64, key: String) {
+/// Runs one random sequence and compares every decision; returns how many bookings it
+/// cancelled (given back before anything else happened).
+async fn sequence(
+    conn: &mut ::redis::Connection,
+    algorithm: Algorithm,
+    seed: u64,
+    key: String,
+) -> u32 {
     let mut rng = Rng(seed);
     let interval_us = [250, 1_000, 3_000, 20_000][rng.range(0, 3) as usize];
     let count = rng.range(1, 6) as u32;
@@ -191,6 +202,7 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
     };
     let max_cost = if algorithm.is_window() { count } else { burst };
     let span = width_us.max(interval_us * u64::from(burst));
+    let (mut paused, mut cancels) = (false, 0u32);
 
     for op in 0..OPS {
         // Gaps: often none (a burst), often short, sometimes longer than a window.
@@ -207,6 +219,7 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
             let d = rng.range(1, 2 * span);
             pair.bucket.pause(Duration::from_micros(d));
             pair.keyed = None;
+            paused = true;
             let (ok, _) = pair.run(1, d);
             if std::env::var("DIFF_TRACE").is_ok() {
                 eprintln!("{at}: pause {d}");
@@ -215,12 +228,62 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
             continue;
         }
         let n = rng.range(1, u64::from(max_cost)) as u32;
+        // Now and then a waiter books and goes away at once, before anything else happens
+        // (until the first pause: a release never moves the ramp back). Its booking given
+        // back, Redis must decide everything after as if it had never been: the turn goes
+        // back too. A booking in a later window than now's moves the windows a window
+        // contains along (what they held before is no longer kept): that waiter stays and
+        // goes at its instant, as below.
+        if !paused && rng.range(0, 5) == 0 {
+            let (admitted, wait_us, at_us) = pair.run_booking(0, u64::from(n), 1);
+            let local = pair.bucket.try_acquire(n);
+            if std::env::var("DIFF_TRACE").is_ok() {
+                eprintln!(
+                    "{at}: book-cancel n={n} local={local:?} redis=({admitted}, {wait_us}, {at_us})"
+                );
+            }
+            assert!(
+                admitted,
+                "{at}: {n} refused by redis (every wait is within the horizon)"
+            );
+            match local {
+                Ok(()) => {
+                    // It fits now: an admission like any other, on both sides.
+                    assert_eq!(wait_us, 0, "{at}: {n} admitted here, booked ahead by redis");
+                    if let Some(keyed) = &pair.keyed {
+                        assert_eq!(keyed.try_acquire(&7, n), Ok(()), "{at}: keyed {n}");
+                    }
+                }
+                Err(Denied::Throttled(t)) => {
+                    let local_us = t.wait().as_nanos().div_ceil(1000) as u64;
+                    assert_eq!(local_us, wait_us, "{at}: booked instant for {n}");
+                    let now_us = pair.origin_us + pair.t_us;
+                    let later_window = algorithm.is_window()
+                        && algorithm != Algorithm::SlidingLog
+                        && at_us / width_us != now_us / width_us;
+                    if later_window {
+                        pair.keyed = None;
+                        tokio::time::advance(Duration::from_micros(wait_us)).await;
+                        pair.t_us += wait_us;
+                        pair.bucket
+                            .try_acquire(n)
+                            .unwrap_or_else(|e| panic!("{at}: {n} fit at the booked instant: {e}"));
+                    } else {
+                        let (ok, _, _) = pair.run_booking(2, u64::from(n), at_us);
+                        assert!(ok, "{at}: cancel");
+                        cancels += 1;
+                    }
+                }
+                Err(other) => panic!("{at}: {other}"),
+            }
+            continue;
+        }
         // Now and then a waiter books: Redis admits it for the instant the in-process
         // bucket says its tokens fit, and both sides count them there.
         if rng.range(0, 5) == 0 {
             pair.keyed = None;
             let local = pair.bucket.try_acquire(n);
-            let (admitted, wait_us) = pair.run_booking(0, u64::from(n), 1);
+            let (admitted, wait_us, _) = pair.run_booking(0, u64::from(n), 1);
             if std::env::var("DIFF_TRACE").is_ok() {
                 eprintln!("{at}: book n={n} local={local:?} redis=({admitted}, {wait_us})");
             }
@@ -295,11 +358,15 @@ async fn sequence(conn: &mut ::redis::Connection, algorithm: Algorithm, seed: u6
             assert!(ok, "{at}: release");
         }
     }
+    if std::env::var("DIFF_TRACE").is_ok() {
+        eprintln!("{algorithm:?} seed {seed:#x}: {cancels} bookings cancelled");
+    }
     let _: () = ::redis::cmd("DEL")
         .arg(&pair.key)
         .arg(format!("{}:log", pair.key))
         .query(pair.conn)
         .expect("cleanup");
+    cancels
 }
 
 fn connection() -> ::redis::Connection {
@@ -313,13 +380,23 @@ async fn algorithm_agrees(algorithm: Algorithm, salt: u64) {
     let run = redis_support::unique_prefix("differential");
     let mut conn = connection();
     let only: Option<usize> = std::env::var("DIFF_ONLY").ok().and_then(|v| v.parse().ok());
+    let mut cancels = 0;
     for i in 0..SEQUENCES {
         if only.is_some_and(|o| o != i) {
             continue;
         }
         let seed = salt << 32 | i as u64;
         let key = format!("{{{run}:{algorithm:?}:{i}}}");
-        sequence(&mut conn, algorithm, seed, key).await;
+        cancels += sequence(&mut conn, algorithm, seed, key).await;
+    }
+    // The cancellations are exercised, not skipped (a fixed window's booking ahead always
+    // lies in a later window: it goes at its instant instead).
+    println!("{algorithm:?}: {cancels} bookings cancelled");
+    if only.is_none() && algorithm != Algorithm::FixedWindow {
+        assert!(
+            cancels >= 50,
+            "{algorithm:?}: only {cancels} bookings cancelled"
+        );
     }
 }
 

@@ -223,7 +223,7 @@
 //! | [`TokenBucket`](crate::Algorithm::TokenBucket) | one string, `"<tat>[:<pause>]"` | `GET`, `SET` | until full again |
 //! | [`LeakyBucket`](crate::Algorithm::LeakyBucket) | one string, `"K<tat>[:<pause>]"` | `GET`, `SET` | until drained (`tat`) |
 //! | [`FixedWindow`](crate::Algorithm::FixedWindow) | one string, `"F<window>:<count>[:<pause>][R<ramp>:<until>]"` | `GET`, `SET` | until the window ends (or the ramp) |
-//! | [`SlidingWindow`](crate::Algorithm::SlidingWindow) | one string, `"S<window>:<previous>:<current>[:<pause>][R<ramp>:<until>][Q<booked>]"` (`booked`: the instant booked last, while ahead) | `GET`, `SET` | until the next window ends (or the ramp) |
+//! | [`SlidingWindow`](crate::Algorithm::SlidingWindow) | one string, `"S<window>:<previous>:<current>[:<pause>][R<ramp>:<until>][Q<booked>]"` (`booked`: the latest instant booked, while ahead), and while bookings lie ahead a sorted set `<key>:log` of them (score = the booked instant, member = `"<instant>:<tokens>:<booked at>[:<k>]"`) | `GET`, `SET`; a booking ahead also `ZREMRANGEBYSCORE` of those passed (or `DEL`), `ZADD`, `PEXPIRE`; a cancelled one `ZRANGEBYSCORE`, `ZREM`, `ZRANGE` | until the next window ends (or the ramp, or the latest booking) |
 //! | [`SlidingLog`](crate::Algorithm::SlidingLog) | a string `"L<seq>:<total>[:<pause>][R<ramp>:<until>]"` (`total`: the tokens in the log) and a sorted set `<key>:log`, one entry per admission in the window (score = instant, member = `"<seq>:<tokens>"`) | admission: `GET`, `ZRANGEBYSCORE` + `ZREMRANGEBYSCORE` of the entries that left the window, `ZADD`, `SET`, `PEXPIRE`: O(log N) plus the entries that left (each leaves once); a refusal, pause or release reads the window's N entries (N ≤ `count`) | until the newest entry leaves the window (or the ramp) |
 //!
 //! - **Costs.** A request may cost up to the burst (token and leaky bucket) or the quota's
@@ -243,12 +243,14 @@
 //!   empty. A [`RedisBucket::acquire`] waiter dropped before its booked instant gives its
 //!   tokens back the same way, to the window of that instant while Redis still keeps it
 //!   (the fixed window its last window, the sliding window its last two; the log removes
-//!   the booked entry); the sliding window's later requests still go after the instant
-//!   that was booked.
-//! - **Booking** ([`RedisBucket::acquire`], every algorithm): a request that fits within the
-//!   booking horizon — `max(1 s, burst × interval)` for the token and leaky bucket,
-//!   `max(1 s, period)` for the windows — is admitted at once for the earliest instant it
-//!   fits, never before an instant booked earlier; the waiter sleeps until it. Beyond the
+//!   the booked entry), and its turn with them: later requests go after the latest booking
+//!   left (the sliding window keeps its bookings ahead in `<key>:log` for that). The same
+//!   holds for a [`RedisKeyed::acquire`] waiter, per key.
+//! - **Booking** ([`RedisBucket::acquire`] and [`RedisKeyed::acquire`], every algorithm): a
+//!   request that fits within the booking horizon — `max(1 s, burst × interval)` for the
+//!   token and leaky bucket, `max(1 s, period)` for the windows — is admitted at once for
+//!   the earliest instant it fits, never before an instant booked earlier; the waiter
+//!   sleeps until it. Beyond the
 //!   horizon it is refused with the wait, and the waiter asks again once within it. A
 //!   window's `try_acquire` also goes after the instants booked (first come, first served,
 //!   as in process). Bookings made before a pause by another process keep their instants.

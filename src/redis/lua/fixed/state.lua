@@ -58,7 +58,9 @@ local function admit(n, at)
   return v
 end
 -- Give back n tokens admitted in window v, if it is the one kept. Whether anything changed.
-local function refund(v, n)
+-- (The instant of a booking, third, matters not: every booking of a window goes at its
+-- start, or at once.)
+local function refund(v, n, _)
   if v == w and c > 0 then
     c = math.max(c - n, 0)
     return true

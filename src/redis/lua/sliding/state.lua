@@ -2,8 +2,13 @@
 -- KEYS[1] holds "S<w>:<prev>:<cur>" or "S<w>:<prev>:<cur>:<pause>", then the ramp's suffix
 -- while it runs (`lua/window/ramp.lua`), then "Q<q>" while a booking lies ahead: `cur`
 -- tokens admitted in the window of index w ([w·W, (w+1)·W) of the Redis clock), `prev` in
--- window w − 1; `pause` the end of a pause in force; `q` the instant booked last. Any other
--- window holds nothing.
+-- window w − 1; `pause` the end of a pause in force; `q` the latest instant booked that is
+-- still ahead. Any other window holds nothing.
+-- While bookings lie ahead, KEYS[2] is a sorted set of them: score = the booked instant,
+-- member = "<instant>:<tokens>:<now of the booking>[:<k>]" (unique), written with the same
+-- TTL; a cancelled booking leaves it, and `q` becomes the latest one left, so the turn it
+-- held goes to the next request. Entries that have passed are dropped at the next booking.
+local booked = KEYS[2]
 local cw = math.floor(now / W)
 local w, p, c, pause, dirty = cw, 0, 0, 0, false
 local q = 0
@@ -34,7 +39,13 @@ if pause <= now then pause = 0 end
 local base = math.max(now, pause)
 local bw = math.floor((base + HW) / W)
 if w > bw then w = bw; dirty = true end
-if q > base + HW then q = base + HW; dirty = true end
+if q > base + HW then
+  -- The bookings move there too: one entry of no tokens (no release names it).
+  q = base + HW
+  dirty = true
+  redis.call('DEL', booked)
+  redis.call('ZADD', booked, fmt(q), string.format('%d:0:%d', q, now))
+end
 if q <= now then q = 0 end
 if ramp_clamp(base) then dirty = true end
 if c > L then c = L; dirty = true end
@@ -62,9 +73,11 @@ local function save()
   else
     value = string.format('S%d:%d:%d', w, p, c)
   end
-  local booked = ''
-  if q > now then booked = string.format('Q%d', q) end
-  put(value .. ramp_suffix() .. booked, horizon())
+  local suffix = ''
+  if q > now then suffix = string.format('Q%d', q) end
+  local h = horizon()
+  put(value .. ramp_suffix() .. suffix, h)
+  if q > now then redis.call('PEXPIRE', booked, fmt(ttl_ms(h))) end
 end
 -- A request goes no earlier than the last booking (its estimate counted every booking
 -- before it, none after), nor before the start of the last window kept.
@@ -82,12 +95,50 @@ local function admit(n, at)
     p, c, w = 0, 0, v
   end
   c = c + n
-  if at > now and at > q then q = at end
+  if at > now then
+    -- Without a booking ahead, what the set holds has passed (or is no state of ours).
+    if q == 0 then
+      redis.call('DEL', booked)
+    else
+      redis.call('ZREMRANGEBYSCORE', booked, '-inf', fmt(now))
+    end
+    local m = string.format('%d:%d:%d', at, n, now)
+    local k = 0
+    while redis.call('ZADD', booked, 'NX', fmt(at), m) == 0 do
+      k = k + 1
+      m = string.format('%d:%d:%d:%d', at, n, now, k)
+    end
+    if at > q then q = at end
+  end
   return v
 end
--- Give back n tokens admitted in window v, if it is one of the two kept. Whether anything
--- changed. The last booking's instant stays: later requests still go after it.
-local function refund(v, n)
+-- Cancel a booking of n tokens for the instant `at` still ahead: it leaves the set, and
+-- `q` becomes the latest booking left (the turn goes to the next request). Whether `q`
+-- moved.
+local function unbook(at, n)
+  if q == 0 or at <= now then return false end
+  local members = redis.call('ZRANGEBYSCORE', booked, fmt(at), fmt(at))
+  for i = 1, #members do
+    if tonumber(string.match(members[i], '^%d+:(%d+):')) == n then
+      redis.call('ZREM', booked, members[i])
+      local last = redis.call('ZRANGE', booked, -1, -1, 'WITHSCORES')
+      local latest = 0
+      if #last > 0 then latest = tonumber(last[2]) end
+      if latest <= now then latest = 0 end
+      if latest < q then
+        q = latest
+        return true
+      end
+      return false
+    end
+  end
+  return false
+end
+-- Give back n tokens admitted in window v, if it is one of the two kept, and the turn of
+-- a booking for the instant `at` (when > 0) still ahead. Whether anything changed.
+local function refund(v, n, at)
+  local changed = false
+  if at > 0 then changed = unbook(at, n) end
   if v == w and c > 0 then
     c = math.max(c - n, 0)
     return true
@@ -95,7 +146,7 @@ local function refund(v, n)
     p = math.max(p - n, 0)
     return true
   end
-  return false
+  return changed
 end
 -- The earliest instant at or after `nb` at which n tokens fit: the estimate at t in window
 -- v is ceil(count(v−1) · (end of v − t) / W) + count(v), and must stay ≤ L − n.
