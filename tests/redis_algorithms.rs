@@ -1123,9 +1123,39 @@ async fn a_keyed_waiter_books_its_turn_across_processes_and_gives_it_back_when_c
     }
 }
 
+/// A Redis limit: a bucket, or the key "user" of a keyed limit.
+#[derive(Clone)]
+enum Shared {
+    Bucket(RedisBucket),
+    Key(RedisKeyed),
+}
+
+impl Shared {
+    async fn try_acquire(&self, n: u32) -> Result<(), Denied> {
+        match self {
+            Shared::Bucket(b) => b.try_acquire(n).await,
+            Shared::Key(k) => k.try_acquire("user", n).await,
+        }
+    }
+
+    async fn acquire(&self, n: u32) -> Result<(), Denied> {
+        match self {
+            Shared::Bucket(b) => b.acquire(n).await,
+            Shared::Key(k) => k.acquire("user", n).await,
+        }
+    }
+
+    fn redis_key(&self) -> String {
+        match self {
+            Shared::Bucket(b) => b.redis_key().to_owned(),
+            Shared::Key(k) => k.redis_key("user"),
+        }
+    }
+}
+
 /// The instant (µs after `start`, Redis clock) a request of one token of `b` fits, as its
 /// refusal says: read just before the call, so never late, early by at most a round trip.
-async fn fits_at(conn: &mut MultiplexedConnection, b: &RedisBucket, start: u64) -> i64 {
+async fn fits_at(conn: &mut MultiplexedConnection, b: &Shared, start: u64) -> i64 {
     let before = redis_now_us(conn).await;
     let wait = wait_of(b.try_acquire(1).await);
     (before + wait.as_micros() as u64) as i64 - start as i64
@@ -1133,16 +1163,28 @@ async fn fits_at(conn: &mut MultiplexedConnection, b: &RedisBucket, start: u64) 
 
 #[tokio::test]
 async fn a_cancelled_sliding_window_booking_gives_its_turn_back() {
-    let mut conn = raw(&redis_url()).await;
-    // 4 per 2 s window: the booking horizon is the window. Instants below are µs from the
-    // start of a window `w` ([0, 2 s) is w, [2 s, 4 s) is w + 1).
+    // 4 per 2 s window: the booking horizon is the window.
     let quota = Quota::new(4, Duration::from_secs(2));
     let prefix = unique_prefix("sliding-cancel");
     let (a, b) = (
         handle(&prefix, quota, Algorithm::SlidingWindow).await,
         handle(&prefix, quota, Algorithm::SlidingWindow).await,
     );
-    let key = a.redis_key().to_owned();
+    sliding_cancel(Shared::Bucket(a), Shared::Bucket(b)).await;
+    // The same for one key of a keyed limit.
+    let prefix = unique_prefix("sliding-cancel-keyed");
+    let (a, b) = (
+        keyed(&prefix, quota, Algorithm::SlidingWindow).await,
+        keyed(&prefix, quota, Algorithm::SlidingWindow).await,
+    );
+    sliding_cancel(Shared::Key(a), Shared::Key(b)).await;
+}
+
+/// Two handles `a`, `b` (as of two processes) on one sliding window of 4 per 2 s. Instants
+/// below are µs from the start of a window `w` ([0, 2 s) is w, [2 s, 4 s) is w + 1).
+async fn sliding_cancel(a: Shared, b: Shared) {
+    let mut conn = raw(&redis_url()).await;
+    let key = a.redis_key();
     // 1.5 s into a window.
     let now = redis_now_us(&mut conn).await;
     let mut start = now - now % 2_000_000;
