@@ -1230,3 +1230,34 @@ async fn sliding_cancel(a: Shared, b: Shared) {
     let went = redis_now_us(&mut conn).await as i64 - start as i64;
     assert!((2_490_000..=2_900_000).contains(&went), "{went}");
 }
+
+#[tokio::test]
+async fn a_far_future_sliding_window_booking_is_clamped_and_expires() {
+    let mut conn = raw(&redis_url()).await;
+    let quota = Quota::new(3, Duration::from_millis(200));
+    let prefix = unique_prefix("far-booking");
+    let k = keyed(&prefix, quota, Algorithm::SlidingWindow).await;
+    let key = k.redis_key("user");
+    // A booking a day ahead (a clock stepped back, a stray write), no set of bookings.
+    let day = redis_now_us(&mut conn).await + 86_400_000_000;
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(format!("S1:0:0Q{day}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // A release that gives nothing back writes no state, but the set of bookings the
+    // clamp wrote expires all the same.
+    k.release("user", 1).await.unwrap();
+    let t = pttl(&mut conn, &format!("{key}:log")).await;
+    assert!(t > 0 && t <= 1_000 + 2, "bookings' PTTL {t}");
+    // A request goes after the booking, clamped to the booking horizon (1 s) past now.
+    let wait = wait_of(k.try_acquire("user", 1).await);
+    assert!(
+        wait > Duration::from_millis(800) && wait <= Duration::from_millis(1_001),
+        "{wait:?}"
+    );
+    let state = get(&mut conn, &key).await.unwrap();
+    assert!(!state.contains(&day.to_string()), "{state}");
+    assert_ttls(&mut conn, &key, 1_000 + 3 * 200 + 2, "refusal").await;
+}

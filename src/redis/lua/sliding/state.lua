@@ -45,6 +45,7 @@ if q > base + HW then
   dirty = true
   redis.call('DEL', booked)
   redis.call('ZADD', booked, fmt(q), string.format('%d:0:%d', q, now))
+  redis.call('PEXPIRE', booked, fmt(ttl_ms(q))) -- written even when the state is not
 end
 if q <= now then q = 0 end
 if ramp_clamp(base) then dirty = true end
