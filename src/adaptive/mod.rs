@@ -95,11 +95,11 @@ use std::time::SystemTime;
 
 use crate::Quota;
 
-/// A push-back acted on, as processes sharing a limit tell each other: the rate refused
+/// A push-back acted on, as processes sharing a limit tell each other: the limit estimated
 /// (tokens per second) and when the cooldown ends (wall clock).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Cut {
-    pub(crate) refused: f64,
+    pub(crate) limit: f64,
     pub(crate) resume: SystemTime,
 }
 

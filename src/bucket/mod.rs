@@ -163,9 +163,9 @@ impl Bucket {
         self.control.rate()
     }
 
-    /// The rate a server last refused (the rate in force at its last push-back) or stated in
-    /// its rate-limit fields, in tokens per second: what the bucket has learned of the
-    /// server's limit. `None` until then.
+    /// What the bucket has learned of the server's limit, in tokens per second: the limit
+    /// estimated at its last push-back (see [`adaptive`](crate::adaptive)), or the rate it
+    /// stated in its rate-limit fields. `None` until then.
     pub fn learned_rate(&self) -> Option<f64> {
         self.control.limit()
     }
