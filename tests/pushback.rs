@@ -272,6 +272,105 @@ async fn a_server_that_halves_its_rate_mid_run_is_followed() {
     assert!((45.0..=50.0).contains(&after), "{after}");
 }
 
+/// A fixed-window quota stated only in `X-RateLimit-Limit`, `-Remaining` and `-Reset` (whole
+/// seconds, rounded up), answering `429` + `Retry-After` (until the next window) above it.
+fn fixed_window(
+    limit: u64,
+    window: Duration,
+    start: Instant,
+    counts: Arc<Mutex<(u64, u64, Seen)>>,
+) -> Response<String> {
+    let now = Instant::now();
+    let at = now.duration_since(start);
+    let index = (at.as_nanos() / window.as_nanos()) as u64;
+    let ends = window * (index as u32 + 1);
+    let reset = (ends - at).as_secs_f64().ceil() as u64;
+    let mut c = counts.lock().unwrap();
+    if c.0 != index {
+        (c.0, c.1) = (index, 0);
+    }
+    let mut resp = Response::new(String::new());
+    if c.1 < limit {
+        c.1 += 1;
+        c.2.ok.push(at);
+    } else {
+        c.2.refused.push(at);
+        *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        resp.headers_mut()
+            .insert("retry-after", reset.to_string().parse().unwrap());
+    }
+    let h = resp.headers_mut();
+    h.insert("x-ratelimit-limit", limit.to_string().parse().unwrap());
+    h.insert(
+        "x-ratelimit-remaining",
+        (limit - c.1).to_string().parse().unwrap(),
+    );
+    h.insert("x-ratelimit-reset", reset.to_string().parse().unwrap());
+    resp
+}
+
+#[tokio::test(start_paused = true)]
+async fn x_ratelimit_fields_set_the_pace_with_no_429() {
+    // 200 requests per 10 s window; the client starts at 1/s and knows nothing else.
+    let start = Instant::now();
+    let counts = Arc::new(Mutex::new((0, 0, Seen::default())));
+    let api = service_fn({
+        let counts = counts.clone();
+        move |_req: Request<String>| {
+            let counts = counts.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let resp = fixed_window(200, Duration::from_secs(10), start, counts);
+                Ok::<_, std::io::Error>(resp)
+            }
+        }
+    });
+    let bucket = Bucket::adaptive(Adaptive::new());
+    let client = ServiceBuilder::new()
+        .layer(RetryAfterLayer::new(bucket.clone()).max_retries(u32::MAX))
+        .layer(RateLimitLayer::new(bucket.clone()))
+        .service(api);
+    let left = Arc::new(AtomicU64::new(600));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (client, left) = (client.clone(), left.clone());
+            tokio::spawn(async move {
+                while left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    let resp = client.clone().oneshot(Request::new(String::new())).await?;
+                    assert_eq!(resp.status(), StatusCode::OK);
+                }
+                Ok::<_, BoxError>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let took = start.elapsed();
+    let c = counts.lock().unwrap();
+    println!(
+        "600 requests in {took:?} (ideal 30 s), {} refused, rate now {:.2}/s",
+        c.2.refused.len(),
+        bucket.rate()
+    );
+    assert!(c.2.refused.is_empty(), "{:?}", c.2.refused);
+    // From the first answer on, paced at the quota's rate: a little slower, as the reset is
+    // rounded up to whole seconds.
+    assert!(took >= Duration::from_secs(29), "{took:?}");
+    assert!(took <= Duration::from_secs(33), "{took:?}");
+    // Never more than the window's quota in any window.
+    for w in 0..4 {
+        let (from, to) = (
+            Duration::from_secs(10 * w),
+            Duration::from_secs(10 * (w + 1)),
+        );
+        assert!(rate_between(&c.2.ok, from, to) <= 20.0);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stated_quota_sets_the_rate_on_the_first_response_with_no_429() {
     let mut server = StandIn::new(40);

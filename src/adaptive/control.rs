@@ -261,7 +261,12 @@ impl Control {
         let mut st = self.lock();
         let now = Instant::now();
         st.meter.record(now);
-        let stated = stated.filter(|s| st.stated != Some(*s));
+        // A stated rate is taken when it changes by a step or more (a pace read from
+        // `Remaining / Reset` moves a little with every response).
+        let stated = stated.filter(|s| {
+            st.stated
+                .is_none_or(|old| (s - old).abs() >= APPLY_STEP * old)
+        });
         let Some(law) = st.law.as_mut() else { return };
         let rate = match stated {
             Some(stated) => law.stated(stated),
