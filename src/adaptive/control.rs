@@ -298,6 +298,7 @@ impl Control {
 
     fn apply(&self, st: &mut State, shared: &Shared, rate: f64, always: bool) {
         self.rate.store(rate.to_bits(), Ordering::Release);
+        shared.set_spaced(st.law.as_ref().is_some_and(|l| l.limit().is_some()));
         let step = (rate - st.applied).abs() / st.applied;
         if !always && step < APPLY_STEP {
             return;

@@ -90,6 +90,7 @@ mod control;
 mod law;
 
 pub(crate) use self::control::{Control, Mode, DEFAULT_FLOOR};
+pub(crate) use self::law::HOLD;
 
 use std::time::SystemTime;
 
