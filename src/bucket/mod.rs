@@ -121,9 +121,9 @@ impl Bucket {
     /// A token bucket that discovers a server's rate: it needs no quota, or only a hint.
     ///
     /// It starts at [`Adaptive`]'s start rate and searches upwards until the server pushes
-    /// back, then settles just below the rate refused; when the server states its quota in
-    /// rate-limit fields, the rate jumps to it. Its burst is that of the ceiling (1 by
-    /// default). See [`adaptive`](crate::adaptive) for the control law and its bounds.
+    /// back, then settles just below the server's limit as estimated; when the server states
+    /// its quota in rate-limit fields, the rate jumps to it. Its burst is that of the ceiling
+    /// (1 by default). See [`adaptive`](crate::adaptive) for the control law and its bounds.
     ///
     /// ```
     /// use tower_throttle::adaptive::Adaptive;
