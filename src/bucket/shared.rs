@@ -545,7 +545,10 @@ impl Shared {
         let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         // Clamp far-off pauses so arithmetic stays in range (about 146 years).
         let end = now.saturating_add(d).min(u64::MAX / 4);
-        if self.paused_until.fetch_max(end, Ordering::AcqRel) < end {
+        // `0` is also "never paused": a pause at the clock's origin (a bucket paused the
+        // instant it was made) empties it too.
+        let before = self.paused_until.fetch_max(end, Ordering::AcqRel);
+        if before < end || before == 0 {
             let interval = st.quota.interval_ns();
             match st.window.as_mut() {
                 None => self.gcra.restart_at(end),
