@@ -133,10 +133,10 @@ fn rate_between(ok: &[Duration], from: Duration, to: Duration) -> f64 {
 }
 
 #[tokio::test(start_paused = true)]
-async fn configured_at_twice_the_hidden_rate_finishes_within_115_percent_of_ideal() {
+async fn configured_at_twice_the_hidden_rate_finishes_within_120_percent_of_ideal() {
     // Each push-back costs a whole second of cooldown: 15 s of requests at the hidden rate
-    // take 15 s at best. The first push-back takes the server's rate to be at most half the
-    // rate refused: one cooldown, then just below the server's rate.
+    // take 15 s at best. The first push-back guesses half the rate refused and verifies it
+    // upwards: the second lands just below the server's rate.
     for (hidden, burst) in [(20, 0), (50, 0), (50, 10), (5, 0)] {
         let mut server = StandIn::new(hidden);
         server.burst = burst;
@@ -156,17 +156,63 @@ async fn configured_at_twice_the_hidden_rate_finishes_within_115_percent_of_idea
             seen.refused.len(),
             bucket.rate()
         );
+        // A burst behind the server's rate hides it from each push-back: a few more.
+        let (most, refusals) = if burst == 0 { (1.2, 3) } else { (1.4, 8) };
         assert!(
-            took <= ideal.mul_f64(1.15),
+            took <= ideal.mul_f64(most),
             "{hidden}/s burst {burst}: {took:?}"
         );
-        assert_eq!(seen.refused.len(), 1, "{hidden}/s burst {burst}");
-        assert!(bucket.rate() <= hidden as f64);
+        assert!(
+            seen.refused.len() <= refusals,
+            "{hidden}/s burst {burst}: {} refused",
+            seen.refused.len()
+        );
+        // Behind a burst the last estimate may still be a little high.
+        let slack = if burst == 0 { 1.0 } else { 1.05 };
+        assert!(bucket.rate() <= slack * hidden as f64, "{}", bucket.rate());
         // The configured rate stays the ceiling, and what the bucket reports.
         let configured = Quota::per_second(2 * hidden as u32).burst(1);
         assert_eq!(bucket.quota(), configured);
         assert_eq!(bucket.snapshot().quota, configured);
-        assert!(bucket.snapshot().effective.per_second_f64() <= hidden as f64);
+        assert!(bucket.snapshot().effective.per_second_f64() <= slack * hidden as f64);
+    }
+}
+
+/// Whatever the configured rate above the server's, from 10 % above to 4×, with or without a
+/// burst at the server: 40 s of requests at the hidden rate finish within 1.3× the ideal
+/// time (1.2× without a burst), with few push-backs.
+#[tokio::test(start_paused = true)]
+async fn any_configured_rate_above_the_hidden_one_settles_just_below_it() {
+    for (factor, burst) in [1.1f64, 1.25, 1.5, 2.0, 4.0]
+        .into_iter()
+        .flat_map(|f| [(f, 0), (f, 10)])
+    {
+        let hidden = 40u64;
+        let mut server = StandIn::new(hidden);
+        server.burst = burst;
+        let configured = (factor * hidden as f64) as u32;
+        let bucket = Bucket::new(Quota::per_second(configured).burst(1));
+        let start = Instant::now();
+        server
+            .run(&bucket, 40 * hidden, 16, Duration::from_millis(2))
+            .await;
+        let took = start.elapsed().as_secs_f64() / 40.0;
+        let refused = server.seen().refused.len();
+        let (most, refusals) = if burst == 0 { (1.2, 6) } else { (1.3, 16) };
+        assert!(
+            took <= most,
+            "{factor}× configured, burst {burst}: {took:.2}× the ideal time"
+        );
+        assert!(
+            refused <= refusals,
+            "{factor}× configured, burst {burst}: {refused} refused (1 % is {})",
+            40 * hidden / 100
+        );
+        let rate = bucket.rate();
+        assert!(
+            (0.9 * hidden as f64..=hidden as f64).contains(&rate),
+            "{factor}× configured, burst {burst}: settled at {rate:.1}/s"
+        );
     }
 }
 

@@ -4,9 +4,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// A first push-back with nothing else known: the server's limit is taken to be this
-/// fraction of the rate refused (a rate up to twice the server's lands just below it).
+/// A first push-back with nothing else known: the server's limit is first guessed at this
+/// fraction of the rate refused, and the guess is then verified upwards.
 pub(crate) const DECREASE: f64 = 0.5;
+/// Verifying a guess, each success after the cooldown raises the rate by this much (requests
+/// per second): the rate grows by this fraction per second, and a push-back comes within one
+/// step above the highest rate that went through, the server's limit to within a few per cent
+/// (a step is 0.4 % of 50/s). Slow enough that a burst behind the limit hides little of it.
+pub(crate) const VERIFY_STEP: f64 = 0.2;
 /// Once a limit is estimated, the rate holds at this fraction of it…
 pub(crate) const HOLD: f64 = 0.96;
 /// …coming back to it after a deep cut with this time constant (seconds).
@@ -49,6 +54,9 @@ pub(crate) struct Law {
     passed: f64,
     /// Successes since the end of the last cooldown.
     count: f64,
+    /// Searching from a guess after a first push-back: small relative steps, successes
+    /// before the end of the cooldown ignored.
+    verify: bool,
     /// The successes and the seconds between the end of a cooldown and a push-back that
     /// came soon after it.
     window: Option<(f64, f64)>,
@@ -67,6 +75,7 @@ impl Law {
             passed: 0.0,
             count: 0.0,
             window: None,
+            verify: false,
         }
     }
 
@@ -141,11 +150,19 @@ impl Law {
                 };
                 (limit, limit * hold)
             }
-            // A first push-back at the configured rate: it may be far above the server's.
+            // A first push-back at the configured rate: it may be far above the server's, or
+            // just above it. Guess half (a rate up to twice the server's lands just below
+            // it), then verify upwards in small steps: the next push-back says where the
+            // limit is, whatever the configured rate was (a guess held for long would leave
+            // a client configured 10 % above its server at half its rate).
             (_, None) => {
                 let sent = measured.map_or(refused, |m| m.min(refused));
-                let limit = sent * DECREASE;
-                (limit, limit * hold)
+                let guess = sent * DECREASE;
+                self.limit = Some(guess);
+                self.passed = 0.0;
+                self.verify = true;
+                self.phase = Phase::Search;
+                return Some(self.set(guess * hold));
             }
             // Two push-backs soon after pauses: the server refilled the same burst during
             // each, the difference is its rate.
@@ -172,6 +189,7 @@ impl Law {
 
     fn cut(&mut self, limit: f64, from: f64, since: Instant) -> f64 {
         self.limit = Some(limit);
+        self.verify = false;
         let from = self.set(from);
         self.phase = Phase::Recover { since, from };
         from
@@ -196,6 +214,14 @@ impl Law {
         }
         match self.phase {
             Phase::Hold => self.rate,
+            Phase::Search if self.verify => {
+                // Answers to requests sent before the push-back say nothing of the guess.
+                if self.settled.is_some_and(|s| now < s) {
+                    return self.rate;
+                }
+                self.passed = self.rate;
+                self.set(self.rate + VERIFY_STEP)
+            }
             Phase::Search => {
                 let step = self.rate.min(1.0 / SEARCH_SECS);
                 self.passed = self.rate;
@@ -236,23 +262,41 @@ mod tests {
         (a - b).abs() < 1e-9 * b.abs().max(1.0)
     }
 
+    /// A configured law pushed back at 100/s, verified up to `limit` and refused one step
+    /// above it: (the law, the end of the second cooldown).
+    fn verified(limit: f64) -> (Law, Instant) {
+        let mut law = Law::capped(100.0, 1.0);
+        let t0 = Instant::now();
+        law.pushed_back(t0, secs(1.0), 100.0, None);
+        let mut t = t0 + secs(1.0);
+        while law.rate() + VERIFY_STEP <= limit {
+            t += secs(0.02);
+            law.succeeded(t);
+        }
+        let refused = law.succeeded(t + secs(0.02));
+        let t = t + secs(0.04);
+        law.pushed_back(t, secs(1.0), refused, None).unwrap();
+        (law, t + secs(1.0))
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn a_first_push_back_holds_just_below_half_the_rate_refused_once_per_cooldown() {
+    async fn a_first_push_back_guesses_half_the_rate_refused_and_verifies_it_upwards() {
         let mut law = Law::capped(100.0, 1.0);
         let t0 = Instant::now();
         assert_eq!(law.pushed_back(t0, secs(1.0), 100.0, None), Some(48.0));
         assert_eq!(law.limit(), Some(50.0));
-        // More answers to requests sent before the decrease: ignored.
+        // More answers to requests sent before the decrease: ignored, as their successes.
         let again = law.pushed_back(t0 + secs(0.5), secs(1.0), 100.0, None);
         assert_eq!(again, None);
-        // Held there, probing slowly: still within 1 % of the hold 10 s after the cooldown…
-        let r = law.succeeded(t0 + secs(11.0));
-        assert!((48.0..48.1).contains(&r), "{r}");
-        // …the estimate again after PROBE_SECS, and beyond it, up to the ceiling.
-        let r = law.succeeded(t0 + secs(1.0 + PROBE_SECS));
-        assert!(close(r, 50.0), "{r}");
-        assert_eq!(law.succeeded(t0 + secs(200.0)), 100.0);
-        assert_eq!(law.succeeded(t0 + secs(300.0)), 100.0);
+        assert_eq!(law.succeeded(t0 + secs(0.6)), 48.0);
+        // After the cooldown each success raises the rate one small step…
+        let r = law.succeeded(t0 + secs(1.1));
+        assert!(close(r, 48.0 + VERIFY_STEP), "{r}");
+        // …until a push-back one step above what went through: that is the limit.
+        let (law, _) = verified(90.0);
+        let limit = law.limit().unwrap();
+        assert!((89.7..=90.0).contains(&limit), "{limit}");
+        assert!(close(law.rate(), HOLD * limit), "{}", law.rate());
     }
 
     #[tokio::test(start_paused = true)]
@@ -267,31 +311,33 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_later_push_back_holds_just_below_the_rate_refused() {
-        let mut law = Law::capped(100.0, 1.0);
-        let t0 = Instant::now();
-        law.pushed_back(t0, secs(1.0), 100.0, None);
-        // Probing from 48/s, refused 20 s later: a close estimate, a mild cut.
-        let probed = law.succeeded(t0 + secs(21.0));
-        assert!((48.0..49.0).contains(&probed), "{probed}");
-        let rate = law.pushed_back(t0 + secs(21.0), secs(1.0), probed, None);
-        assert!(close(rate.unwrap(), 0.96 * probed), "{rate:?}");
+        let (mut law, end) = verified(50.0);
+        let limit = law.limit().unwrap();
+        // Held there, probing slowly: within 1 % of the hold 10 s after the cooldown…
+        let r = law.succeeded(end + secs(10.0));
+        assert!((HOLD * limit..HOLD * limit * 1.01).contains(&r), "{r}");
+        // …refused 20 s later: a close estimate, a mild cut.
+        let probed = law.succeeded(end + secs(20.0));
+        let rate = law.pushed_back(end + secs(20.0), secs(1.0), probed, None);
+        assert!(close(rate.unwrap(), HOLD * probed), "{rate:?}");
         assert_eq!(law.limit(), Some(probed));
+        // Beyond the estimate, up to the ceiling.
+        assert_eq!(law.succeeded(end + secs(400.0)), 100.0);
     }
 
     #[tokio::test(start_paused = true)]
     async fn push_backs_soon_after_pauses_measure_the_rate_behind_a_burst() {
-        // A server at 50/s with a burst of 10, which refills during each cooldown.
-        let mut law = Law::capped(200.0, 1.0);
-        let t0 = Instant::now();
-        law.pushed_back(t0, secs(1.0), 200.0, None); // at 96/s from t0 + 1 s
-        let end = t0 + secs(1.0);
+        // A server at 50/s with a burst of 10, which refills during each cooldown; the
+        // client's estimate is too high.
+        let (mut law, end) = verified(96.1);
+        let high = law.limit().unwrap();
         // 10 + 50 · 0.2 = 20 successes, refused 0.2 s after the cooldown: cut deep, at once.
         for i in 0..20 {
             law.succeeded(end + secs(0.01 * f64::from(i)));
         }
-        let rate = law.pushed_back(end + secs(0.2), secs(1.0), 96.0, None);
-        assert_eq!(rate, Some(48.0));
-        assert_eq!(law.limit(), Some(96.0));
+        let refused = law.rate();
+        let rate = law.pushed_back(end + secs(0.2), secs(1.0), refused, None);
+        assert!(close(rate.unwrap(), DECREASE * refused), "{rate:?} {high}");
         // 10 + 50 · 0.5 = 35 successes, refused 0.5 s after: the rate is the difference.
         let end = end + secs(1.2);
         for i in 0..35 {
@@ -303,7 +349,7 @@ mod tests {
             "{:?}",
             law.limit()
         );
-        assert!(close(rate.unwrap(), 0.96 * 60.0), "{rate:?}");
+        assert!(close(rate.unwrap(), HOLD * 60.0), "{rate:?}");
     }
 
     #[tokio::test(start_paused = true)]
