@@ -16,7 +16,7 @@
 //! `--adaptive` discovers the server's rate (`Bucket::adaptive`; `--rate`, if given, is where
 //! it starts). Without it the rate configured is a ceiling: the client still settles below
 //! a server that pushes back. The progress bar and the summary show the rate in force and the
-//! rate learned (refused or stated by the server).
+//! rate learned (the server's limit as estimated, or as stated).
 //!
 //! With `--json` the last line of stdout is a JSON object: `requests`, `ok` (2xx), `status_429`
 //! (429 responses seen, retried ones included), `failed` (requests that ended without a 2xx),

@@ -31,6 +31,8 @@ const RATELIMIT: &str = "ratelimit";
 const RATELIMIT_POLICY: &str = "ratelimit-policy";
 const RATELIMIT_REMAINING: &str = "ratelimit-remaining";
 const RATELIMIT_RESET: &str = "ratelimit-reset";
+const RATELIMIT_LIMIT: &str = "ratelimit-limit";
+const X_RATELIMIT_LIMIT: &str = "x-ratelimit-limit";
 const X_RATELIMIT_REMAINING: &str = "x-ratelimit-remaining";
 const X_RATELIMIT_RESET: &str = "x-ratelimit-reset";
 
@@ -115,6 +117,44 @@ pub fn read_stated_rate(headers: &HeaderMap) -> Option<f64> {
         .collect::<Option<Vec<_>>>()?
         .into_iter()
         .reduce(f64::min)
+}
+
+/// Read the rate a server's separate quota fields give, in requests per second: the pace that
+/// spends the remaining quota by the reset, `Remaining / Reset`, from `X-RateLimit-Limit`,
+/// `X-RateLimit-Remaining` and `X-RateLimit-Reset` (or the older draft's `RateLimit-Limit`,
+/// `RateLimit-Remaining` and `RateLimit-Reset`).
+///
+/// At the start of a window this is the quota's own rate (`Limit` per window); later in it,
+/// the rate that neither leaves quota unused nor runs out before the reset. The three fields
+/// must be present and well formed (a `Limit` above 0; a `Reset` read as in
+/// [`read_quota_hint`], above 0); `None` otherwise, and when nothing remains (the client then
+/// pauses until the reset). Only the first line of each field is read; this never panics,
+/// whatever the bytes.
+///
+/// ```
+/// use std::time::SystemTime;
+/// use tower_throttle::headers::read_quota_rate;
+///
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert("x-ratelimit-limit", "600".parse().unwrap());
+/// headers.insert("x-ratelimit-remaining", "599".parse().unwrap());
+/// headers.insert("x-ratelimit-reset", "60".parse().unwrap());
+/// let rate = read_quota_rate(&headers, SystemTime::now()).unwrap();
+/// assert!((rate - 599.0 / 60.0).abs() < 1e-9);
+/// ```
+pub fn read_quota_rate(headers: &HeaderMap, now: SystemTime) -> Option<f64> {
+    [
+        (X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET),
+        (RATELIMIT_LIMIT, RATELIMIT_REMAINING, RATELIMIT_RESET),
+    ]
+    .into_iter()
+    .find_map(|(limit, remaining, reset)| {
+        let limit = headers.get(limit).and_then(integer_field)?;
+        let hint = legacy_hint(headers, remaining, reset, now)?;
+        let reset = hint.reset?.as_secs_f64();
+        let remaining = hint.remaining.min(limit);
+        (limit > 0 && remaining > 0 && reset > 0.0).then(|| remaining as f64 / reset)
+    })
 }
 
 /// `RateLimit-Policy` value for a quota of `limit` tokens per window of `window_secs` seconds
@@ -435,6 +475,58 @@ mod tests {
 
     fn read(fields: &[(&'static str, &'static str)]) -> Option<QuotaHint> {
         read_quota_hint(&map(fields), SystemTime::now())
+    }
+
+    #[test]
+    fn quota_rate_is_the_pace_to_the_reset() {
+        let now = SystemTime::now();
+        let rate = |fields: &[(&'static str, &'static str)]| read_quota_rate(&map(fields), now);
+        let x = |limit, remaining, reset| {
+            rate(&[
+                ("x-ratelimit-limit", limit),
+                ("x-ratelimit-remaining", remaining),
+                ("x-ratelimit-reset", reset),
+            ])
+        };
+        assert_eq!(x("100", "50", "10"), Some(5.0));
+        // More remaining than the limit is read as the limit.
+        assert_eq!(x("100", "500", "10"), Some(10.0));
+        // Nothing remains, nothing to wait for, no limit: no rate.
+        for (l, r, t) in [("100", "0", "10"), ("100", "50", "0"), ("0", "50", "10")] {
+            assert_eq!(x(l, r, t), None, "{l} {r} {t}");
+        }
+        for bad in ["", "-1", "1.5", "ten", "100, 100;w=60"] {
+            assert_eq!(x(bad, "50", "10"), None, "{bad}");
+            assert_eq!(x("100", bad, "10"), None, "{bad}");
+            assert_eq!(x("100", "50", bad), None, "{bad}");
+        }
+        // Each of the three is needed.
+        assert_eq!(
+            rate(&[("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "1")]),
+            None
+        );
+        assert_eq!(
+            rate(&[("x-ratelimit-limit", "5"), ("x-ratelimit-reset", "1")]),
+            None
+        );
+        // The older draft's fields.
+        let old = rate(&[
+            ("ratelimit-limit", "60"),
+            ("ratelimit-remaining", "30"),
+            ("ratelimit-reset", "60"),
+        ]);
+        assert_eq!(old, Some(0.5));
+        // A reset as a Unix timestamp, against the response's date.
+        let stamped = read_quota_rate(
+            &map(&[
+                ("x-ratelimit-limit", "5000"),
+                ("x-ratelimit-remaining", "3600"),
+                ("x-ratelimit-reset", "1700003600"),
+                ("date", "Tue, 14 Nov 2023 22:13:20 GMT"),
+            ]),
+            now,
+        );
+        assert_eq!(stamped, Some(1.0));
     }
 
     /// Tue, 14 Nov 2023 22:13:20 GMT.

@@ -331,3 +331,23 @@ async fn tsc_clock_decides_and_waits_like_the_tokio_clock() {
     // Two more tokens at 20/s: 50 ms each, never early.
     assert!(took >= Duration::from_millis(90), "{took:?}");
 }
+
+/// A pause the instant a bucket is made (the clock's origin) empties it like any other:
+/// only the first token, due when the pause ends.
+#[tokio::test(start_paused = true)]
+async fn a_pause_at_the_instant_a_bucket_is_made_empties_it() {
+    for algorithm in [
+        tower_throttle::Algorithm::TokenBucket,
+        tower_throttle::Algorithm::FixedWindow,
+        tower_throttle::Algorithm::SlidingWindow,
+        tower_throttle::Algorithm::SlidingLog,
+    ] {
+        let bucket = Bucket::with_algorithm(Quota::per_second(10).burst(5), algorithm);
+        bucket.pause(Duration::ZERO);
+        bucket.try_acquire(1).unwrap();
+        assert!(
+            bucket.try_acquire(1).is_err(),
+            "{algorithm:?}: a second token right after the pause"
+        );
+    }
+}

@@ -1,6 +1,6 @@
 //! Push-back that converges: a client above a server's real rate settles below it, and an
-//! adaptive client discovers an unknown rate, against a stand-in server with a hidden,
-//! no-burst GCRA limit (a request closer than `1/rate` to the previous admitted one gets
+//! adaptive client discovers an unknown rate, against a stand-in server with a hidden GCRA
+//! limit (without a burst, a request closer than `1/rate` to the previous admitted one gets
 //! `429` + `Retry-After: 1`). Paused clock: every figure is exact.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,7 +30,10 @@ struct StandIn {
     interval: Arc<AtomicU64>,
     /// State a `RateLimit-Policy` field with the hidden rate on every response.
     states_policy: bool,
-    last: Arc<Mutex<Option<Instant>>>,
+    /// Requests admitted at once beyond the rate (nginx's `burst`).
+    burst: u32,
+    /// The theoretical arrival time of the GCRA.
+    tat: Arc<Mutex<Option<Instant>>>,
     seen: Arc<Mutex<Seen>>,
 }
 
@@ -40,7 +43,8 @@ impl StandIn {
             start: Instant::now(),
             interval: Arc::new(AtomicU64::new(1_000_000_000 / per_second)),
             states_policy: false,
-            last: Default::default(),
+            burst: 0,
+            tat: Default::default(),
             seen: Default::default(),
         }
     }
@@ -53,12 +57,13 @@ impl StandIn {
     fn answer(&self) -> Response<String> {
         let now = Instant::now();
         let interval = Duration::from_nanos(self.interval.load(Ordering::SeqCst));
-        let mut last = self.last.lock().unwrap();
-        let admitted = last.is_none_or(|l| now.duration_since(l) >= interval);
+        let mut tat = self.tat.lock().unwrap();
+        let due = tat.map_or(now, |t| t.max(now));
+        let admitted = due.duration_since(now) <= interval * self.burst;
         let at = now.duration_since(self.start);
         let mut resp = Response::new(String::new());
         if admitted {
-            *last = Some(now);
+            *tat = Some(due + interval);
             self.seen.lock().unwrap().ok.push(at);
         } else {
             self.seen.lock().unwrap().refused.push(at);
@@ -128,27 +133,87 @@ fn rate_between(ok: &[Duration], from: Duration, to: Duration) -> f64 {
 }
 
 #[tokio::test(start_paused = true)]
-async fn configured_at_twice_the_hidden_rate_finishes_within_130_percent_of_ideal() {
-    // Each push-back costs a whole second of cooldown: 300 requests at 20/s take 15 s at
-    // best, and the client spends two or three cooldowns finding the rate.
-    let server = StandIn::new(20);
-    let bucket = Bucket::new(Quota::per_second(40).burst(1));
-    let start = Instant::now();
-    server.run(&bucket, 300, 16, Duration::from_millis(2)).await;
-    let took = start.elapsed();
-    let ideal = Duration::from_secs(15);
-    let seen = server.seen();
-    println!(
-        "300 requests in {took:?} (ideal {ideal:?}), {} refused, rate now {:.1}/s",
-        seen.refused.len(),
-        bucket.rate()
-    );
-    assert!(took <= ideal.mul_f64(1.3), "{took:?}");
-    assert!(bucket.rate() <= 20.0);
-    // The configured rate stays the ceiling, and what the bucket reports.
-    assert_eq!(bucket.quota(), Quota::per_second(40).burst(1));
-    assert_eq!(bucket.snapshot().quota, Quota::per_second(40).burst(1));
-    assert!(bucket.snapshot().effective.per_second_f64() <= 20.0);
+async fn configured_at_twice_the_hidden_rate_finishes_within_120_percent_of_ideal() {
+    // Each push-back costs a whole second of cooldown: 15 s of requests at the hidden rate
+    // take 15 s at best. The first push-back guesses half the rate refused and verifies it
+    // upwards: the second lands just below the server's rate.
+    for (hidden, burst) in [(20, 0), (50, 0), (50, 10), (5, 0)] {
+        let mut server = StandIn::new(hidden);
+        server.burst = burst;
+        let bucket = Bucket::new(Quota::per_second(2 * hidden as u32).burst(1));
+        let start = Instant::now();
+        let requests = 15 * hidden;
+        server
+            .run(&bucket, requests, 16, Duration::from_millis(2))
+            .await;
+        let took = start.elapsed();
+        let ideal = Duration::from_secs(15);
+        let seen = server.seen();
+        println!(
+            "{hidden}/s burst {burst}: {requests} requests in {took:?} ({:.2} × ideal), \
+             {} refused, rate now {:.1}/s",
+            took.as_secs_f64() / ideal.as_secs_f64(),
+            seen.refused.len(),
+            bucket.rate()
+        );
+        // A burst behind the server's rate hides it from each push-back: a few more.
+        let (most, refusals) = if burst == 0 { (1.2, 3) } else { (1.4, 8) };
+        assert!(
+            took <= ideal.mul_f64(most),
+            "{hidden}/s burst {burst}: {took:?}"
+        );
+        assert!(
+            seen.refused.len() <= refusals,
+            "{hidden}/s burst {burst}: {} refused",
+            seen.refused.len()
+        );
+        // Behind a burst the last estimate may still be a little high.
+        let slack = if burst == 0 { 1.0 } else { 1.05 };
+        assert!(bucket.rate() <= slack * hidden as f64, "{}", bucket.rate());
+        // The configured rate stays the ceiling, and what the bucket reports.
+        let configured = Quota::per_second(2 * hidden as u32).burst(1);
+        assert_eq!(bucket.quota(), configured);
+        assert_eq!(bucket.snapshot().quota, configured);
+        assert!(bucket.snapshot().effective.per_second_f64() <= slack * hidden as f64);
+    }
+}
+
+/// Whatever the configured rate above the server's, from 10 % above to 4×, with or without a
+/// burst at the server: 40 s of requests at the hidden rate finish within 1.3× the ideal
+/// time (1.2× without a burst), with few push-backs.
+#[tokio::test(start_paused = true)]
+async fn any_configured_rate_above_the_hidden_one_settles_just_below_it() {
+    for (factor, burst) in [1.1f64, 1.25, 1.5, 2.0, 4.0]
+        .into_iter()
+        .flat_map(|f| [(f, 0), (f, 10)])
+    {
+        let hidden = 40u64;
+        let mut server = StandIn::new(hidden);
+        server.burst = burst;
+        let configured = (factor * hidden as f64) as u32;
+        let bucket = Bucket::new(Quota::per_second(configured).burst(1));
+        let start = Instant::now();
+        server
+            .run(&bucket, 40 * hidden, 16, Duration::from_millis(2))
+            .await;
+        let took = start.elapsed().as_secs_f64() / 40.0;
+        let refused = server.seen().refused.len();
+        let (most, refusals) = if burst == 0 { (1.2, 6) } else { (1.3, 16) };
+        assert!(
+            took <= most,
+            "{factor}× configured, burst {burst}: {took:.2}× the ideal time"
+        );
+        assert!(
+            refused <= refusals,
+            "{factor}× configured, burst {burst}: {refused} refused (1 % is {})",
+            40 * hidden / 100
+        );
+        let rate = bucket.rate();
+        assert!(
+            (0.9 * hidden as f64..=hidden as f64).contains(&rate),
+            "{factor}× configured, burst {burst}: settled at {rate:.1}/s"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -198,6 +263,35 @@ async fn adaptive_without_a_rate_converges_within_10_percent_of_the_hidden_rate(
 }
 
 #[tokio::test(start_paused = true)]
+async fn adaptive_without_a_rate_sees_through_a_burst() {
+    // A burst of 10 lets the search overshoot to more than twice the hidden rate before the
+    // first 429; two push-backs soon after pauses measure the rate behind the burst.
+    let mut server = StandIn::new(50);
+    server.burst = 10;
+    let bucket = Bucket::adaptive(Adaptive::new());
+    server
+        .run(&bucket, 50 * 40, 16, Duration::from_millis(2))
+        .await;
+    let seen = server.seen();
+    let end = *seen.ok.last().unwrap();
+    let settled = Duration::from_secs(10);
+    let rate = rate_between(&seen.ok, settled, end);
+    let late_refused = seen.refused.iter().filter(|t| **t >= settled).count();
+    println!(
+        "50/s burst 10: 2000 in {end:?}, {} refused at {:?}, settled at {rate:.1}/s, \
+         learned {:?}",
+        seen.refused.len(),
+        seen.refused,
+        bucket.learned_rate(),
+    );
+    assert!((45.0..=50.0).contains(&rate), "{rate}");
+    assert_eq!(late_refused, 0);
+    assert!(seen.refused.len() <= 4, "{}", seen.refused.len());
+    let learned = bucket.learned_rate().unwrap();
+    assert!((47.0..=53.0).contains(&learned), "{learned}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_server_that_halves_its_rate_mid_run_is_followed() {
     let server = StandIn::new(100);
     let bucket = Bucket::adaptive(Adaptive::new());
@@ -222,6 +316,105 @@ async fn a_server_that_halves_its_rate_mid_run_is_followed() {
     );
     assert!(before >= 90.0, "{before}");
     assert!((45.0..=50.0).contains(&after), "{after}");
+}
+
+/// A fixed-window quota stated only in `X-RateLimit-Limit`, `-Remaining` and `-Reset` (whole
+/// seconds, rounded up), answering `429` + `Retry-After` (until the next window) above it.
+fn fixed_window(
+    limit: u64,
+    window: Duration,
+    start: Instant,
+    counts: Arc<Mutex<(u64, u64, Seen)>>,
+) -> Response<String> {
+    let now = Instant::now();
+    let at = now.duration_since(start);
+    let index = (at.as_nanos() / window.as_nanos()) as u64;
+    let ends = window * (index as u32 + 1);
+    let reset = (ends - at).as_secs_f64().ceil() as u64;
+    let mut c = counts.lock().unwrap();
+    if c.0 != index {
+        (c.0, c.1) = (index, 0);
+    }
+    let mut resp = Response::new(String::new());
+    if c.1 < limit {
+        c.1 += 1;
+        c.2.ok.push(at);
+    } else {
+        c.2.refused.push(at);
+        *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        resp.headers_mut()
+            .insert("retry-after", reset.to_string().parse().unwrap());
+    }
+    let h = resp.headers_mut();
+    h.insert("x-ratelimit-limit", limit.to_string().parse().unwrap());
+    h.insert(
+        "x-ratelimit-remaining",
+        (limit - c.1).to_string().parse().unwrap(),
+    );
+    h.insert("x-ratelimit-reset", reset.to_string().parse().unwrap());
+    resp
+}
+
+#[tokio::test(start_paused = true)]
+async fn x_ratelimit_fields_set_the_pace_with_no_429() {
+    // 200 requests per 10 s window; the client starts at 1/s and knows nothing else.
+    let start = Instant::now();
+    let counts = Arc::new(Mutex::new((0, 0, Seen::default())));
+    let api = service_fn({
+        let counts = counts.clone();
+        move |_req: Request<String>| {
+            let counts = counts.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let resp = fixed_window(200, Duration::from_secs(10), start, counts);
+                Ok::<_, std::io::Error>(resp)
+            }
+        }
+    });
+    let bucket = Bucket::adaptive(Adaptive::new());
+    let client = ServiceBuilder::new()
+        .layer(RetryAfterLayer::new(bucket.clone()).max_retries(u32::MAX))
+        .layer(RateLimitLayer::new(bucket.clone()))
+        .service(api);
+    let left = Arc::new(AtomicU64::new(600));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (client, left) = (client.clone(), left.clone());
+            tokio::spawn(async move {
+                while left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    let resp = client.clone().oneshot(Request::new(String::new())).await?;
+                    assert_eq!(resp.status(), StatusCode::OK);
+                }
+                Ok::<_, BoxError>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let took = start.elapsed();
+    let c = counts.lock().unwrap();
+    println!(
+        "600 requests in {took:?} (ideal 30 s), {} refused, rate now {:.2}/s",
+        c.2.refused.len(),
+        bucket.rate()
+    );
+    assert!(c.2.refused.is_empty(), "{:?}", c.2.refused);
+    // From the first answer on, paced at the quota's rate: a little slower, as the reset is
+    // rounded up to whole seconds.
+    assert!(took >= Duration::from_secs(29), "{took:?}");
+    assert!(took <= Duration::from_secs(33), "{took:?}");
+    // Never more than the window's quota in any window.
+    for w in 0..4 {
+        let (from, to) = (
+            Duration::from_secs(10 * w),
+            Duration::from_secs(10 * (w + 1)),
+        );
+        assert!(rate_between(&c.2.ok, from, to) <= 20.0);
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -48,6 +48,66 @@ struct State {
     /// The rate a server stated last: taken once, when it first says it (a push-back at
     /// that rate then lowers the rate as any push-back does).
     stated: Option<f64>,
+    /// The successes of the last second.
+    meter: Meter,
+}
+
+/// Successes counted in bins of `1 / BINS` s over the last second, from an instant on (the
+/// start, or the end of the last cooldown: a cooldown's silence says nothing of the rate).
+#[derive(Debug)]
+struct Meter {
+    origin: Instant,
+    /// Bin `i` of the ring counts the successes of bin number `n ≡ i (mod BINS)`.
+    bins: [u32; BINS],
+    /// The number of the latest bin counted (since `origin`).
+    head: u64,
+    /// Measure only over time after this instant.
+    from: Instant,
+}
+
+/// Bins of the success meter: one second in 50 ms steps.
+const BINS: usize = 20;
+const BIN: Duration = Duration::from_millis(50);
+
+impl Meter {
+    fn new(now: Instant) -> Self {
+        Meter {
+            origin: now,
+            bins: [0; BINS],
+            head: 0,
+            from: now,
+        }
+    }
+
+    fn bin(&self, at: Instant) -> u64 {
+        (at.saturating_duration_since(self.origin).as_nanos() / BIN.as_nanos()) as u64
+    }
+
+    /// Move the ring up to the bin of `now`, emptying the bins it passes.
+    fn advance(&mut self, now: Instant) {
+        let bin = self.bin(now);
+        if bin > self.head {
+            for n in (self.head + 1)..=bin.min(self.head + BINS as u64) {
+                self.bins[(n % BINS as u64) as usize] = 0;
+            }
+            self.head = bin;
+        }
+    }
+
+    fn record(&mut self, now: Instant) {
+        self.advance(now);
+        let i = (self.head % BINS as u64) as usize;
+        self.bins[i] = self.bins[i].saturating_add(1);
+    }
+
+    /// Successes per second over the last second, if all of it lies after `from`.
+    fn rate(&mut self, now: Instant) -> Option<f64> {
+        if now.saturating_duration_since(self.from) < BIN * BINS as u32 {
+            return None;
+        }
+        self.advance(now);
+        Some(self.bins.iter().map(|n| f64::from(*n)).sum())
+    }
 }
 
 /// Rates remembered, for requests still in flight.
@@ -95,6 +155,7 @@ impl Control {
                 applied: ceiling,
                 history: VecDeque::new(),
                 stated: None,
+                meter: Meter::new(Instant::now()),
             }),
             rate: AtomicU64::new(rate.to_bits()),
             synced: AtomicU64::new(0),
@@ -141,15 +202,19 @@ impl Control {
         sent: Instant,
     ) -> Option<Cut> {
         let mut st = self.lock();
+        let now = Instant::now();
         let refused = st.rate_at(sent).min(self.rate());
+        let measured = st.meter.rate(now);
         let rate = st
             .law
             .as_mut()
-            .and_then(|l| l.pushed_back(Instant::now(), cooldown, refused))?;
+            .and_then(|l| l.pushed_back(now, cooldown, refused, measured))?;
+        st.meter.from = now.checked_add(cooldown).unwrap_or(now);
         trace_event!(info, rate, "server pushed back; lowering the rate");
         self.apply(&mut st, shared, rate, true);
+        let limit = st.law.as_ref().and_then(Law::limit)?;
         let resume = SystemTime::now().checked_add(cooldown)?;
-        Some(Cut { refused, resume })
+        Some(Cut { limit, resume })
     }
 
     /// Another process acted on a push-back: follow the same curve, unless this one already
@@ -163,7 +228,8 @@ impl Control {
         };
         let Some(since) = since else { return };
         let mut st = self.lock();
-        if let Some(rate) = st.law.as_mut().and_then(|l| l.adopt(cut.refused, since)) {
+        if let Some(rate) = st.law.as_mut().and_then(|l| l.adopt(cut.limit, since)) {
+            st.meter.from = st.meter.from.max(since);
             trace_event!(
                 info,
                 rate,
@@ -193,11 +259,18 @@ impl Control {
     /// A request succeeded; `stated`: the rate the server's quota fields give, if any.
     pub(crate) fn succeeded(&self, shared: &Shared, stated: Option<f64>) {
         let mut st = self.lock();
-        let stated = stated.filter(|s| st.stated != Some(*s));
+        let now = Instant::now();
+        st.meter.record(now);
+        // A stated rate is taken when it changes by a step or more (a pace read from
+        // `Remaining / Reset` moves a little with every response).
+        let stated = stated.filter(|s| {
+            st.stated
+                .is_none_or(|old| (s - old).abs() >= APPLY_STEP * old)
+        });
         let Some(law) = st.law.as_mut() else { return };
         let rate = match stated {
             Some(stated) => law.stated(stated),
-            None => law.succeeded(Instant::now()),
+            None => law.succeeded(now),
         };
         if stated.is_some() {
             st.stated = stated;
@@ -216,6 +289,7 @@ impl Control {
         st.applied = ceiling;
         st.history.clear();
         st.stated = None;
+        st.meter = Meter::new(Instant::now());
         if let Some(law) = st.law.as_mut() {
             *law = Law::capped(ceiling, law.floor());
         }
@@ -224,6 +298,7 @@ impl Control {
 
     fn apply(&self, st: &mut State, shared: &Shared, rate: f64, always: bool) {
         self.rate.store(rate.to_bits(), Ordering::Release);
+        shared.set_spaced(st.law.as_ref().is_some_and(|l| l.limit().is_some()));
         let step = (rate - st.applied).abs() / st.applied;
         if !always && step < APPLY_STEP {
             return;
@@ -273,5 +348,25 @@ mod tests {
         assert_eq!(effective(q, 500.0), Some(q));
         assert_eq!(effective(q, f64::NAN), Some(q));
         assert_eq!(effective(q, 1e-300), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_meter_counts_the_last_whole_second_after_its_start() {
+        let t0 = Instant::now();
+        let mut meter = Meter::new(t0);
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        for n in 0..150 {
+            meter.record(ms(10 * n)); // 100 a second for 1.5 s
+        }
+        assert_eq!(meter.rate(ms(999)), None);
+        let rate = meter.rate(ms(1_500)).unwrap();
+        assert!((95.0..=105.0).contains(&rate), "{rate}");
+        // Nothing for 3 s: the ring empties.
+        assert_eq!(meter.rate(ms(4_500)), Some(0.0));
+        // A cooldown's silence is not measured: a whole second after its end first.
+        meter.from = ms(5_000);
+        assert_eq!(meter.rate(ms(5_500)), None);
+        meter.record(ms(5_600));
+        assert_eq!(meter.rate(ms(6_000)), Some(1.0));
     }
 }

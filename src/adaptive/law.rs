@@ -4,14 +4,26 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Push-back cuts the rate to this fraction of the rate refused.
+/// A first push-back with nothing else known: the server's limit is first guessed at this
+/// fraction of the rate refused, and the guess is then verified upwards.
 pub(crate) const DECREASE: f64 = 0.5;
-/// After a push-back the rate climbs back towards this fraction of the rate refused…
-pub(crate) const HOLD: f64 = 0.95;
-/// …with this time constant (seconds): 95 % of the way back in three of them.
+/// Verifying a guess, each success after the cooldown raises the rate by this much (requests
+/// per second): the rate grows by this fraction per second, and a push-back comes within one
+/// step above the highest rate that went through, the server's limit to within a few per cent
+/// (a step is 0.4 % of 50/s). Slow enough that a burst behind the limit hides little of it.
+pub(crate) const VERIFY_STEP: f64 = 0.2;
+/// Once a limit is estimated, the rate holds at this fraction of it…
+pub(crate) const HOLD: f64 = 0.96;
+/// …coming back to it after a deep cut with this time constant (seconds).
 pub(crate) const RECOVER_SECS: f64 = 0.5;
-/// Then it probes upwards, reaching the rate refused again after this long (seconds).
+/// Then it probes upwards, reaching the estimate again after this long (seconds).
 pub(crate) const PROBE_SECS: f64 = 30.0;
+/// A push-back this soon (seconds) after the end of a cooldown, below the estimate, says
+/// the estimate is off by more than timing jitter: a burst the server refilled during the
+/// pause let a rate above its own through.
+pub(crate) const QUICK_SECS: f64 = 0.5;
+/// Two such windows estimate the server's rate when their lengths differ by this much.
+pub(crate) const WINDOWS_APART_SECS: f64 = 0.1;
 /// Searching (no limit known yet), each success adds `min(rate, 1 / SEARCH_SECS)`: the
 /// rate doubles per success while low, then grows `e`-fold every `SEARCH_SECS`.
 pub(crate) const SEARCH_SECS: f64 = 0.35;
@@ -38,6 +50,16 @@ pub(crate) struct Law {
     phase: Phase,
     /// Push-backs before this instant answer requests sent before the last decrease.
     settled: Option<Instant>,
+    /// Searching: the rate before the last increase (the highest that went through).
+    passed: f64,
+    /// Successes since the end of the last cooldown.
+    count: f64,
+    /// Searching from a guess after a first push-back: small relative steps, successes
+    /// before the end of the cooldown ignored.
+    verify: bool,
+    /// The successes and the seconds between the end of a cooldown and a push-back that
+    /// came soon after it.
+    window: Option<(f64, f64)>,
 }
 
 impl Law {
@@ -50,6 +72,10 @@ impl Law {
             limit: None,
             phase: Phase::Hold,
             settled: None,
+            passed: 0.0,
+            count: 0.0,
+            window: None,
+            verify: false,
         }
     }
 
@@ -83,48 +109,122 @@ impl Law {
     }
 
     /// A push-back at `now` of a request sent at the rate `refused`, with the server's
-    /// `cooldown`. Returns the new rate, or `None`
-    /// when the push-back answers a request sent before the last decrease (one decrease per
-    /// cooldown: the requests in flight then were sent at the old rate).
+    /// `cooldown`; `measured`: the rate of successes over the last second, when there is a
+    /// whole second of history since the start or the last cooldown. Returns the new rate,
+    /// or `None` when the push-back answers a request sent before the last decrease (one
+    /// decrease per cooldown: the requests in flight then were sent at the old rate).
     pub(crate) fn pushed_back(
         &mut self,
         now: Instant,
         cooldown: Duration,
         refused: f64,
+        measured: Option<f64>,
     ) -> Option<f64> {
         if self.settled.is_some_and(|s| now < s) {
             return None;
         }
         let since = now.checked_add(cooldown).unwrap_or(now);
+        // How long after the end of the last cooldown this push-back came, and the successes
+        // since.
+        let after = self.settled.map_or(f64::INFINITY, |s| {
+            now.saturating_duration_since(s).as_secs_f64()
+        });
+        let count = std::mem::take(&mut self.count);
+        let window = self
+            .window
+            .take()
+            .filter(|(_, t1)| (after - t1).abs() >= WINDOWS_APART_SECS);
         self.settled = Some(since);
         let refused = refused.min(self.rate);
-        self.limit = Some(refused);
-        let from = self.set(refused * DECREASE);
-        self.phase = Phase::Recover { since, from };
-        Some(from)
+        let (hold, quick) = (HOLD, QUICK_SECS);
+        let (limit, from) = match (self.phase, self.limit) {
+            // The limit lies between the last rate that went through and the rate refused.
+            (Phase::Search, _) => {
+                let passed = self.passed.min(refused);
+                let limit = if passed <= 0.0 {
+                    refused * DECREASE
+                } else if passed >= refused * hold {
+                    passed
+                } else {
+                    (passed * refused).sqrt()
+                };
+                (limit, limit * hold)
+            }
+            // A first push-back at the configured rate: it may be far above the server's, or
+            // just above it. Guess half (a rate up to twice the server's lands just below
+            // it), then verify upwards in small steps: the next push-back says where the
+            // limit is, whatever the configured rate was (a guess held for long would leave
+            // a client configured 10 % above its server at half its rate).
+            (_, None) => {
+                let sent = measured.map_or(refused, |m| m.min(refused));
+                let guess = sent * DECREASE;
+                self.limit = Some(guess);
+                self.passed = 0.0;
+                self.verify = true;
+                self.phase = Phase::Search;
+                return Some(self.set(guess * hold));
+            }
+            // Two push-backs soon after pauses: the server refilled the same burst during
+            // each, the difference is its rate.
+            (_, Some(_)) if window.is_some() && after < quick => {
+                let (n1, t1) = window.unwrap_or_default();
+                let r = (count - n1) / (after - t1);
+                let limit = if r.is_finite() {
+                    r.clamp(refused * DECREASE, refused)
+                } else {
+                    refused
+                };
+                (limit, limit * hold)
+            }
+            // Refused soon after a pause: cut deep and come back fast, to measure.
+            (_, Some(_)) if after < quick => {
+                self.window = Some((count, after));
+                (refused, refused * DECREASE)
+            }
+            // Probing slowly from just below a known limit: the rate refused is close.
+            (_, Some(_)) => (refused, refused * hold),
+        };
+        Some(self.cut(limit, from, since))
     }
 
-    /// Another process acted on a push-back at the rate `refused`, its cooldown ending at
+    fn cut(&mut self, limit: f64, from: f64, since: Instant) -> f64 {
+        self.limit = Some(limit);
+        self.verify = false;
+        let from = self.set(from);
+        self.phase = Phase::Recover { since, from };
+        from
+    }
+
+    /// Another process estimated the limit at `limit` on a push-back whose cooldown ends at
     /// `since`: follow the same curve. Returns the new rate, or `None` when this one already
     /// acted on that cooldown or a later one.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
-    pub(crate) fn adopt(&mut self, refused: f64, since: Instant) -> Option<f64> {
+    pub(crate) fn adopt(&mut self, limit: f64, since: Instant) -> Option<f64> {
         if self.settled.is_some_and(|s| since <= s) {
             return None;
         }
         self.settled = Some(since);
-        self.limit = Some(refused);
-        let from = self.set(refused * DECREASE);
-        self.phase = Phase::Recover { since, from };
-        Some(from)
+        Some(self.cut(limit, limit * HOLD, since))
     }
 
     /// A success at `now`. Returns the new rate.
     pub(crate) fn succeeded(&mut self, now: Instant) -> f64 {
+        if self.settled.is_none_or(|s| now >= s) {
+            self.count += 1.0;
+        }
         match self.phase {
             Phase::Hold => self.rate,
+            Phase::Search if self.verify => {
+                // Answers to requests sent before the push-back say nothing of the guess.
+                if self.settled.is_some_and(|s| now < s) {
+                    return self.rate;
+                }
+                self.passed = self.rate;
+                self.set(self.rate + VERIFY_STEP)
+            }
             Phase::Search => {
                 let step = self.rate.min(1.0 / SEARCH_SECS);
+                self.passed = self.rate;
                 self.set(self.rate + step)
             }
             Phase::Recover { since, from } => {
@@ -158,33 +258,127 @@ mod tests {
         Duration::from_secs_f64(s)
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn push_back_halves_once_per_cooldown_then_recovers_below_the_refused_rate() {
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9 * b.abs().max(1.0)
+    }
+
+    /// A configured law pushed back at 100/s, verified up to `limit` and refused one step
+    /// above it: (the law, the end of the second cooldown).
+    fn verified(limit: f64) -> (Law, Instant) {
         let mut law = Law::capped(100.0, 1.0);
         let t0 = Instant::now();
-        assert_eq!(law.pushed_back(t0, secs(1.0), 100.0), Some(50.0));
-        // More answers to requests sent before the decrease: ignored.
-        assert_eq!(law.pushed_back(t0 + secs(0.5), secs(1.0), 100.0), None);
-        assert_eq!(law.rate(), 50.0);
-        // Back to about 95 % of the refused rate within two seconds of the cooldown's end.
-        let r = law.succeeded(t0 + secs(3.0));
-        assert!((93.0..96.0).contains(&r), "{r}");
-        // Then probing: the refused rate again after PROBE_SECS.
-        let r = law.succeeded(t0 + secs(1.0 + PROBE_SECS));
-        assert!((99.0..=100.0).contains(&r), "{r}");
-        // The ceiling holds.
-        assert_eq!(law.succeeded(t0 + secs(100.0)), 100.0);
+        law.pushed_back(t0, secs(1.0), 100.0, None);
+        let mut t = t0 + secs(1.0);
+        while law.rate() + VERIFY_STEP <= limit {
+            t += secs(0.02);
+            law.succeeded(t);
+        }
+        let refused = law.succeeded(t + secs(0.02));
+        let t = t + secs(0.04);
+        law.pushed_back(t, secs(1.0), refused, None).unwrap();
+        (law, t + secs(1.0))
     }
 
     #[tokio::test(start_paused = true)]
-    async fn search_doubles_while_low_and_the_floor_holds() {
+    async fn a_first_push_back_guesses_half_the_rate_refused_and_verifies_it_upwards() {
+        let mut law = Law::capped(100.0, 1.0);
+        let t0 = Instant::now();
+        assert_eq!(law.pushed_back(t0, secs(1.0), 100.0, None), Some(48.0));
+        assert_eq!(law.limit(), Some(50.0));
+        // More answers to requests sent before the decrease: ignored, as their successes.
+        let again = law.pushed_back(t0 + secs(0.5), secs(1.0), 100.0, None);
+        assert_eq!(again, None);
+        assert_eq!(law.succeeded(t0 + secs(0.6)), 48.0);
+        // After the cooldown each success raises the rate one small step…
+        let r = law.succeeded(t0 + secs(1.1));
+        assert!(close(r, 48.0 + VERIFY_STEP), "{r}");
+        // …until a push-back one step above what went through: that is the limit.
+        let (law, _) = verified(90.0);
+        let limit = law.limit().unwrap();
+        assert!((89.7..=90.0).contains(&limit), "{limit}");
+        assert!(close(law.rate(), HOLD * limit), "{}", law.rate());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_push_back_below_the_configured_rate_halves_what_was_sent() {
+        let mut law = Law::capped(100.0, 1.0);
+        let t0 = Instant::now();
+        // Only 60 successes in the last second: the client sent well below its ceiling.
+        let rate = law.pushed_back(t0, secs(1.0), 100.0, Some(60.0)).unwrap();
+        assert!(close(rate, 28.8), "{rate}");
+        assert_eq!(law.limit(), Some(30.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_later_push_back_holds_just_below_the_rate_refused() {
+        let (mut law, end) = verified(50.0);
+        let limit = law.limit().unwrap();
+        // Held there, probing slowly: within 1 % of the hold 10 s after the cooldown…
+        let r = law.succeeded(end + secs(10.0));
+        assert!((HOLD * limit..HOLD * limit * 1.01).contains(&r), "{r}");
+        // …refused 20 s later: a close estimate, a mild cut.
+        let probed = law.succeeded(end + secs(20.0));
+        let rate = law.pushed_back(end + secs(20.0), secs(1.0), probed, None);
+        assert!(close(rate.unwrap(), HOLD * probed), "{rate:?}");
+        assert_eq!(law.limit(), Some(probed));
+        // Beyond the estimate, up to the ceiling.
+        assert_eq!(law.succeeded(end + secs(400.0)), 100.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn push_backs_soon_after_pauses_measure_the_rate_behind_a_burst() {
+        // A server at 50/s with a burst of 10, which refills during each cooldown; the
+        // client's estimate is too high.
+        let (mut law, end) = verified(96.1);
+        let high = law.limit().unwrap();
+        // 10 + 50 · 0.2 = 20 successes, refused 0.2 s after the cooldown: cut deep, at once.
+        for i in 0..20 {
+            law.succeeded(end + secs(0.01 * f64::from(i)));
+        }
+        let refused = law.rate();
+        let rate = law.pushed_back(end + secs(0.2), secs(1.0), refused, None);
+        assert!(close(rate.unwrap(), DECREASE * refused), "{rate:?} {high}");
+        // 10 + 50 · 0.5 = 35 successes, refused 0.5 s after: the rate is the difference.
+        let end = end + secs(1.2);
+        for i in 0..35 {
+            law.succeeded(end + secs(0.01 * f64::from(i)));
+        }
+        let rate = law.pushed_back(end + secs(0.45), secs(1.0), 70.0, None);
+        assert!(
+            close(law.limit().unwrap(), 15.0 / 0.25),
+            "{:?}",
+            law.limit()
+        );
+        assert!(close(rate.unwrap(), HOLD * 60.0), "{rate:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_search_estimates_between_the_last_rate_passed_and_the_rate_refused() {
         let mut law = Law::search(1.0, 1000.0, 0.5);
         let t0 = Instant::now();
         assert_eq!(law.succeeded(t0), 2.0);
         assert_eq!(law.succeeded(t0), 4.0);
         assert_eq!(law.succeeded(t0), 4.0 + 1.0 / SEARCH_SECS);
-        for _ in 0..10 {
-            assert!(law.pushed_back(t0, Duration::ZERO, 1e9).is_some());
+        // Refused at 6.86/s after 4/s went through: the geometric middle.
+        let rate = law.pushed_back(t0, secs(1.0), law.rate(), None).unwrap();
+        let middle = (4.0 * (4.0 + 1.0 / SEARCH_SECS)).sqrt();
+        assert!(close(law.limit().unwrap(), middle), "{:?}", law.limit());
+        assert!(close(rate, 0.96 * middle), "{rate}");
+
+        // Steps within the hold margin: the last rate that went through.
+        let mut law = Law::search(100.0, 1000.0, 0.5);
+        let passed = law.rate();
+        let refused = law.succeeded(t0);
+        law.pushed_back(t0, secs(1.0), refused, None);
+        assert_eq!(law.limit(), Some(passed));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_floor_holds() {
+        let mut law = Law::search(1.0, 1000.0, 0.5);
+        let t0 = Instant::now();
+        for _ in 0..20 {
+            assert!(law.pushed_back(t0, Duration::ZERO, 1e9, None).is_some());
         }
         assert_eq!(law.rate(), 0.5);
     }

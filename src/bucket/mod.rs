@@ -121,9 +121,9 @@ impl Bucket {
     /// A token bucket that discovers a server's rate: it needs no quota, or only a hint.
     ///
     /// It starts at [`Adaptive`]'s start rate and searches upwards until the server pushes
-    /// back, then settles just below the rate refused; when the server states its quota in
-    /// rate-limit fields, the rate jumps to it. Its burst is that of the ceiling (1 by
-    /// default). See [`adaptive`](crate::adaptive) for the control law and its bounds.
+    /// back, then settles just below the server's limit as estimated; when the server states
+    /// its quota in rate-limit fields, the rate jumps to it. Its burst is that of the ceiling
+    /// (1 by default). See [`adaptive`](crate::adaptive) for the control law and its bounds.
     ///
     /// ```
     /// use tower_throttle::adaptive::Adaptive;
@@ -163,9 +163,9 @@ impl Bucket {
         self.control.rate()
     }
 
-    /// The rate a server last refused (the rate in force at its last push-back) or stated in
-    /// its rate-limit fields, in tokens per second: what the bucket has learned of the
-    /// server's limit. `None` until then.
+    /// What the bucket has learned of the server's limit, in tokens per second: the limit
+    /// estimated at its last push-back (see [`adaptive`](crate::adaptive)), or the rate it
+    /// stated in its rate-limit fields. `None` until then.
     pub fn learned_rate(&self) -> Option<f64> {
         self.control.limit()
     }

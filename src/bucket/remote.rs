@@ -31,6 +31,7 @@ pub(crate) struct Outcome {
 
 impl Outcome {
     /// A decision that says nothing of the tokens left.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only Redis builds them
     pub(crate) fn bare(result: Result<Duration, Denied>) -> Self {
         Outcome {
             result,

@@ -69,7 +69,7 @@
 //! the lock, and wakers and observer callbacks are called after it is released.
 
 use std::future::Future as _;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -104,6 +104,10 @@ fn guard_tolerance(interval: u64, tolerance: u64) -> u64 {
     tolerance.saturating_add(interval).max(floor)
 }
 
+/// How late, as a fraction of the interval, an admission may be and still count as on time
+/// once a server's limit is known (see [`Shared::set_spaced`]).
+const SPACED_SLACK: f64 = 1.0 - crate::adaptive::HOLD;
+
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) clock: Clock,
@@ -112,6 +116,9 @@ pub(crate) struct Shared {
     /// The most tokens one request may take.
     capacity: AtomicU32,
     paused_until: AtomicU64,
+    /// A late waiter is counted from when it goes, beyond a small slack (token and leaky
+    /// bucket).
+    spaced: AtomicBool,
     /// Requests in the line: the fast path stands aside while there are any.
     waiting: AtomicUsize,
     state: Mutex<State>,
@@ -215,6 +222,7 @@ impl Shared {
             gcra: Gcra::new(interval, tolerance),
             capacity: AtomicU32::new(capacity_of(&quota, algorithm)),
             paused_until: AtomicU64::new(0),
+            spaced: AtomicBool::new(false),
             waiting: AtomicUsize::new(0),
             state: Mutex::new(State {
                 quota,
@@ -321,9 +329,13 @@ impl Shared {
 
     /// How far back a late waiter may be counted as admitted. The GCRA engines, whose guard
     /// bounds what a credit can let through, allow twice a late timer: the timer's own
-    /// lateness, and as much again when the guard made it wait for a later timer.
+    /// lateness, and as much again when the guard made it wait for a later timer. Once a
+    /// server's limit is known, only 4 % of an interval (see [`set_spaced`](Self::set_spaced)).
     fn slack(&self, st: &State) -> u64 {
         match &st.window {
+            None if self.spaced.load(Ordering::Acquire) => {
+                (st.quota.interval_ns() as f64 * SPACED_SLACK) as u64
+            }
             None => st.quota.interval_ns().max(TIMER_SLACK).saturating_mul(2),
             Some(w) if w.slack() > 0 => w.slack().max(TIMER_SLACK),
             Some(_) => 0,
@@ -533,7 +545,10 @@ impl Shared {
         let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         // Clamp far-off pauses so arithmetic stays in range (about 146 years).
         let end = now.saturating_add(d).min(u64::MAX / 4);
-        if self.paused_until.fetch_max(end, Ordering::AcqRel) < end {
+        // `0` is also "never paused": a pause at the clock's origin (a bucket paused the
+        // instant it was made) empties it too.
+        let before = self.paused_until.fetch_max(end, Ordering::AcqRel);
+        if before < end || before == 0 {
             let interval = st.quota.interval_ns();
             match st.window.as_mut() {
                 None => self.gcra.restart_at(end),
@@ -587,6 +602,15 @@ impl Shared {
         wakers.extend(self.hand_over(&mut st, now));
         drop(st);
         wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// The hook of a rate control ([`crate::adaptive`]): once a server's limit is known, a
+    /// waiter that goes late is counted from when it goes, not from when it was due (beyond
+    /// the hold's margin, 4 % of an interval), so that the next one keeps its distance: a
+    /// server without a burst measures from the request it admitted last, and a late request
+    /// followed by one on time would be refused.
+    pub(crate) fn set_spaced(&self, spaced: bool) {
+        self.spaced.store(spaced, Ordering::Release);
     }
 
     /// The hook of a rate control ([`crate::adaptive`]): enforce `quota` from now on, as

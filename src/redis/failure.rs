@@ -61,8 +61,8 @@ use crate::{Algorithm, Bucket, Denied, Quota};
 ///   `burst + rate·(T + d) + N` (`Local { fraction: 1/N }`), plus `burst` for each time
 ///   the server lost its state. Tested with two processes and a server stopped and
 ///   restarted mid-run.
-/// - [`RedisKeyed`](super::RedisKeyed) keeps a local bucket per key, created full (as a new
-///   key's would be): per key, at most `fraction × burst` more.
+/// - [`RedisKeyed`](super::RedisKeyed) keeps a local bucket per key, created empty, and
+///   starts every key over empty when a new run of failures begins: per key, the same bound.
 ///
 /// Every fallback decision is counted in
 /// [`RedisStats::fallbacks`](super::RedisStats::fallbacks), and the change of state
@@ -172,6 +172,8 @@ pub(crate) struct LocalTable {
     capacity: usize,
     inner: Mutex<Table>,
     overflow: Bucket,
+    /// The run of failures the buckets belong to ([`Backend::outages`](super::backend)).
+    outage: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug)]
@@ -184,6 +186,7 @@ impl LocalTable {
     pub(crate) fn new(quota: Quota, algorithm: Algorithm, capacity: usize) -> Self {
         let overflow = Bucket::with_algorithm(quota, algorithm);
         LocalTable {
+            outage: std::sync::atomic::AtomicU64::new(0),
             quota,
             algorithm,
             full: overflow.snapshot().available,
@@ -200,7 +203,18 @@ impl LocalTable {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The fallback bucket of a key.
+    /// The fallback bucket of a key during the run of failures numbered `outage`: every key
+    /// starts over, empty, when a new run begins (no fresh burst per outage).
+    pub(crate) fn fallback(&self, id: &KeyDigest, outage: u64) -> Bucket {
+        use std::sync::atomic::Ordering;
+        if self.outage.swap(outage, Ordering::AcqRel) != outage {
+            self.lock().buckets.clear();
+            self.overflow.pause(Duration::ZERO);
+        }
+        self.bucket(id)
+    }
+
+    /// The fallback bucket of a key; a new one is created empty.
     pub(crate) fn bucket(&self, id: &KeyDigest) -> Bucket {
         let mut t = self.lock();
         if let Some(b) = t.buckets.get(id) {
@@ -224,6 +238,9 @@ impl LocalTable {
             }
         }
         let b = Bucket::with_algorithm(self.quota, self.algorithm);
+        // Decisions fall back here only while the store fails: a fresh burst would be more
+        // than the key's share of the limit.
+        b.pause(Duration::ZERO);
         t.buckets.insert(*id, b.clone());
         b
     }
@@ -238,6 +255,29 @@ impl LocalTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn fallback_buckets_start_empty_and_a_new_outage_starts_every_key_over() {
+        let table = LocalTable::new(Quota::per_second(10).burst(5), Algorithm::TokenBucket, 8);
+        let id = KeyDigest::from_bytes([7; 16]);
+        // Empty, its first token due now (as at the end of a pause): no fresh burst.
+        let a = table.fallback(&id, 1);
+        assert_eq!(a.snapshot().available, 1, "no fresh burst");
+        a.try_acquire(1).unwrap();
+        assert!(a.try_acquire(1).is_err());
+        tokio::time::advance(Duration::from_millis(100)).await;
+        a.try_acquire(1).unwrap();
+        assert!(a.try_acquire(1).is_err(), "one token per 100 ms");
+        // Same run of failures: the same bucket.
+        assert!(table.fallback(&id, 1).same_bucket(&a));
+        // The bucket refills while Redis answers again…
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(a.snapshot().available, 5);
+        // …but a new run of failures starts the key over, empty.
+        let b = table.fallback(&id, 2);
+        assert!(!b.same_bucket(&a));
+        assert_eq!(b.snapshot().available, 1);
+    }
 
     #[test]
     fn fractions_are_checked() {

@@ -161,7 +161,10 @@ impl RedisKeyed {
             Ok(t) => Err(Throttled::after(t.reply.wait).into()),
             Err(e) => {
                 bump(&inner.backend.counters.fallbacks);
-                let local = inner.local.as_ref().map(|l| l.bucket(&id));
+                let local = inner
+                    .local
+                    .as_ref()
+                    .map(|l| l.fallback(&id, inner.backend.outages()));
                 try_acquire_fallback(inner.backend.policy(), local.as_ref(), n, e)
             }
         }
@@ -255,7 +258,10 @@ impl RedisKeyed {
                 }
                 Err(e) => {
                     bump(&backend.counters.fallbacks);
-                    let local = inner.local.as_ref().map(|l| l.bucket(&id));
+                    let local = inner
+                        .local
+                        .as_ref()
+                        .map(|l| l.fallback(&id, inner.backend.outages()));
                     return acquire_fallback(backend.policy(), local.as_ref(), n, e).await;
                 }
             }

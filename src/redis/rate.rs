@@ -2,7 +2,7 @@
 //! the bucket, and the rate the shared limit decides at.
 //!
 //! A process that acts on a push-back writes the cut to `<key>:rate` as
-//! `"<rate refused, tokens/s>:<end of the cooldown, Unix ms>"` (expiring after
+//! `"<limit estimated, tokens/s>:<end of the cooldown, Unix ms>"` (expiring after
 //! [`LEARNED_TTL`]); the others read it back (at most every 250 ms, while requests succeed)
 //! and follow the same curve from the same instant (see [`adaptive`](crate::adaptive)), so
 //! every process lands on the same rate. Each process decides in Redis at the rate in
@@ -29,7 +29,7 @@ impl RedisBucket {
     }
 
     /// The Redis key beside the bucket's that holds what its processes learned of the
-    /// server's rate (the rate refused at the last push-back, and when its cooldown ends).
+    /// server's rate (the limit estimated at the last push-back, and when its cooldown ends).
     pub fn learned_key(&self) -> String {
         format!("{}:rate", self.redis_key())
     }
@@ -46,7 +46,7 @@ impl RedisBucket {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_millis();
-        let value = format!("{}:{ms}", cut.refused);
+        let value = format!("{}:{ms}", cut.limit);
         let mut conn = self.backend().connection();
         let mut cmd = ::redis::cmd("SET");
         cmd.arg(self.learned_key())
@@ -84,10 +84,10 @@ impl RedisBucket {
 /// `"<rate>:<unix ms>"`, a positive finite rate.
 fn parse(value: &str) -> Option<Cut> {
     let (rate, ms) = value.split_once(':')?;
-    let refused: f64 = rate.parse().ok()?;
+    let limit: f64 = rate.parse().ok()?;
     let ms: u64 = ms.parse().ok()?;
     let resume = UNIX_EPOCH.checked_add(Duration::from_millis(ms))?;
-    (refused.is_finite() && refused > 0.0).then_some(Cut { refused, resume })
+    (limit.is_finite() && limit > 0.0).then_some(Cut { limit, resume })
 }
 
 #[cfg(test)]
@@ -103,7 +103,7 @@ mod tests {
         assert_eq!(
             parse("47.5:1700000000123"),
             Some(Cut {
-                refused: 47.5,
+                limit: 47.5,
                 resume: at(1_700_000_000_123)
             })
         );

@@ -10,7 +10,7 @@ use http::{HeaderMap, Method, StatusCode};
 use super::backoff::{uniform, Backoff};
 use super::budget::RetryBudget;
 use super::replay::is_idempotent;
-use crate::headers::{read_quota_hint, read_stated_rate};
+use crate::headers::{read_quota_hint, read_quota_rate, read_stated_rate};
 use crate::Bucket;
 
 /// Whether a failed request may have reached the server.
@@ -188,7 +188,11 @@ impl Policy {
             None
         };
         let exhausted = hint.filter(|h| h.remaining == 0);
-        let stated = read_stated_rate(headers).filter(|_| self.read_quota_headers);
+        let stated = if self.read_quota_headers {
+            read_stated_rate(headers).or_else(|| read_quota_rate(headers, now))
+        } else {
+            None
+        };
         if let Some(reset) = exhausted.and_then(|h| h.reset) {
             // Slow down before the 429: hold everyone until the quota resets.
             if !reset.is_zero() && reset <= self.max_retry_after {
