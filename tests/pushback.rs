@@ -100,29 +100,43 @@ impl StandIn {
             )
             .layer(RateLimitLayer::new(bucket.clone()))
             .service(api);
-        let left = Arc::new(AtomicU64::new(requests));
-        let tasks: Vec<_> = (0..workers)
-            .map(|_| {
-                let (client, left) = (client.clone(), left.clone());
-                tokio::spawn(async move {
-                    while left
-                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                        .is_ok()
-                    {
-                        let resp = client.clone().oneshot(Request::new(String::new())).await?;
-                        assert_eq!(resp.status(), StatusCode::OK);
-                    }
-                    Ok::<_, BoxError>(())
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.unwrap().unwrap();
-        }
+        drive(client, requests, workers).await;
     }
 
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
         self.seen.lock().unwrap()
+    }
+}
+
+/// `requests` requests through `client` from `workers` workers; every one must succeed.
+async fn drive<S, B>(client: S, requests: u64, workers: usize)
+where
+    S: tower::Service<Request<String>, Response = Response<B>> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+{
+    let left = Arc::new(AtomicU64::new(requests));
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (client, left) = (client.clone(), left.clone());
+            tokio::spawn(async move {
+                while left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    let resp = client
+                        .clone()
+                        .oneshot(Request::new(String::new()))
+                        .await
+                        .map_err(Into::into)?;
+                    assert_eq!(resp.status(), StatusCode::OK);
+                }
+                Ok::<_, BoxError>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
     }
 }
 
@@ -376,25 +390,7 @@ async fn x_ratelimit_fields_set_the_pace_with_no_429() {
         .layer(RetryAfterLayer::new(bucket.clone()).max_retries(u32::MAX))
         .layer(RateLimitLayer::new(bucket.clone()))
         .service(api);
-    let left = Arc::new(AtomicU64::new(600));
-    let tasks: Vec<_> = (0..16)
-        .map(|_| {
-            let (client, left) = (client.clone(), left.clone());
-            tokio::spawn(async move {
-                while left
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok()
-                {
-                    let resp = client.clone().oneshot(Request::new(String::new())).await?;
-                    assert_eq!(resp.status(), StatusCode::OK);
-                }
-                Ok::<_, BoxError>(())
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap().unwrap();
-    }
+    drive(client, 600, 16).await;
     let took = start.elapsed();
     let c = counts.lock().unwrap();
     println!(

@@ -34,6 +34,9 @@ enum Phase {
     Hold,
     /// No limit known yet: growing until the first push-back.
     Search,
+    /// Verifying a guess made at a first push-back: a search in small steps, successes
+    /// before the end of the cooldown ignored.
+    Verify,
     /// After a push-back: back towards `HOLD × limit` from `from`, then probing, from
     /// `since` (the end of the cooldown).
     Recover { since: Instant, from: f64 },
@@ -54,9 +57,6 @@ pub(crate) struct Law {
     passed: f64,
     /// Successes since the end of the last cooldown.
     count: f64,
-    /// Searching from a guess after a first push-back: small relative steps, successes
-    /// before the end of the cooldown ignored.
-    verify: bool,
     /// The successes and the seconds between the end of a cooldown and a push-back that
     /// came soon after it.
     window: Option<(f64, f64)>,
@@ -75,7 +75,6 @@ impl Law {
             passed: 0.0,
             count: 0.0,
             window: None,
-            verify: false,
         }
     }
 
@@ -139,7 +138,7 @@ impl Law {
         let (hold, quick) = (HOLD, QUICK_SECS);
         let (limit, from) = match (self.phase, self.limit) {
             // The limit lies between the last rate that went through and the rate refused.
-            (Phase::Search, _) => {
+            (Phase::Search | Phase::Verify, _) => {
                 let passed = self.passed.min(refused);
                 let limit = if passed <= 0.0 {
                     refused * DECREASE
@@ -160,8 +159,7 @@ impl Law {
                 let guess = sent * DECREASE;
                 self.limit = Some(guess);
                 self.passed = 0.0;
-                self.verify = true;
-                self.phase = Phase::Search;
+                self.phase = Phase::Verify;
                 return Some(self.set(guess * hold));
             }
             // Two push-backs soon after pauses: the server refilled the same burst during
@@ -189,7 +187,6 @@ impl Law {
 
     fn cut(&mut self, limit: f64, from: f64, since: Instant) -> f64 {
         self.limit = Some(limit);
-        self.verify = false;
         let from = self.set(from);
         self.phase = Phase::Recover { since, from };
         from
@@ -214,7 +211,7 @@ impl Law {
         }
         match self.phase {
             Phase::Hold => self.rate,
-            Phase::Search if self.verify => {
+            Phase::Verify => {
                 // Answers to requests sent before the push-back say nothing of the guess.
                 if self.settled.is_some_and(|s| now < s) {
                     return self.rate;

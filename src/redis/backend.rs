@@ -424,8 +424,10 @@ impl Backend {
         self.breaker_admit()?;
         bump(&self.counters.round_trips);
         let mut conn = self.conn.clone();
-        let keys = [key.to_owned(), format!("{key}:log")];
-        let mut args = vec![
+        let log = format!("{key}:log");
+        let keys = [key, log.as_str()];
+        let (need, back) = lease.unwrap_or_default();
+        let all = [
             self.interval_us.load(Ordering::Acquire),
             u64::from(self.burst),
             arg,
@@ -434,17 +436,21 @@ impl Backend {
             self.window_us,
             u64::from(self.limit),
             book,
+            u64::from(need),
+            u64::from(back),
         ];
-        let mut max_grant = 1;
-        if let Some((need, back)) = lease {
-            args.extend([u64::from(need), u64::from(back)]);
-            max_grant = u32::try_from(arg).unwrap_or(u32::MAX);
-        }
+        // The lease script takes two arguments more.
+        let args = if lease.is_some() { &all[..] } else { &all[..8] };
+        let max_grant = if lease.is_some() {
+            u32::try_from(arg).unwrap_or(u32::MAX)
+        } else {
+            1
+        };
         let mut call = script.prepare_invoke();
-        call.key(&keys[0]).key(&keys[1]);
-        args.iter().for_each(|a| {
+        call.key(keys[0]).key(keys[1]);
+        for a in args {
             call.arg(a);
-        });
+        }
         let sent = Instant::now();
         // `invoke_async` loads a script Redis lacks and calls it again; when another client
         // flushed the cache in between, the script goes in whole (`EVAL`), which needs no
@@ -455,8 +461,8 @@ impl Backend {
                     ::redis::cmd("EVAL")
                         .arg(self.scripts.source_of(script))
                         .arg(keys.len())
-                        .arg(&keys)
-                        .arg(&args)
+                        .arg(&keys[..])
+                        .arg(args)
                         .query_async::<Value>(&mut conn)
                         .await
                 }
