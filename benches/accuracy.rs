@@ -5,7 +5,9 @@
 //! 3 s every task is aborted and only admissions before 3 s count. The ideal is
 //! `10 + 1000 × 3 = 3010` admissions, never more than 110 in any 100 ms (`+1` for rounding).
 //! The leaky bucket spaces strictly (a burst of 1): its ideal is `1 + 1000 × 3 = 3001`, never
-//! more than 101 in any 100 ms; each row is measured against its own burst.
+//! more than 101 in any 100 ms. A sliding log of 10 per 10 ms admits at most 10 per window:
+//! its ideal is `3000`. Each row is measured against its own ideal. The leaky bucket's
+//! reference is governor with a burst of 1, which spaces as strictly.
 //!
 //! Each wait is wrapped in a future that counts its polls: an acquire that has to wait costs
 //! at least two (one to queue, one when woken), so *wakeups* are polls minus one per acquire.
@@ -20,7 +22,11 @@
 //!
 //! ```text
 //! cargo bench --bench accuracy
+//! cargo bench --bench accuracy -- leaky governor   # only the rows whose names contain these
 //! ```
+//!
+//! With `ACCURACY_GAPS=1` in the environment, each row also prints how the gaps between
+//! consecutive admissions are spread (to standard error).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -153,6 +159,16 @@ impl Mode {
         }
     }
 
+    /// The most a sliding log of `count` per `count` ms admits: `count` per whole window of
+    /// the run, and a whole window's count at the end of a stall.
+    fn ideal_log(self, count: u64) -> u64 {
+        let ideal = u64::from(RATE) * RUN.as_secs();
+        match self {
+            Mode::Stall => ideal - u64::from(RATE) * 60 / 1000 + count,
+            _ => ideal,
+        }
+    }
+
     /// Starts what disturbs the run; the children are killed when the run ends.
     fn disturb(self) -> Vec<Child> {
         let sh = |script: String| Command::new("sh").arg("-c").arg(script).spawn().unwrap();
@@ -173,6 +189,8 @@ struct Row {
     name: &'static str,
     /// The limiter's burst: its ideal and bound depend on it.
     burst: u64,
+    /// A sliding log of this count per window: its own ideal.
+    log: Option<u64>,
     admitted: u64,
     max_window: u64,
     polls: u64,
@@ -186,15 +204,40 @@ impl Row {
     fn burst(self, burst: u64) -> Self {
         Row { burst, ..self }
     }
+
+    /// A sliding log of `count` per `count` ms: its ideal is a whole count per window.
+    fn log(self, count: u64) -> Self {
+        Row {
+            log: Some(count),
+            ..self
+        }
+    }
+
+    fn ideal(&self, mode: Mode) -> u64 {
+        match self.log {
+            Some(count) => mode.ideal_log(count),
+            None => mode.ideal(self.burst),
+        }
+    }
 }
 
 /// Runs one peer: `make` builds the limiter inside the runtime, `task` is one task's loop.
-fn run<L, T, Fut>(mode: Mode, name: &'static str, make: impl FnOnce() -> L, task: T) -> Row
+fn run<L, T, Fut>(mode: Mode, name: &'static str, make: impl FnOnce() -> L, task: T) -> Option<Row>
 where
     T: Fn(&L, Arc<Recorder>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     run_tasks(mode, name, TASKS, make, task)
+}
+
+/// Whether the command line selects the row `name`: every argument that is not an option is
+/// a substring of the rows to run (none: every row).
+fn wanted(name: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
 }
 
 fn run_tasks<L, T, Fut>(
@@ -203,11 +246,14 @@ fn run_tasks<L, T, Fut>(
     tasks: usize,
     make: impl FnOnce() -> L,
     task: T,
-) -> Row
+) -> Option<Row>
 where
     T: Fn(&L, Arc<Recorder>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    if !wanted(name) {
+        return None;
+    }
     let mut disturbance = mode.disturb();
     let ticks_before = cpu_ticks();
     let threads_before = thread_cpu_ns();
@@ -253,16 +299,42 @@ where
     ts.sort_unstable();
     let polls = rec.polls.load(Ordering::Relaxed);
     let started = rec.started.load(Ordering::Relaxed);
-    Row {
+    if std::env::var_os("ACCURACY_GAPS").is_some() {
+        print_gaps(name, &ts);
+    }
+    Some(Row {
         name,
         burst: u64::from(BURST),
+        log: None,
         admitted: ts.len() as u64,
         max_window: max_in_window(&ts, WINDOW),
         polls,
         wakeups: polls - started,
         cpu_stat_s,
         cpu_ns,
+    })
+}
+
+/// With `ACCURACY_GAPS` set: how the gaps between consecutive admissions are spread, and
+/// the time lost in gaps longer than 2 ms.
+fn print_gaps(name: &str, ts: &[Duration]) {
+    let mut counts = [0u64; 6];
+    let bounds_ms = [1, 2, 3, 5, 10, u64::MAX];
+    let mut lost = Duration::ZERO;
+    for pair in ts.windows(2) {
+        let gap = pair[1] - pair[0];
+        let i = bounds_ms
+            .iter()
+            .position(|&b| gap < Duration::from_millis(b).max(Duration::from_nanos(1)))
+            .unwrap_or(5);
+        counts[i] += 1;
+        lost += gap.saturating_sub(Duration::from_millis(2));
     }
+    eprintln!(
+        "{name}: gaps <1 ms {}, 1-2 {}, 2-3 {}, 3-5 {}, 5-10 {}, >=10 {}; beyond 2 ms: {:?}; first at {:?}, last at {:?}",
+        counts[0], counts[1], counts[2], counts[3], counts[4], counts[5], lost,
+        ts.first(), ts.last()
+    );
 }
 
 /// The most instants of sorted `ts` in any half-open window `[t, t + w)`; checking windows
@@ -309,7 +381,7 @@ fn our_quota() -> tower_throttle::Quota {
 }
 
 fn rows(mode: Mode) -> Vec<Row> {
-    vec![
+    [
         run(
             mode,
             "ours `Bucket::acquire(1)`",
@@ -332,7 +404,7 @@ fn rows(mode: Mode) -> Vec<Row> {
             },
             |bucket, rec| acquire_loop(bucket.clone(), rec),
         )
-        .burst(1),
+        .map(|r| r.burst(1)),
         run(
             mode,
             "ours sliding log 10 per 10 ms `acquire(1)`",
@@ -342,7 +414,8 @@ fn rows(mode: Mode) -> Vec<Row> {
                 tower_throttle::Bucket::with_algorithm(quota, log)
             },
             |bucket, rec| acquire_loop(bucket.clone(), rec),
-        ),
+        )
+        .map(|r| r.log(10)),
         run(
             mode,
             "governor 0.10 `until_ready()`",
@@ -361,6 +434,25 @@ fn rows(mode: Mode) -> Vec<Row> {
                 }
             },
         ),
+        run(
+            mode,
+            "governor 0.10 `until_ready()`, burst 1",
+            || {
+                let quota = governor::Quota::per_second(NonZeroU32::new(RATE).unwrap())
+                    .allow_burst(NonZeroU32::MIN);
+                Arc::new(governor::RateLimiter::direct(quota))
+            },
+            |limiter, rec| {
+                let limiter = Arc::clone(limiter);
+                async move {
+                    loop {
+                        rec.counted(limiter.until_ready()).await;
+                        rec.record();
+                    }
+                }
+            },
+        )
+        .map(|r| r.burst(1)),
         run(
             mode,
             "leaky-bucket 1.1 `acquire_one()`",
@@ -427,6 +519,9 @@ fn rows(mode: Mode) -> Vec<Row> {
         ),
         floor(mode),
     ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 fn main() {
@@ -445,7 +540,7 @@ async fn acquire_loop(bucket: tower_throttle::Bucket, rec: Arc<Recorder>) {
 
 /// Not a limiter: one task ticking every millisecond, the least a runtime can spend on
 /// 1000 wakeups a second. Its polls are those of `Interval::tick`.
-fn floor(mode: Mode) -> Row {
+fn floor(mode: Mode) -> Option<Row> {
     run_tasks(
         mode,
         "(reference) 1 task on `tokio::time::interval(1 ms)`",
@@ -465,13 +560,14 @@ fn print_table(mode: Mode, rows: &[Row]) {
     println!(
         "\n### {}\n\n{TASKS} tasks, {WORKERS} workers, {RATE}/s burst {BURST}, {} s: ideal {} \
          admitted, at most {WINDOW_IDEAL} in any {} ms (leaky bucket: burst 1, ideal {}, \
-         at most {})\n",
+         at most {}; sliding log: ideal {})\n",
         mode.describe(),
         RUN.as_secs(),
         mode.ideal(u64::from(BURST)),
         WINDOW.as_millis(),
         mode.ideal(1),
         WINDOW_IDEAL - u64::from(BURST) + 1,
+        mode.ideal_log(10),
     );
     println!(
         "| limiter | admitted | / ideal | max in 100 ms | polls / adm. | wakeups / adm. \
@@ -487,7 +583,7 @@ fn print_table(mode: Mode, rows: &[Row]) {
             "| {} | {} | {:.4} | {} | {:.2} | {:.2} | {} | {:.1} |",
             r.name,
             r.admitted,
-            r.admitted as f64 / mode.ideal(r.burst) as f64,
+            r.admitted as f64 / r.ideal(mode) as f64,
             r.max_window,
             r.polls as f64 / adm,
             r.wakeups as f64 / adm,

@@ -141,6 +141,13 @@ async fn stall(name: &str, bucket: Bucket, bound: Bound, path: Path) {
         "{name} via {path:?}: {at_once} admitted at one instant (bound {})",
         bound(0)
     );
+    // Every interval, not only those of the widths below: each bound is `bound(0) + t`.
+    let over = excess(&times, 1.0);
+    assert!(
+        over <= bound(0) as f64 + 1e-9,
+        "{name} via {path:?}: {over} over the rate in some interval (bound {})",
+        bound(0)
+    );
     for ms in [1u64, 2, 5, 10, 20, 50, 60, 100, 250, 500, 1000, 3000] {
         let most = most_in(&times, MS * ms as u32);
         assert!(
@@ -423,4 +430,63 @@ fn observer_callbacks_may_read_the_bucket() {
     finished
         .recv_timeout(Duration::from_secs(30))
         .expect("an observer callback deadlocked on the bucket's lock");
+}
+
+/// The most that sorted `times` put into any closed interval beyond `rate_per_ms` times its
+/// length: the bound `burst + rate·t + 1` holds over every interval exactly when this is at
+/// most `burst + 1`.
+fn excess(times: &[Duration], rate_per_ms: f64) -> f64 {
+    let mut most = 0.0f64;
+    for (i, a) in times.iter().enumerate() {
+        for (k, b) in times[i..].iter().enumerate() {
+            let ms = (*b - *a).as_secs_f64() * 1e3;
+            most = most.max((k + 1) as f64 - rate_per_ms * ms);
+        }
+    }
+    most
+}
+
+/// A sliding log of 10 per 10 ms on a runtime that only runs every `jump`: 1000 waiters,
+/// the instants they go.
+async fn log_in_jumps(jump: Duration) -> Vec<Duration> {
+    let quota = Quota::new(10, Duration::from_millis(10));
+    let bucket = Bucket::with_algorithm(quota, Algorithm::SlidingLog);
+    let start = Instant::now();
+    let log: Log = Arc::default();
+    let tasks: Vec<_> = (0..1000)
+        .map(|_| tokio::spawn(request(Path::Acquire, bucket.clone(), log.clone())))
+        .collect();
+    settle().await;
+    while log.lock().unwrap().len() < 1000 {
+        advance(jump).await;
+        settle().await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut times: Vec<Duration> = log.lock().unwrap().iter().map(|t| *t - start).collect();
+    times.sort();
+    times
+}
+
+/// Late timers: a sliding log catches up on what they delayed, and never puts more than its
+/// count plus one, plus the rate, into any interval of the instants requests actually go.
+#[tokio::test(start_paused = true)]
+async fn a_sliding_log_with_late_timers_holds_the_bound_at_actual_instants_and_catches_up() {
+    for jump_us in [1_000, 1_900, 2_500, 3_700, 6_100, 12_000] {
+        let jump = Duration::from_micros(jump_us);
+        let times = log_in_jumps(jump).await;
+        let over = excess(&times, 1.0);
+        assert!(over <= 11.0 + 1e-9, "{over} over the rate ({jump:?} jumps)");
+        // Timers up to twice tokio's jitter late lose nothing: 990 tokens after the first 10
+        // at 1 per ms, 990 ms; the last runs may split a window's worth that the bound does
+        // not let go at once. Later timers are a stall each time.
+        let last = *times.last().unwrap();
+        if jump_us <= 4_000 {
+            assert!(
+                last <= Duration::from_millis(990) + 2 * jump,
+                "{last:?} for 1000 tokens ({jump:?} jumps)"
+            );
+        }
+    }
 }
