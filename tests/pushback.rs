@@ -170,8 +170,8 @@ async fn configured_at_twice_the_hidden_rate_finishes_within_120_percent_of_idea
             seen.refused.len(),
             bucket.rate()
         );
-        // A burst behind the server's rate hides it from each push-back: a few more.
-        let (most, refusals) = if burst == 0 { (1.2, 3) } else { (1.4, 8) };
+        // A burst behind the server's rate hides it from each push-back: one more.
+        let (most, refusals) = if burst == 0 { (1.2, 3) } else { (1.25, 4) };
         assert!(
             took <= ideal.mul_f64(most),
             "{hidden}/s burst {burst}: {took:?}"
@@ -193,8 +193,9 @@ async fn configured_at_twice_the_hidden_rate_finishes_within_120_percent_of_idea
 }
 
 /// Whatever the configured rate above the server's, from 10 % above to 4×, with or without a
-/// burst at the server: 40 s of requests at the hidden rate finish within 1.3× the ideal
-/// time (1.2× without a burst), with few push-backs.
+/// burst at the server: 40 s of requests at the hidden rate finish within 1.2× the ideal
+/// time, with few push-backs (behind a burst, two windows between push-backs measure the
+/// rate the burst hides).
 #[tokio::test(start_paused = true)]
 async fn any_configured_rate_above_the_hidden_one_settles_just_below_it() {
     for (factor, burst) in [1.1f64, 1.25, 1.5, 2.0, 4.0]
@@ -212,7 +213,7 @@ async fn any_configured_rate_above_the_hidden_one_settles_just_below_it() {
             .await;
         let took = start.elapsed().as_secs_f64() / 40.0;
         let refused = server.seen().refused.len();
-        let (most, refusals) = if burst == 0 { (1.2, 6) } else { (1.3, 16) };
+        let (most, refusals) = (1.2, 6);
         assert!(
             took <= most,
             "{factor}× configured, burst {burst}: {took:.2}× the ideal time"
@@ -222,9 +223,17 @@ async fn any_configured_rate_above_the_hidden_one_settles_just_below_it() {
             "{factor}× configured, burst {burst}: {refused} refused (1 % is {})",
             40 * hidden / 100
         );
+        println!(
+            "{factor}× configured, burst {burst}: {took:.2}× the ideal time, {refused} refused, \
+             rate now {:.1}/s",
+            bucket.rate()
+        );
+        // Behind a burst the rate probes above the estimate for longer before the server
+        // says so.
         let rate = bucket.rate();
+        let most = if burst == 0 { 1.0 } else { 1.05 };
         assert!(
-            (0.9 * hidden as f64..=hidden as f64).contains(&rate),
+            (0.9 * hidden as f64..=most * hidden as f64).contains(&rate),
             "{factor}× configured, burst {burst}: settled at {rate:.1}/s"
         );
     }

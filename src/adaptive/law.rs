@@ -24,6 +24,10 @@ pub(crate) const PROBE_SECS: f64 = 30.0;
 pub(crate) const QUICK_SECS: f64 = 0.5;
 /// Two such windows estimate the server's rate when their lengths differ by this much.
 pub(crate) const WINDOWS_APART_SECS: f64 = 0.1;
+/// A push-back at most this long (seconds) after the end of a cooldown comes from a client
+/// above the server's rate through the whole window: a window for the estimate behind a
+/// burst.
+pub(crate) const WINDOW_SECS: f64 = 3.0;
 /// Searching (no limit known yet), each success adds `min(rate, 1 / SEARCH_SECS)`: the
 /// rate doubles per success while low, then grows `e`-fold every `SEARCH_SECS`.
 pub(crate) const SEARCH_SECS: f64 = 0.35;
@@ -40,6 +44,62 @@ enum Phase {
     /// After a push-back: back towards `HOLD × limit` from `from`, then probing, from
     /// `since` (the end of the cooldown).
     Recover { since: Instant, from: f64 },
+}
+
+/// The successes from the end of a cooldown to the push-back that ended it, over `secs`
+/// seconds, from a client that restarted at `start` per second and rose from there: towards
+/// `target` with the time constant [`RECOVER_SECS`] after a cut, or by [`VERIFY_STEP`] per
+/// success while verifying a guess (`target: None`).
+///
+/// Behind a burst `B`, a server admits `B + r·secs − d` in a window that starts with its
+/// bucket refilled (a cooldown long enough) and ends when it is empty (the push-back), where
+/// `d` is what the client sent below `r` while it was below it (the server's bucket was full
+/// then, and stayed so). Two windows of different lengths give `r` without knowing `B`.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    count: f64,
+    secs: f64,
+    start: f64,
+    target: Option<f64>,
+}
+
+impl Window {
+    /// What the client sent below `r` per second while it was below it, in tokens; `None`
+    /// when it was still below `r` at the end (the window says nothing of the server).
+    fn deficit(&self, r: f64) -> Option<f64> {
+        if self.start >= r {
+            return Some(0.0);
+        }
+        let (below, area) = match self.target {
+            Some(target) if target > r => {
+                // rate(t) = target − (target − start)·e^(−t/τ)
+                let below = RECOVER_SECS * ((target - self.start) / (target - r)).ln();
+                let climbed =
+                    (target - self.start) * RECOVER_SECS * (1.0 - (-below / RECOVER_SECS).exp());
+                (below, (r - target) * below + climbed)
+            }
+            Some(_) => return None,
+            None => {
+                // Each success adds a step: rate(t) = start·e^(step·t).
+                let below = (r / self.start).ln() / VERIFY_STEP;
+                (below, r * below - (r - self.start) / VERIFY_STEP)
+            }
+        };
+        (below.is_finite() && below <= self.secs).then_some(area.max(0.0))
+    }
+
+    /// The server's rate from two windows, each counted with what its client sent below it.
+    fn estimate(a: Window, b: Window) -> Option<f64> {
+        let mut r = (b.count - a.count) / (b.secs - a.secs);
+        for _ in 0..4 {
+            if !(r.is_finite() && r > 0.0) {
+                return None;
+            }
+            let (da, db) = (a.deficit(r)?, b.deficit(r)?);
+            r = (b.count + db - a.count - da) / (b.secs - a.secs);
+        }
+        (r.is_finite() && r > 0.0).then_some(r)
+    }
 }
 
 /// The state of one bucket's rate.
@@ -59,7 +119,10 @@ pub(crate) struct Law {
     count: f64,
     /// The successes and the seconds between the end of a cooldown and a push-back that
     /// came soon after it.
-    window: Option<(f64, f64)>,
+    window: Option<Window>,
+    /// The rate the last cut restarted at, and the rate it then rose towards (`None`: a
+    /// guess verified upwards).
+    restart: (f64, Option<f64>),
 }
 
 impl Law {
@@ -75,6 +138,7 @@ impl Law {
             passed: 0.0,
             count: 0.0,
             window: None,
+            restart: (ceiling, None),
         }
     }
 
@@ -129,13 +193,22 @@ impl Law {
             now.saturating_duration_since(s).as_secs_f64()
         });
         let count = std::mem::take(&mut self.count);
-        let window = self
-            .window
-            .take()
-            .filter(|(_, t1)| (after - t1).abs() >= WINDOWS_APART_SECS);
+        // A window for the estimate behind a burst, ended by this push-back.
+        let current = (after < WINDOW_SECS).then_some(Window {
+            count,
+            secs: after,
+            start: self.restart.0,
+            target: self.restart.1,
+        });
+        let previous = std::mem::replace(&mut self.window, current)
+            .filter(|w| (after - w.secs).abs() >= WINDOWS_APART_SECS);
         self.settled = Some(since);
         let refused = refused.min(self.rate);
         let (hold, quick) = (HOLD, QUICK_SECS);
+        let estimate = previous
+            .zip(current)
+            .and_then(|(a, b)| Window::estimate(a, b))
+            .map(|r| r.clamp(refused * DECREASE, refused));
         let (limit, from) = match (self.phase, self.limit) {
             // The limit lies between the last rate that went through and the rate refused.
             (Phase::Search | Phase::Verify, _) => {
@@ -160,25 +233,18 @@ impl Law {
                 self.limit = Some(guess);
                 self.passed = 0.0;
                 self.phase = Phase::Verify;
-                return Some(self.set(guess * hold));
+                let rate = self.set(guess * hold);
+                self.restart = (rate, None);
+                return Some(rate);
             }
             // Two push-backs soon after pauses: the server refilled the same burst during
             // each, the difference is its rate.
-            (_, Some(_)) if window.is_some() && after < quick => {
-                let (n1, t1) = window.unwrap_or_default();
-                let r = (count - n1) / (after - t1);
-                let limit = if r.is_finite() {
-                    r.clamp(refused * DECREASE, refused)
-                } else {
-                    refused
-                };
+            (_, Some(_)) if estimate.is_some() => {
+                let limit = estimate.unwrap_or(refused);
                 (limit, limit * hold)
             }
             // Refused soon after a pause: cut deep and come back fast, to measure.
-            (_, Some(_)) if after < quick => {
-                self.window = Some((count, after));
-                (refused, refused * DECREASE)
-            }
+            (_, Some(_)) if after < quick => (refused, refused * DECREASE),
             // Probing slowly from just below a known limit: the rate refused is close.
             (_, Some(_)) => (refused, refused * hold),
         };
@@ -189,6 +255,7 @@ impl Law {
         self.limit = Some(limit);
         let from = self.set(from);
         self.phase = Phase::Recover { since, from };
+        self.restart = (from, Some(HOLD * limit));
         from
     }
 
@@ -340,13 +407,54 @@ mod tests {
         for i in 0..35 {
             law.succeeded(end + secs(0.01 * f64::from(i)));
         }
-        let rate = law.pushed_back(end + secs(0.45), secs(1.0), 70.0, None);
-        assert!(
-            close(law.limit().unwrap(), 15.0 / 0.25),
-            "{:?}",
-            law.limit()
-        );
-        assert!(close(rate.unwrap(), HOLD * 60.0), "{rate:?}");
+        let rate = law.pushed_back(end + secs(0.5), secs(1.0), 70.0, None);
+        // 15 more in 0.3 s more, and what the client sent below 50/s in its first 45 ms
+        // back from the deep cut (0.09 tokens): 50.3/s.
+        let limit = law.limit().unwrap();
+        assert!((50.0..50.5).contains(&limit), "{limit}");
+        assert!(close(rate.unwrap(), HOLD * limit), "{rate:?}");
+    }
+
+    #[test]
+    fn a_window_counts_what_its_client_sent_below_the_rate() {
+        let after_cut = Window {
+            count: 0.0,
+            secs: 2.0,
+            start: 25.0,
+            target: Some(75.0),
+        };
+        // Below 50/s for τ·ln 2 = 0.347 s: ∫ (50 − 75 + 50·e^(−t/τ)) dt = −8.66 + 12.5.
+        let d = after_cut.deficit(50.0).unwrap();
+        assert!((d - 3.84).abs() < 0.01, "{d}");
+        assert_eq!(after_cut.deficit(20.0), Some(0.0));
+        // Never above 80/s in the window: it says nothing of a server at 80/s.
+        assert_eq!(after_cut.deficit(80.0), None);
+        let verifying = Window {
+            target: None,
+            ..after_cut
+        };
+        // rate = 25·e^(0.2·t) reaches 50/s after 3.47 s, after the window's end.
+        assert_eq!(verifying.deficit(50.0), None);
+        let d = verifying.deficit(30.0).unwrap();
+        // 30·0.912 − (30 − 25)/0.2 = 2.35 tokens.
+        assert!((d - 2.35).abs() < 0.01, "{d}");
+        // Two windows behind a burst of 10 at 40/s, one from just above, one from the deep
+        // cut: the estimate counts the second one's deficit back in.
+        let quick = Window {
+            count: 10.0 + 40.0 * 0.25,
+            secs: 0.25,
+            start: 80.0,
+            target: Some(80.0),
+        };
+        // Below 40/s for τ·ln 2: ∫ (40 − 60 + 40·e^(−t/τ)) dt = −6.93 + 10 = 3.07 tokens.
+        let deep = Window {
+            count: 10.0 + 40.0 * 1.0 - 3.07,
+            secs: 1.0,
+            start: 20.0,
+            target: Some(60.0),
+        };
+        let r = Window::estimate(quick, deep).unwrap();
+        assert!((r - 40.0).abs() < 0.2, "{r}");
     }
 
     #[tokio::test(start_paused = true)]
