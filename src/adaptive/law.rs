@@ -24,6 +24,12 @@ pub(crate) const PROBE_SECS: f64 = 30.0;
 pub(crate) const QUICK_SECS: f64 = 0.5;
 /// Two such windows estimate the server's rate when their lengths differ by this much.
 pub(crate) const WINDOWS_APART_SECS: f64 = 0.1;
+/// A search or a verification ends at a rate that went through; when two windows put the
+/// server's rate below this fraction of it, a burst let it through, and the windows are
+/// believed instead (closer, they are the noisier of the two).
+pub(crate) const BURST_SEEN: f64 = 0.9;
+/// Two windows estimate a server's rate only when they show at least this burst behind it.
+pub(crate) const BURST_MIN: f64 = 2.0;
 /// A push-back at most this long (seconds) after the end of a cooldown comes from a client
 /// above the server's rate through the whole window: a window for the estimate behind a
 /// burst.
@@ -46,59 +52,101 @@ enum Phase {
     Recover { since: Instant, from: f64 },
 }
 
-/// The successes from the end of a cooldown to the push-back that ended it, over `secs`
-/// seconds, from a client that restarted at `start` per second and rose from there: towards
-/// `target` with the time constant [`RECOVER_SECS`] after a cut, or by [`VERIFY_STEP`] per
-/// success while verifying a guess (`target: None`).
+/// Rate steps kept per window at most: a step is kept when the rate moved by
+/// [`HISTORY_STEP`] since the last one kept, so a window from 1/s to 1000/s keeps about 350.
+const HISTORY_MAX: usize = 512;
+/// The relative change of the rate that makes a new step of a window's history.
+const HISTORY_STEP: f64 = 0.02;
+
+/// The successes from the end of a cooldown (or the first success) to the push-back that
+/// ended it, over `secs` seconds, and the rates the client was at meanwhile: `(s, rate)`, the
+/// rate in force from `s` seconds into the window.
 ///
 /// Behind a burst `B`, a server admits `B + r·secs − d` in a window that starts with its
 /// bucket refilled (a cooldown long enough) and ends when it is empty (the push-back), where
 /// `d` is what the client sent below `r` while it was below it (the server's bucket was full
 /// then, and stayed so). Two windows of different lengths give `r` without knowing `B`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 struct Window {
     count: f64,
     secs: f64,
-    start: f64,
-    target: Option<f64>,
+    rates: Vec<(f64, f64)>,
 }
 
 impl Window {
-    /// What the client sent below `r` per second while it was below it, in tokens; `None`
-    /// when it was still below `r` at the end (the window says nothing of the server).
-    fn deficit(&self, r: f64) -> Option<f64> {
-        if self.start >= r {
-            return Some(0.0);
+    /// A window starting at `rate`.
+    fn at(rate: f64) -> Self {
+        Window {
+            rates: vec![(0.0, rate)],
+            ..Window::default()
         }
-        let (below, area) = match self.target {
-            Some(target) if target > r => {
-                // rate(t) = target − (target − start)·e^(−t/τ)
-                let below = RECOVER_SECS * ((target - self.start) / (target - r)).ln();
-                let climbed =
-                    (target - self.start) * RECOVER_SECS * (1.0 - (-below / RECOVER_SECS).exp());
-                (below, (r - target) * below + climbed)
-            }
-            Some(_) => return None,
-            None => {
-                // Each success adds a step: rate(t) = start·e^(step·t).
-                let below = (r / self.start).ln() / VERIFY_STEP;
-                (below, r * below - (r - self.start) / VERIFY_STEP)
-            }
-        };
-        (below.is_finite() && below <= self.secs).then_some(area.max(0.0))
     }
 
-    /// The server's rate from two windows, each counted with what its client sent below it.
-    fn estimate(a: Window, b: Window) -> Option<f64> {
-        let mut r = (b.count - a.count) / (b.secs - a.secs);
-        for _ in 0..4 {
+    /// The client went to `rate` at `s` seconds into the window.
+    fn record(&mut self, s: f64, rate: f64) {
+        let moved = self
+            .rates
+            .last()
+            .is_none_or(|&(_, last)| (rate - last).abs() >= HISTORY_STEP * last);
+        if moved && self.rates.len() < HISTORY_MAX {
+            self.rates.push((s, rate));
+        }
+    }
+
+    /// What the client sent below `r` per second while it was below it, in tokens, and for
+    /// how long it was below it; `None` when it was below `r` at the end (the window says
+    /// nothing of the server).
+    fn deficit(&self, r: f64) -> Option<(f64, f64)> {
+        let &(_, last) = self.rates.last()?;
+        if last < r {
+            return None;
+        }
+        let ends = self
+            .rates
+            .iter()
+            .skip(1)
+            .map(|&(s, _)| s)
+            .chain([self.secs]);
+        let below = self
+            .rates
+            .iter()
+            .zip(ends)
+            .filter(|(&(_, rate), _)| rate < r)
+            .map(|(&(from, rate), to)| {
+                let secs = (to.min(self.secs) - from).max(0.0);
+                (secs * (r - rate), secs)
+            });
+        Some(below.fold((0.0, 0.0), |(d, t), (dd, dt)| (d + dd, t + dt)))
+    }
+
+    /// The server's rate from two windows, each counted with what its client sent below it,
+    /// when they show a burst of at least [`BURST_MIN`] behind it (without one, the rate
+    /// refused is the better estimate, and a few successes more or less would swing theirs).
+    ///
+    /// It solves `r·(t₂ − t₁) = n₂ + d₂(r) − n₁ − d₁(r)`, piecewise linear in `r`, by
+    /// Newton's method; an estimate that hangs on the deficits more than on the windows'
+    /// lengths is not believed.
+    fn estimate(a: &Window, b: &Window) -> Option<f64> {
+        let (a, b) = if a.secs <= b.secs { (a, b) } else { (b, a) };
+        let span = b.secs - a.secs;
+        let mut r = (b.count - a.count) / span;
+        for _ in 0..16 {
             if !(r.is_finite() && r > 0.0) {
                 return None;
             }
-            let (da, db) = (a.deficit(r)?, b.deficit(r)?);
-            r = (b.count + db - a.count - da) / (b.secs - a.secs);
+            let ((da, ta), (db, tb)) = (a.deficit(r)?, b.deficit(r)?);
+            let slope = span - tb + ta;
+            if slope < span / 4.0 {
+                return None;
+            }
+            let next = r - (r * span - (b.count + db - a.count - da)) / slope;
+            if (next - r).abs() <= 1e-9 * r {
+                break;
+            }
+            r = next;
         }
-        (r.is_finite() && r > 0.0).then_some(r)
+        let burst = b.count + b.deficit(r)?.0 - r * b.secs;
+        (r.is_finite() && r > 0.0 && burst >= BURST_MIN).then_some(r)
     }
 }
 
@@ -120,9 +168,9 @@ pub(crate) struct Law {
     /// The successes and the seconds between the end of a cooldown and a push-back that
     /// came soon after it.
     window: Option<Window>,
-    /// The rate the last cut restarted at, and the rate it then rose towards (`None`: a
-    /// guess verified upwards).
-    restart: (f64, Option<f64>),
+    /// The window running now and when it started: at the end of the last cooldown, or at
+    /// the first success.
+    current: (Option<Instant>, Window),
 }
 
 impl Law {
@@ -138,7 +186,7 @@ impl Law {
             passed: 0.0,
             count: 0.0,
             window: None,
-            restart: (ceiling, None),
+            current: (None, Window::default()),
         }
     }
 
@@ -189,24 +237,24 @@ impl Law {
         let since = now.checked_add(cooldown).unwrap_or(now);
         // How long after the end of the last cooldown this push-back came, and the successes
         // since.
-        let after = self.settled.map_or(f64::INFINITY, |s| {
+        let after = self.current.0.map_or(f64::INFINITY, |s| {
             now.saturating_duration_since(s).as_secs_f64()
         });
         let count = std::mem::take(&mut self.count);
         // A window for the estimate behind a burst, ended by this push-back.
-        let current = (after < WINDOW_SECS).then_some(Window {
+        let current = (after < WINDOW_SECS).then(|| Window {
             count,
             secs: after,
-            start: self.restart.0,
-            target: self.restart.1,
+            ..std::mem::take(&mut self.current.1)
         });
-        let previous = std::mem::replace(&mut self.window, current)
+        let previous = std::mem::replace(&mut self.window, current.clone())
             .filter(|w| (after - w.secs).abs() >= WINDOWS_APART_SECS);
         self.settled = Some(since);
         let refused = refused.min(self.rate);
         let (hold, quick) = (HOLD, QUICK_SECS);
         let estimate = previous
-            .zip(current)
+            .as_ref()
+            .zip(current.as_ref())
             .and_then(|(a, b)| Window::estimate(a, b))
             .map(|r| r.clamp(refused * DECREASE, refused));
         let (limit, from) = match (self.phase, self.limit) {
@@ -219,6 +267,11 @@ impl Law {
                     passed
                 } else {
                     (passed * refused).sqrt()
+                };
+                // A burst let rates above the server's through: two windows see behind it.
+                let limit = match estimate {
+                    Some(e) if e < BURST_SEEN * limit => e,
+                    _ => limit,
                 };
                 (limit, limit * hold)
             }
@@ -234,7 +287,7 @@ impl Law {
                 self.passed = 0.0;
                 self.phase = Phase::Verify;
                 let rate = self.set(guess * hold);
-                self.restart = (rate, None);
+                self.current = (Some(since), Window::at(rate));
                 return Some(rate);
             }
             // Two push-backs soon after pauses: the server refilled the same burst during
@@ -255,7 +308,7 @@ impl Law {
         self.limit = Some(limit);
         let from = self.set(from);
         self.phase = Phase::Recover { since, from };
-        self.restart = (from, Some(HOLD * limit));
+        self.current = (Some(since), Window::at(from));
         from
     }
 
@@ -273,9 +326,22 @@ impl Law {
 
     /// A success at `now`. Returns the new rate.
     pub(crate) fn succeeded(&mut self, now: Instant) -> f64 {
+        if self.current.0.is_none() {
+            self.current = (Some(now), Window::at(self.rate));
+        }
         if self.settled.is_none_or(|s| now >= s) {
             self.count += 1.0;
         }
+        let rate = self.next_rate(now);
+        if let Some(start) = self.current.0.filter(|s| now >= *s) {
+            let s = now.saturating_duration_since(start).as_secs_f64();
+            self.current.1.record(s, rate);
+        }
+        rate
+    }
+
+    /// The rate after a success at `now`.
+    fn next_rate(&mut self, now: Instant) -> f64 {
         match self.phase {
             Phase::Hold => self.rate,
             Phase::Verify => {
@@ -411,50 +477,54 @@ mod tests {
         // 15 more in 0.3 s more, and what the client sent below 50/s in its first 45 ms
         // back from the deep cut (0.09 tokens): 50.3/s.
         let limit = law.limit().unwrap();
-        assert!((50.0..50.5).contains(&limit), "{limit}");
+        assert!((50.0..51.0).contains(&limit), "{limit}");
         assert!(close(rate.unwrap(), HOLD * limit), "{rate:?}");
     }
 
     #[test]
     fn a_window_counts_what_its_client_sent_below_the_rate() {
-        let after_cut = Window {
-            count: 0.0,
-            secs: 2.0,
-            start: 25.0,
-            target: Some(75.0),
-        };
-        // Below 50/s for τ·ln 2 = 0.347 s: ∫ (50 − 75 + 50·e^(−t/τ)) dt = −8.66 + 12.5.
-        let d = after_cut.deficit(50.0).unwrap();
-        assert!((d - 3.84).abs() < 0.01, "{d}");
-        assert_eq!(after_cut.deficit(20.0), Some(0.0));
-        // Never above 80/s in the window: it says nothing of a server at 80/s.
-        assert_eq!(after_cut.deficit(80.0), None);
-        let verifying = Window {
-            target: None,
-            ..after_cut
-        };
-        // rate = 25·e^(0.2·t) reaches 50/s after 3.47 s, after the window's end.
-        assert_eq!(verifying.deficit(50.0), None);
-        let d = verifying.deficit(30.0).unwrap();
-        // 30·0.912 − (30 − 25)/0.2 = 2.35 tokens.
-        assert!((d - 2.35).abs() < 0.01, "{d}");
-        // Two windows behind a burst of 10 at 40/s, one from just above, one from the deep
-        // cut: the estimate counts the second one's deficit back in.
+        let mut w = Window::at(25.0);
+        w.record(0.1, 25.2); // within 2 %: not a step
+        w.record(0.2, 40.0);
+        w.record(0.5, 60.0);
+        w.secs = 2.0;
+        assert_eq!(w.rates, vec![(0.0, 25.0), (0.2, 40.0), (0.5, 60.0)]);
+        // 0.2 s at 25 below 50, 0.3 s at 40.
+        let (d, secs) = w.deficit(50.0).unwrap();
+        assert!(
+            close(d, 0.2 * 25.0 + 0.3 * 10.0) && close(secs, 0.5),
+            "{d} {secs}"
+        );
+        assert_eq!(w.deficit(20.0), Some((0.0, 0.0)));
+        // Still below 70/s at the end: it says nothing of a server at 70/s.
+        assert_eq!(w.deficit(70.0), None);
+    }
+
+    #[test]
+    fn two_windows_see_the_rate_behind_a_burst_and_only_a_burst() {
+        // A server at 40/s with a burst of 10, refilled during each cooldown: a window from
+        // above its rate, and one from a deep cut (0.5 s at 20/s, then 60/s).
         let quick = Window {
             count: 10.0 + 40.0 * 0.25,
             secs: 0.25,
-            start: 80.0,
-            target: Some(80.0),
+            rates: vec![(0.0, 80.0)],
         };
-        // Below 40/s for τ·ln 2: ∫ (40 − 60 + 40·e^(−t/τ)) dt = −6.93 + 10 = 3.07 tokens.
         let deep = Window {
-            count: 10.0 + 40.0 * 1.0 - 3.07,
+            count: 10.0 + 40.0 * 1.0 - 0.5 * 20.0,
             secs: 1.0,
-            start: 20.0,
-            target: Some(60.0),
+            rates: vec![(0.0, 20.0), (0.5, 60.0)],
         };
-        let r = Window::estimate(quick, deep).unwrap();
-        assert!((r - 40.0).abs() < 0.2, "{r}");
+        let r = Window::estimate(&quick, &deep).unwrap();
+        assert!(close(r, 40.0), "{r}");
+        // Without the deficit counted back in, the same windows read 26.7/s.
+        assert!(close((deep.count - quick.count) / 0.75, 80.0 / 3.0));
+        // No burst behind the rate: the windows hold no more than it, and are not believed.
+        let flat = |count, secs| Window {
+            count,
+            secs,
+            rates: vec![(0.0, 80.0)],
+        };
+        assert_eq!(Window::estimate(&flat(10.0, 0.25), &flat(40.0, 1.0)), None);
     }
 
     #[tokio::test(start_paused = true)]

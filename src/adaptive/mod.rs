@@ -57,7 +57,7 @@
 //! | first push-back of a search | between the last rate that went through, `P`, and `U`: `P` when `P ≥ 0.96·U`, else `√(P·U)` | `0.96·L` |
 //! | a later push-back | `U` | `0.96·L` |
 //! | a push-back within 0.5 s of the end of a cooldown | unchanged | `U/2`, back to `0.96·L` with a time constant of 0.5 s |
-//! | a push-back within 3 s of the end of a cooldown, when the one before was too, in a window `0.1 s` longer or shorter | `(n₂ + d₂ − n₁ − d₁)/(t₂ − t₁)`, within `[U/2, U]`, when each window's client went above it | `0.96·L` |
+//! | a push-back within 3 s of the end of a cooldown (or of the first success), when the one before was too, in a window `0.1 s` longer or shorter | `(n₂ + d₂ − n₁ − d₁)/(t₂ − t₁)`, within `[U/2, U]`, when the windows show a burst of 2 or more behind it (a search or a verification takes it when it is below 90 % of its own estimate) | `0.96·L` |
 //! | more push-backs before the cooldown ends | none: they answer requests sent at the old rate | |
 //! | success, `t` s after the cooldown ended | | `0.96·L + 0.04·L·(t/30)³` (or the way back to `0.96·L`, whichever is higher) |
 //! | success while searching (no `L` yet) | | `rate + min(rate, 1/0.35)`: doubling while low, then `e`-fold every 0.35 s |
@@ -66,8 +66,8 @@
 //! `M` is the rate of successes over the last second, counted when a whole second has
 //! passed since the start or the end of the last cooldown; `n` and `t` are the successes
 //! and the seconds between the end of a cooldown and a push-back, `d` what the client sent
-//! below the estimate while it was below it in that window (known from the curve it
-//! followed: back from a cut with a time constant of 0.5 s, or verified upwards). Always
+//! below the estimate while it was below it in that window (from the rates it was at, kept
+//! per window in steps of 2 %). Always
 //! `floor ≤ rate ≤ ceiling`; the configured quota's burst is kept (an adaptive bucket has a
 //! burst of 1: a server's burst is unknown). Once `L` is known, the bucket also counts a late
 //! admission (token and leaky bucket) from when it went, beyond 4 % of an interval, instead
@@ -95,9 +95,16 @@
 //! bucket stayed full meanwhile, so the window holds the burst plus the rate times its
 //! length *less* that deficit, which is counted back in. Without that correction a window
 //! that started from a deep cut read a server at 50/s as 45/s. Every window up to 3 s long
-//! counts, so a client configured at 2× a server with a burst of 10 now needs three
-//! push-backs instead of seven: at 1.1× to 4× a hidden 40/s with a burst of 10, 1.08–1.12×
-//! the ideal time with 3–4 429s, where it took 1.10–1.27× with 4–14.
+//! counts, the first one too (from the first success: a configured rate is above the
+//! server's from the start), so a client configured at 2× a server with a burst of 10 needs
+//! two push-backs instead of seven: at 1.1× to 4× a hidden 40/s with a burst of 10,
+//! 1.07–1.12× the ideal time with 2–4 429s, where it took 1.10–1.27× with 4–14. The windows
+//! are believed only when they show a burst of at least 2 behind the rate: without one the
+//! rate refused is the sharper estimate, and a window of a few successes would swing by a
+//! success more or less. A search from 1/s spends most of its first window below the
+//! server's rate, so that window is not believed either (the estimate would hang on the
+//! deficit more than on the windows' lengths): with no rate, a burst still costs three
+//! push-backs.
 //! Measured against nginx `limit_req` (16 workers, 20 s per run, `benches/pushback/run.sh`;
 //! the README has the table of the latest run), a client configured at 2× went from 73 % to
 //! about 90 % of the server's rate at 50 r/s without a burst (70 % to 91 % with a burst of
