@@ -165,8 +165,7 @@ pub(crate) struct Law {
     passed: f64,
     /// Successes since the end of the last cooldown.
     count: f64,
-    /// The successes and the seconds between the end of a cooldown and a push-back that
-    /// came soon after it.
+    /// The window the last push-back ended, if it was at most [`WINDOW_SECS`] long.
     window: Option<Window>,
     /// The window running now and when it started: at the end of the last cooldown, or at
     /// the first success.
@@ -290,8 +289,8 @@ impl Law {
                 self.current = (Some(since), Window::at(rate));
                 return Some(rate);
             }
-            // Two push-backs soon after pauses: the server refilled the same burst during
-            // each, the difference is its rate.
+            // Two push-backs within seconds of the end of pauses: the server refilled the
+            // same burst during each, the difference is its rate.
             (_, Some(_)) if estimate.is_some() => {
                 let limit = estimate.unwrap_or(refused);
                 (limit, limit * hold)

@@ -42,10 +42,11 @@
 //!   (the `+1` is the guard's extra token, which is what lets a late waiter catch up at
 //!   all), whatever the rate and however late the timers. When the line empties, the bucket
 //!   takes over what the guard saw, so the lock-free path keeps the bound too. The sliding
-//!   log, the one window that credits late waiters, keeps its guard (`count + 1` tokens at
-//!   its rate) on every admission, for the same bound; before it had one, a runtime running
-//!   every 1.9 ms let 11.8 tokens above `rate·t` into one interval, and timers 3.7 ms late
-//!   let its schedule slip by 10 %.
+//!   log, the one window that credits late waiters, feeds its guard (`count + 1` tokens at
+//!   its rate) with every admission and heeds it for one period after each credit, for the
+//!   same bound (without a credit the log alone keeps it, and decides exactly as the Redis
+//!   log does); before it had one, a runtime running every 1.9 ms let 11.8 tokens above
+//!   `rate·t` into one interval, and timers 3.7 ms late let its schedule slip by 10 %.
 //!
 //!   One exception, where tokio's timer cannot do better: a bucket whose burst lasts less
 //!   than 2 ms plus one interval (`(burst + 1)·interval < 2 ms`, e.g. a leaky bucket above
