@@ -7,10 +7,11 @@ mod redis_support;
 
 use std::time::{Duration, Instant};
 
-use redis_support::{raw, redis_url, unique_prefix};
+use redis::aio::MultiplexedConnection;
+use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
 use tower_throttle::adaptive::Adaptive;
 use tower_throttle::redis::RedisBucket;
-use tower_throttle::{Bucket, Quota};
+use tower_throttle::{Algorithm, Bucket, Denied, Quota};
 
 /// A separate Redis client on the shared key: what another process would build.
 async fn process(prefix: &str, quota: Quota) -> (RedisBucket, Bucket) {
@@ -101,4 +102,211 @@ async fn an_adaptive_bucket_on_redis_searches_below_the_shared_ceiling() {
         other => panic!("{other:?}"),
     };
     assert!(wait > Duration::from_millis(50), "{wait:?}");
+}
+
+/// The window algorithms, each of which keeps its width in Redis and lowers its count.
+const WINDOWS: [Algorithm; 3] = [
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingLog,
+];
+
+/// 20 per 1 s window, configured.
+const COUNT: u32 = 20;
+const WIDTH_US: u64 = 1_000_000;
+
+/// A separate Redis client on the shared key with a window `algorithm`.
+async fn window_process(prefix: &str, algorithm: Algorithm) -> (RedisBucket, Bucket) {
+    let redis = RedisBucket::builder(Quota::new(COUNT, Duration::from_micros(WIDTH_US)))
+        .url(redis_url())
+        .key_prefix(prefix)
+        .key("api")
+        .algorithm(algorithm)
+        // A loaded machine must not turn a decision into the failure policy's refusal.
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
+    (redis.clone(), Bucket::from(redis))
+}
+
+/// The tokens per window a bucket's rate in force allows: `⌊count × rate / ceiling⌋`, at
+/// least 1.
+fn per_window(bucket: &Bucket) -> u32 {
+    let ceiling = bucket.quota().per_second_f64();
+    ((f64::from(COUNT) * bucket.rate() / ceiling + 1e-9).floor() as u32).max(1)
+}
+
+/// Sleep until the Redis clock is 10 ms into a window of index `≥ after`; its index.
+async fn window_start(conn: &mut MultiplexedConnection, after: u64) -> u64 {
+    loop {
+        let now = redis_now_us(conn).await;
+        let index = now / WIDTH_US;
+        let into = now % WIDTH_US;
+        if index >= after && (10_000..200_000).contains(&into) {
+            return index;
+        }
+        let next = if index < after {
+            after
+        } else if into < 10_000 {
+            index
+        } else {
+            index + 1
+        };
+        let target = next * WIDTH_US + 10_000;
+        tokio::time::sleep(Duration::from_micros(target.saturating_sub(now))).await;
+    }
+}
+
+/// How many single tokens `redis` admits in one window of the Redis clock that starts
+/// quiet (nothing admitted in the window before it, which a sliding window would carry):
+/// tries until the first refusal, then twice more (both must be refused too). `after`: the
+/// first window index that may be used; moved past the one used.
+async fn admitted_in_one_window(
+    redis: &RedisBucket,
+    conn: &mut MultiplexedConnection,
+    after: &mut u64,
+) -> u32 {
+    for _ in 0..5 {
+        let index = window_start(conn, *after).await;
+        let mut admitted = 0;
+        while admitted <= COUNT {
+            match redis.try_acquire(1).await {
+                Ok(()) => admitted += 1,
+                Err(Denied::Throttled(_)) => break,
+                Err(e) => panic!("a decision failed: {e}"),
+            }
+        }
+        let later = [redis.try_acquire(1).await, redis.try_acquire(1).await];
+        let end = redis_now_us(conn).await / WIDTH_US;
+        *after = end + 2;
+        if end == index {
+            assert!(
+                later.iter().all(|r| matches!(r, Err(Denied::Throttled(_)))),
+                "after {admitted} admitted: {later:?}"
+            );
+            return admitted;
+        }
+        // The window ended before the count was done (a slow machine): count again.
+    }
+    panic!("no window was long enough to count its admissions");
+}
+
+/// Every window algorithm on Redis decides at the rate a push-back lowered it to — in the
+/// process that was pushed back and in another that learned it through `<key>:rate` — and
+/// rises with the rate again; a request above the lowered count still goes.
+async fn a_window_on_redis_follows_the_learned_rate(algorithm: Algorithm) {
+    let prefix = unique_prefix(&format!("pushback-{algorithm:?}"));
+    let (redis_a, a) = window_process(&prefix, algorithm).await;
+    let (redis_b, b) = window_process(&prefix, algorithm).await;
+    // A is pushed back at once (no second of its own traffic measured yet): half the
+    // configured rate is the guess, 96 % of it the rate in force.
+    let cooldown = Duration::from_millis(100);
+    a.push_back(cooldown);
+    let lowered = per_window(&a);
+    assert!(
+        lowered < COUNT / 2,
+        "{algorithm:?}: {} → {lowered}",
+        a.rate()
+    );
+    let mut conn = raw(&redis_url()).await;
+    // The pause, and the ramp after it, are over two windows later.
+    let mut after = redis_now_us(&mut conn).await / WIDTH_US + 3;
+
+    // B has not learned it yet: a window admits the configured count.
+    assert_eq!(
+        admitted_in_one_window(&redis_b, &mut conn, &mut after).await,
+        COUNT,
+        "{algorithm:?}: B before it learned"
+    );
+    assert_eq!(
+        admitted_in_one_window(&redis_a, &mut conn, &mut after).await,
+        lowered,
+        "{algorithm:?}: A at {}/s",
+        a.rate()
+    );
+
+    // B learns it while its requests succeed, and decides in Redis at it too.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while b.learned_rate().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "{algorithm:?}: process B never learned the rate"
+        );
+        b.record_success();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let learned = per_window(&b);
+    assert!(learned < COUNT / 2, "{algorithm:?}: B at {}/s", b.rate());
+    assert_eq!(
+        admitted_in_one_window(&redis_b, &mut conn, &mut after).await,
+        learned,
+        "{algorithm:?}: B at {}/s",
+        b.rate()
+    );
+
+    // A request of more tokens than the lowered count, within the configured one, goes
+    // (when the window holds nothing else), behind a window filled to the lowered count.
+    let index = window_start(&mut conn, after).await;
+    for _ in 0..lowered {
+        redis_a.try_acquire(1).await.unwrap();
+    }
+    let big = lowered + 5;
+    tokio::time::timeout(Duration::from_secs(10), a.acquire(big))
+        .await
+        .unwrap_or_else(|_| panic!("{algorithm:?}: {big} tokens waited forever"))
+        .unwrap_or_else(|e| panic!("{algorithm:?}: {big} tokens: {e}"));
+    after = after.max(index) + 4;
+
+    // The rate rises with A's successes after the cooldown; Redis follows.
+    for _ in 0..30 {
+        a.record_success();
+    }
+    let raised = per_window(&a);
+    assert!(
+        raised > lowered && raised < COUNT,
+        "{algorithm:?}: {} → {raised}",
+        a.rate()
+    );
+    assert_eq!(
+        admitted_in_one_window(&redis_a, &mut conn, &mut after).await,
+        raised,
+        "{algorithm:?}: A raised to {}/s",
+        a.rate()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_window_on_redis_follows_the_learned_rate() {
+    a_window_on_redis_follows_the_learned_rate(Algorithm::FixedWindow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sliding_window_on_redis_follows_the_learned_rate() {
+    a_window_on_redis_follows_the_learned_rate(Algorithm::SlidingWindow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sliding_log_on_redis_follows_the_learned_rate() {
+    a_window_on_redis_follows_the_learned_rate(Algorithm::SlidingLog).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_window_on_redis_starts_at_its_start_rate() {
+    for algorithm in WINDOWS {
+        let prefix = unique_prefix(&format!("pushback-start-{algorithm:?}"));
+        let (redis, _) = window_process(&prefix, algorithm).await;
+        // A search from 5 of the 20 per second configured: 5 per window.
+        let bucket = redis
+            .clone()
+            .adaptive(Adaptive::new().start(Quota::per_second(5)));
+        assert_eq!(per_window(&bucket), 5, "{algorithm:?}");
+        let mut conn = raw(&redis_url()).await;
+        let mut after = redis_now_us(&mut conn).await / WIDTH_US + 1;
+        assert_eq!(
+            admitted_in_one_window(&redis, &mut conn, &mut after).await,
+            5,
+            "{algorithm:?}"
+        );
+    }
 }

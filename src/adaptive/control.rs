@@ -50,6 +50,13 @@ struct State {
     stated: Option<f64>,
     /// The successes of the last second.
     meter: Meter,
+    /// The push-back this bucket acted on last, made or adopted, as processes read it back
+    /// ([`Cut::shared`]): read back from a remote limit, it is no news. (Converting its
+    /// wall-clock instant to this process's clock would place it a little later or earlier
+    /// each time, and a little later would be taken for a new push-back, undoing the rate
+    /// climbed since.)
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares it
+    acted: Option<Cut>,
 }
 
 /// Successes counted in bins of `1 / BINS` s over the last second, from an instant on (the
@@ -156,6 +163,7 @@ impl Control {
                 history: VecDeque::new(),
                 stated: None,
                 meter: Meter::new(Instant::now()),
+                acted: None,
             }),
             rate: AtomicU64::new(rate.to_bits()),
             synced: AtomicU64::new(0),
@@ -214,7 +222,9 @@ impl Control {
         self.apply(&mut st, shared, rate, true);
         let limit = st.law.as_ref().and_then(Law::limit)?;
         let resume = SystemTime::now().checked_add(cooldown)?;
-        Some(Cut { limit, resume })
+        let cut = Cut { limit, resume };
+        st.acted = Some(cut.shared());
+        Some(cut)
     }
 
     /// Another process acted on a push-back: follow the same curve, unless this one already
@@ -228,7 +238,11 @@ impl Control {
         };
         let Some(since) = since else { return };
         let mut st = self.lock();
+        if st.acted == Some(cut.shared()) {
+            return;
+        }
         if let Some(rate) = st.law.as_mut().and_then(|l| l.adopt(cut.limit, since)) {
+            st.acted = Some(cut.shared());
             st.meter.from = st.meter.from.max(since);
             trace_event!(
                 info,

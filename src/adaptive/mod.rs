@@ -137,7 +137,10 @@
 //! with every process: each push-back it acts on is written to Redis beside the bucket
 //! (`<key>:rate`: the limit estimated and the end of the cooldown), every process reads it
 //! back at most every 250 ms while requests succeed and follows the same curve, and the
-//! shared limit in Redis decides at the rate in force (token and leaky bucket).
+//! shared limit in Redis decides at the rate in force, with every algorithm: the token and
+//! leaky bucket at its interval, the windows at the tokens per window it allows (their width
+//! stays; a request of more tokens than that, within the configured count, goes when the
+//! window holds nothing else).
 //!
 //! [`RetryAfterLayer`]: crate::RetryAfterLayer
 //! [`Bucket::new`]: crate::Bucket::new
@@ -146,6 +149,8 @@
 mod control;
 mod law;
 
+#[cfg(all(test, feature = "redis"))]
+pub(crate) use self::control::effective;
 pub(crate) use self::control::{Control, Mode, DEFAULT_FLOOR};
 pub(crate) use self::law::HOLD;
 
@@ -159,6 +164,25 @@ use crate::Quota;
 pub(crate) struct Cut {
     pub(crate) limit: f64,
     pub(crate) resume: SystemTime,
+}
+
+impl Cut {
+    /// The cut as processes read it back: the end of the cooldown in whole ms of the Unix
+    /// epoch (see `redis::rate`).
+    pub(crate) fn shared(self) -> Cut {
+        let ms = self
+            .resume
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let ms = u64::try_from(ms).unwrap_or(u64::MAX);
+        Cut {
+            limit: self.limit,
+            resume: SystemTime::UNIX_EPOCH
+                .checked_add(std::time::Duration::from_millis(ms))
+                .unwrap_or(self.resume),
+        }
+    }
 }
 
 /// The settings of a bucket that discovers its rate: [`Bucket::adaptive`](crate::Bucket::adaptive).

@@ -437,3 +437,38 @@ pub struct Snapshot {
     /// this is this process's view only, and admissions of the shared limit are not in it.
     pub local_view: bool,
 }
+
+#[cfg(all(test, feature = "redis"))]
+mod tests {
+    use super::*;
+    use crate::adaptive::Cut;
+
+    /// A process reads back the push-backs of every process sharing a remote limit, its own
+    /// included, and converts their wall-clock instants to its own clock: its own read back
+    /// (here a second later by tokio's paused clock) is no new push-back, and the rate it
+    /// climbed since stays.
+    #[tokio::test(start_paused = true)]
+    async fn a_push_back_read_back_is_not_taken_again() {
+        let bucket = Bucket::new(Quota::per_second(100));
+        let cut = bucket
+            .control
+            .pushed_back(&bucket.shared, Duration::from_secs(1), Instant::now())
+            .expect("a cut");
+        assert_eq!(bucket.rate(), 48.0);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        for _ in 0..10 {
+            bucket.control.succeeded(&bucket.shared, None);
+        }
+        let climbed = bucket.rate();
+        assert!(climbed > 49.0, "{climbed}");
+        bucket.control.adopt(&bucket.shared, cut.shared());
+        assert_eq!(bucket.rate(), climbed);
+        // A later push-back of another process is followed.
+        let later = Cut {
+            limit: 30.0,
+            resume: cut.resume + Duration::from_secs(5),
+        };
+        bucket.control.adopt(&bucket.shared, later);
+        assert_eq!(bucket.rate(), 30.0 * 0.96);
+    }
+}

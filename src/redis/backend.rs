@@ -133,7 +133,7 @@ pub(crate) struct Backend {
     pub(crate) quota: Quota,
     pub(crate) algorithm: Algorithm,
     /// Emission interval, µs (rounded up); a rate control may lengthen it
-    /// ([`set_interval`](Self::set_interval)).
+    /// ([`set_rate`](Self::set_rate)). Windows: the ramp's interval after a pause, `W / E`.
     interval_us: AtomicU64,
     pub(crate) burst: u32,
     /// GCRA tolerance, µs: `burst × interval` (token bucket) or `interval` (leaky bucket).
@@ -141,6 +141,12 @@ pub(crate) struct Backend {
     /// The window (the quota's period), µs (rounded up), and the tokens per window.
     window_us: u64,
     limit: u32,
+    /// Windows: the tokens per window at the rate in force (`E`, `1..=limit`); a rate
+    /// control may lower it ([`set_rate`](Self::set_rate)).
+    effective_limit: AtomicU32,
+    /// Windows: the largest time a valid reply carries at the configured rate; a lowered
+    /// rate's ramp adds `limit × interval` to it.
+    base_reply_us: u64,
     /// The largest cost of one request: the burst (token and leaky bucket) or the count
     /// (windows), as for an in-process bucket.
     pub(crate) max_cost: u32,
@@ -242,6 +248,8 @@ impl Backend {
             tolerance_us: AtomicU64::new(tolerance_us),
             window_us,
             limit,
+            effective_limit: AtomicU32::new(limit),
+            base_reply_us: reply_limit_us,
             max_cost: max_cost(quota, algorithm),
             max_pause_us,
             reply_limit_us: AtomicU64::new(reply_limit_us),
@@ -303,10 +311,66 @@ impl Backend {
         self.interval_us.load(Ordering::Acquire) * 1000
     }
 
+    /// Decide at the rate of `quota` from now on (a rate control's effective quota: the
+    /// configured count and burst over a longer period), never above the configured quota.
+    ///
+    /// The token and leaky bucket take its emission interval ([`set_interval`]).
+    ///
+    /// The windows keep their width `W` and lower the tokens per window instead: `E =
+    /// ⌊count × W / period⌋` (the effective quota's tokens in one configured window;
+    /// `count × rate / ceiling`), at least 1, at most the configured count; their ramp after
+    /// a pause takes the interval of `E` per window, `⌈W / E⌉`. The width stays because the
+    /// state in Redis is laid out by it: window indices `⌊now / W⌋` (fixed and sliding
+    /// window) and entries that count for `W` (sliding log) written by every process. A new
+    /// width would misread them (a fixed window's count read as another window's) or need a
+    /// migration every process agrees on, while a new `E` is read against the same state, so
+    /// lowering or raising it mid-window is exact: the tokens already counted stay counted,
+    /// and `count` (still passed) keeps bounding what a state may hold. A request of `n > E`
+    /// tokens (within the configured count) goes when the window holds nothing else (it sees a
+    /// limit of `max(E, n)`): it never waits forever, and the learned rate binds every
+    /// request of at most `E` tokens.
+    ///
+    /// [`set_interval`]: Self::set_interval
+    pub(crate) fn set_rate(&self, quota: Quota) {
+        if self.is_gcra() {
+            self.set_interval(quota.interval());
+        } else {
+            self.set_window_limit(quota);
+        }
+    }
+
+    /// Windows: decide at `E` tokens per window, `E` from `quota` (see
+    /// [`set_rate`](Self::set_rate)).
+    fn set_window_limit(&self, quota: Quota) {
+        let e = effective_limit(self.quota, quota);
+        let configured = micros_up(self.quota.interval());
+        let interval_us = if e == self.limit {
+            configured
+        } else {
+            // The ramp of a lowered rate lets its next request through up to `limit × T`
+            // ahead: keep the replies within the span the scripts can represent.
+            let most = (MAX_SPAN_US - self.base_reply_us) / u64::from(self.limit);
+            self.window_us
+                .div_ceil(u64::from(e))
+                .min(most)
+                .max(configured)
+        };
+        let extra = if interval_us > configured {
+            u64::from(self.limit) * interval_us
+        } else {
+            0
+        };
+        // Never lowered: a call sent with a longer interval may still be answered.
+        self.reply_limit_us
+            .fetch_max(self.base_reply_us + extra, Ordering::AcqRel);
+        self.interval_us.store(interval_us, Ordering::Release);
+        self.effective_limit.store(e, Ordering::Release);
+    }
+
     /// Decide at a longer emission `interval` from now on (a rate control lowering the
     /// rate; the token and leaky bucket only, rounded up to whole µs and capped at what the
     /// scripts can represent), never below the configured one.
-    pub(crate) fn set_interval(&self, interval: Duration) {
+    fn set_interval(&self, interval: Duration) {
         if !self.is_gcra() {
             return;
         }
@@ -427,20 +491,35 @@ impl Backend {
         let log = format!("{key}:log");
         let keys = [key, log.as_str()];
         let (need, back) = lease.unwrap_or_default();
+        let interval_us = self.interval_us.load(Ordering::Acquire);
+        let mut tolerance_us = self.tolerance_us.load(Ordering::Acquire);
+        if !self.is_gcra() {
+            // The windows have no tolerance (`tau` is only checked against `T`), and their
+            // `T` follows a rate control.
+            tolerance_us = tolerance_us.max(interval_us);
+        }
         let all = [
-            self.interval_us.load(Ordering::Acquire),
+            interval_us,
             u64::from(self.burst),
             arg,
             self.max_pause_us,
-            self.tolerance_us.load(Ordering::Acquire),
+            tolerance_us,
             self.window_us,
             u64::from(self.limit),
             book,
             u64::from(need),
             u64::from(back),
+            u64::from(self.effective_limit.load(Ordering::Acquire)),
         ];
-        // The lease script takes two arguments more.
-        let args = if lease.is_some() { &all[..] } else { &all[..8] };
+        // The lease script takes two arguments more; the windows three (the lease's two,
+        // unused, then `E`).
+        let args = if lease.is_some() {
+            &all[..10]
+        } else if self.is_gcra() {
+            &all[..8]
+        } else {
+            &all[..]
+        };
         let max_grant = if lease.is_some() {
             u32::try_from(arg).unwrap_or(u32::MAX)
         } else {
@@ -598,6 +677,19 @@ fn micros_up(d: Duration) -> u64 {
         .max(1)
 }
 
+/// The tokens per window of `configured` width that `effective` allows: `⌊count × period /
+/// effective period⌋`, at least 1 and at most the configured count. The effective period is
+/// rounded to whole ns (`adaptive::effective`): a rate of exactly `k` tokens per window whose
+/// period was rounded up still gives `k` (the numerator is raised by `count` ns' worth, less
+/// than one token).
+pub(crate) fn effective_limit(configured: Quota, effective: Quota) -> u32 {
+    let count = u128::from(effective.count());
+    let tokens = (count * u128::from(configured.period_ns()) + count)
+        / u128::from(effective.period_ns().max(1));
+    let most = configured.count();
+    u32::try_from(tokens).map_or(most, |e| e.clamp(1, most))
+}
+
 /// The largest cost of one request under `algorithm`, as for an in-process bucket.
 pub(crate) fn max_cost(quota: Quota, algorithm: Algorithm) -> u32 {
     match algorithm {
@@ -623,4 +715,33 @@ impl std::fmt::Debug for Backend {
 /// Redis answered `NOSCRIPT`: it does not have the script (it was flushed).
 fn is_no_script(e: &::redis::RedisError) -> bool {
     e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adaptive::effective;
+
+    #[test]
+    fn a_lowered_rate_keeps_its_share_of_each_window() {
+        let q = Quota::per_second(100);
+        let at = |rate: f64| effective_limit(q, effective(q, rate).unwrap());
+        assert_eq!(at(100.0), 100);
+        assert_eq!(at(500.0), 100, "never above the configured count");
+        assert_eq!(at(50.0), 50);
+        assert_eq!(at(48.0), 48);
+        assert_eq!(at(47.9), 47, "rounded down");
+        assert_eq!(at(33.0), 33);
+        assert_eq!(at(0.5), 1, "at least one token per window");
+        // Any period, any rate representable: `⌊count × rate / ceiling⌋`, within 1..=count.
+        for (count, secs) in [(7, 1), (60, 60), (1000, 3600), (3, 10)] {
+            let q = Quota::new(count, Duration::from_secs(secs));
+            let ceiling = q.per_second_f64();
+            for k in 1..=count {
+                let rate = ceiling * f64::from(k) / f64::from(count);
+                let e = effective_limit(q, effective(q, rate).unwrap());
+                assert_eq!(e, k, "{count} per {secs} s at {rate}/s");
+            }
+        }
+    }
 }

@@ -14,8 +14,8 @@
 //! # How the two clocks are lined up
 //! The in-process bucket runs on tokio's paused clock (nanoseconds), the scripts on Redis
 //! `TIME` (microseconds). The test runs the production scripts with two lines changed:
-//! - `now` is read from an extra argument (`ARGV[11]`, after the lease's two) instead of
-//!   `TIME`, so both sides see the same instants;
+//! - `now` is read from an extra argument (`ARGV[12]`, after the lease's two and the
+//!   windows' `E`) instead of `TIME`, so both sides see the same instants;
 //! - every TTL is ten minutes: Redis expires keys in real time, which here runs apart from
 //!   the test's time, and the scripts never rely on expiry for a decision (a state past its
 //!   horizon reads as fresh by arithmetic alone).
@@ -25,6 +25,13 @@
 //! is a whole number of microseconds after that start. Quotas have whole-microsecond
 //! intervals. Then the decisions must be identical, and the in-process wait rounded up to
 //! whole microseconds must equal the script's.
+//!
+//! A window held below its configured count by a rate control (`E` tokens per window of the
+//! `L` configured, `ARGV[11]`) must decide as a window configured at `E`: half the window
+//! sequences run the scripts with `L` above the in-process bucket's count (that bucket's
+//! count is `E`, and the scripts get its interval, `W / E`, as a rate control sends it).
+//! Requests of more than `E` tokens, which only a lowered window sees, are checked apart
+//! (`a_request_above_the_lowered_limit_goes_alone_in_its_window`).
 //!
 //! A failure names the algorithm, the seed, the operation and the instant. To replay one
 //! sequence with every decision and the stored state printed: `DIFF_ONLY=<index>
@@ -53,7 +60,7 @@ const CLOCK: &str = "local clock = redis.call('TIME')\n\
 const TTL: &str = "local ms = math.ceil((horizon - now) / 1000)";
 
 /// The production script of `algorithm` and operation `op` (0 acquire, 1 pause, 2 release),
-/// with the clock taken from `ARGV[11]` and ten-minute TTLs.
+/// with the clock taken from `ARGV[12]` and ten-minute TTLs.
 fn script(algorithm: Algorithm, op: usize) -> Script {
     let source = sources(algorithm)[op];
     assert!(
@@ -61,7 +68,7 @@ fn script(algorithm: Algorithm, op: usize) -> Script {
         "the scripts changed"
     );
     let source = source
-        .replace(CLOCK, "local now = tonumber(ARGV[11])")
+        .replace(CLOCK, "local now = tonumber(ARGV[12])")
         .replace(TTL, "local ms = 600000");
     Script::new(&source)
 }
@@ -90,7 +97,10 @@ struct Pair<'a> {
     /// Compared until the first pause, for the algorithms without windows to line up.
     keyed: Option<KeyedBucket<u8>>,
     algorithm: Algorithm,
+    /// The in-process bucket's quota; for the windows its count is the scripts' `E`.
     quota: Quota,
+    /// The scripts' configured count `L` (≥ `E`: above it, a rate control lowered the rate).
+    limit: u64,
     conn: &'a mut ::redis::Connection,
     /// Acquire, pause, release.
     scripts: [Script; 3],
@@ -102,7 +112,7 @@ struct Pair<'a> {
 }
 
 impl Pair<'_> {
-    fn args(&self, arg: u64, book: u64) -> [u64; 11] {
+    fn args(&self, arg: u64, book: u64) -> [u64; 12] {
         let q = &self.quota;
         let interval = q.interval_ns() / 1000;
         let burst = u64::from(q.burst_size());
@@ -111,9 +121,9 @@ impl Pair<'_> {
             _ => interval * burst,
         };
         let now = self.origin_us + self.t_us;
-        let (window, limit) = (q.period_ns() / 1000, u64::from(q.count()));
+        let window = q.period_ns() / 1000;
         // Booking (`ARGV[8]`) only when asked: else a try decides now, as `try_acquire`
-        // does; no lease (`ARGV[9]`, `ARGV[10]`).
+        // does; no lease (`ARGV[9]`, `ARGV[10]`); `E` the in-process count (`ARGV[11]`).
         [
             interval,
             burst,
@@ -121,10 +131,11 @@ impl Pair<'_> {
             MAX_PAUSE_US,
             tau,
             window,
-            limit,
+            self.limit,
             book,
             0,
             0,
+            u64::from(q.count()),
             now,
         ]
     }
@@ -194,12 +205,22 @@ async fn sequence(
         keyed,
         algorithm,
         quota,
+        limit: u64::from(count),
         conn,
         scripts: [0, 1, 2].map(|op| script(algorithm, op)),
         key,
         origin_us: epoch_us - epoch_us % width_us + width_us,
         t_us: 0,
     };
+    // Half the windows run in Redis below a configured count `L` larger than the bucket's
+    // (drawn apart, so each seed's operations are those it always had).
+    let mut lowered = Rng(!seed);
+    if algorithm.is_window() && lowered.range(0, 1) == 1 {
+        pair.limit += lowered.range(1, 6);
+    }
+    if std::env::var("DIFF_TRACE").is_ok() {
+        eprintln!("{algorithm:?} seed {seed:#x}: L = {}", pair.limit);
+    }
     let max_cost = if algorithm.is_window() { count } else { burst };
     let span = width_us.max(interval_us * u64::from(burst));
     let (mut paused, mut cancels) = (false, 0u32);
@@ -423,4 +444,172 @@ async fn sliding_window_agrees_with_redis() {
 #[tokio::test(start_paused = true)]
 async fn sliding_log_agrees_with_redis() {
     algorithm_agrees(Algorithm::SlidingLog, 5).await;
+}
+
+/// A window's scripts with `L` configured and `E` in force, at instants the test names.
+struct Lowered {
+    conn: ::redis::Connection,
+    scripts: [Script; 3],
+    key: String,
+    /// Window, µs; `L`; `E`.
+    width: u64,
+    limit: u64,
+    effective: u64,
+    /// Redis time of the start (a window boundary), µs.
+    origin: u64,
+}
+
+impl Lowered {
+    fn new(algorithm: Algorithm, limit: u64, effective: u64) -> Self {
+        let width = 1_000;
+        Lowered {
+            conn: connection(),
+            scripts: [0, 1, 2].map(|op| script(algorithm, op)),
+            key: format!(
+                "{{{}}}",
+                redis_support::unique_prefix(&format!("lowered-{algorithm:?}"))
+            ),
+            width,
+            limit,
+            effective,
+            origin: 1_700_000_000_000_000,
+        }
+    }
+
+    /// Acquire `n` tokens `t` µs after the start (`book`: a waiter's booking): (admitted, wait
+    /// µs).
+    fn acquire(&mut self, t: u64, n: u64, book: u64) -> (bool, u64) {
+        // The interval a rate control sends: that of `E` per window.
+        let interval = self.width.div_ceil(self.effective);
+        let args = [
+            interval,
+            1,
+            n,
+            MAX_PAUSE_US,
+            interval,
+            self.width,
+            self.limit,
+            book,
+            0,
+            0,
+            self.effective,
+            self.origin + t,
+        ];
+        let mut call = self.scripts[0].prepare_invoke();
+        call.key(&self.key).key(format!("{}:log", self.key));
+        for a in args {
+            call.arg(a);
+        }
+        let reply: Value = call.invoke(&mut self.conn).expect("script runs");
+        let Value::Array(items) = reply else {
+            panic!("reply {reply:?}")
+        };
+        let int = |v: &Value| match v {
+            Value::Int(i) => u64::try_from(*i).expect("non-negative"),
+            other => panic!("reply item {other:?}"),
+        };
+        (int(&items[0]) == 1, int(&items[1]))
+    }
+}
+
+impl Drop for Lowered {
+    fn drop(&mut self) {
+        let _: Result<(), _> = ::redis::cmd("DEL")
+            .arg(&self.key)
+            .arg(format!("{}:log", self.key))
+            .query(&mut self.conn);
+    }
+}
+
+const WINDOWS: [Algorithm; 3] = [
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingLog,
+];
+
+#[test]
+fn a_lowered_window_admits_its_lowered_count() {
+    for algorithm in WINDOWS {
+        // 6 per window configured, 2 in force.
+        let mut w = Lowered::new(algorithm, 6, 2);
+        assert_eq!(w.acquire(0, 1, 0), (true, 0), "{algorithm:?}");
+        assert_eq!(w.acquire(0, 1, 0), (true, 0), "{algorithm:?}");
+        let (admitted, wait) = w.acquire(0, 1, 0);
+        assert!(!admitted && wait > 0, "{algorithm:?}: a third token");
+        // Two windows later nothing counts any more: two again, not more.
+        assert_eq!(w.acquire(2_000, 2, 0), (true, 0), "{algorithm:?}");
+        assert!(!w.acquire(2_000, 1, 0).0, "{algorithm:?}");
+    }
+}
+
+#[test]
+fn a_request_above_the_lowered_limit_goes_alone_in_its_window() {
+    for algorithm in WINDOWS {
+        let mut w = Lowered::new(algorithm, 6, 2);
+        let at = |s: &str| format!("{algorithm:?}: {s}");
+        // 3 > E = 2 tokens, within L = 6: an empty window lets them through.
+        assert_eq!(
+            w.acquire(0, 3, 0),
+            (true, 0),
+            "{}",
+            at("3 into an empty window")
+        );
+        // Nothing else while they count: the next window for the fixed window and the log;
+        // for the sliding window, once the share of the 3 carried into the next window is
+        // at most 1 (⌈3 · (1000 − 667) / 1000⌉ = 1).
+        let beside = if algorithm == Algorithm::SlidingWindow {
+            1_667
+        } else {
+            1_000
+        };
+        assert_eq!(
+            w.acquire(0, 1, 0),
+            (false, beside),
+            "{}",
+            at("1 beside them")
+        );
+        // Two windows later: 1 goes, then 3 more wait for a window holding nothing else,
+        // and a waiter books that instant (it never waits forever).
+        assert_eq!(w.acquire(2_000, 1, 0), (true, 0), "{}", at("1"));
+        let (admitted, wait) = w.acquire(2_000, 3, 0);
+        assert!(!admitted, "{}", at("3 beside 1"));
+        let expected = match algorithm {
+            // The next window is empty.
+            Algorithm::FixedWindow => 1_000,
+            // The next window starts empty, and the one token carried is gone at its end.
+            Algorithm::SlidingWindow => 2_000,
+            // The token leaves the log a window after it came.
+            _ => 1_000,
+        };
+        assert_eq!(wait, expected, "{}", at("the wait of 3 beside 1"));
+        assert_eq!(
+            w.acquire(2_000, 3, 1),
+            (true, expected),
+            "{}",
+            at("a waiter of 3 books it")
+        );
+        // Later requests line up behind it.
+        assert!(!w.acquire(2_000, 1, 0).0, "{}", at("1 behind the booking"));
+        // Requests of at most E keep the lowered rate after it.
+        let after = 2_000 + expected + 2_000;
+        assert_eq!(w.acquire(after, 2, 0), (true, 0), "{}", at("2 later"));
+        assert!(!w.acquire(after, 1, 0).0, "{}", at("a third later"));
+    }
+}
+
+#[test]
+fn a_lowered_limit_raised_mid_window_keeps_the_configured_bound() {
+    for algorithm in WINDOWS {
+        let mut w = Lowered::new(algorithm, 6, 2);
+        assert_eq!(w.acquire(0, 2, 0), (true, 0), "{algorithm:?}");
+        assert!(!w.acquire(0, 1, 0).0, "{algorithm:?}: E = 2");
+        // The rate comes back: the tokens counted stay counted, so the window holds 6 in
+        // all, never 2 + 6.
+        w.effective = 6;
+        assert_eq!(w.acquire(0, 4, 0), (true, 0), "{algorithm:?}: 4 more");
+        assert!(!w.acquire(0, 1, 0).0, "{algorithm:?}: a seventh");
+        // Lowered again mid-window: nothing more until the window has room under E.
+        w.effective = 1;
+        assert!(!w.acquire(999, 1, 0).0, "{algorithm:?}: lowered again");
+    }
 }

@@ -258,6 +258,17 @@
 //!   Redis backend does not use it (its waiters book their instants as for every algorithm).
 //! - Waiting: each reply says when the request goes, so an admission costs one round trip
 //!   (two when its instant lies beyond the booking horizon).
+//! - **A learned rate** (a [`Bucket`](crate::Bucket) made from a [`RedisBucket`] follows a
+//!   server's push-back, see [`adaptive`](crate::adaptive)): every process decides in Redis
+//!   at the rate in force, with every algorithm. The token and leaky bucket take its
+//!   interval. The windows keep their width `W` (stored window indices and log entries stay
+//!   valid for every process) and take `E = ⌊count × rate / ceiling⌋` tokens per window, at
+//!   least 1, with a ramp of one token per `⌈W / E⌉` after a pause; `count` still bounds
+//!   what the state may hold, so a rate raised again mid-window never admits more than the
+//!   configured quota. A request of more than `E` tokens (within `count`) goes when the
+//!   window holds nothing else. A [`RedisKeyed`] has no rate control (a
+//!   [`KeyedBucket`](crate::KeyedBucket) does not follow push-back), and leases need the
+//!   token bucket, which follows the rate through its interval.
 
 mod backend;
 mod bucket;

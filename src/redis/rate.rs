@@ -36,7 +36,7 @@ impl RedisBucket {
 
     /// Decide at `quota`'s rate from now on (never above the configured quota).
     pub(crate) fn set_rate(&self, quota: Quota) {
-        self.backend().set_interval(quota.interval());
+        self.backend().set_rate(quota);
     }
 
     /// Write a cut for every process.

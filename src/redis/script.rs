@@ -47,6 +47,10 @@
 //!   TTL (or holds a too-long one) gets the right TTL back. So nothing locks a key out for
 //!   longer than `max_pause + burst·T + H` (buckets; `H = max(1 s, tau)`, the horizon a
 //!   waiter may book an instant ahead) or `max_pause + 2·W + HW` (windows).
+//! - The windows admit at most `E` (`ARGV[11]`, `1 ≤ E ≤ L`) tokens per window: `L`, or
+//!   fewer while a rate control holds the rate down. A request of `n > E` tokens sees a
+//!   limit of `max(E, n)` (it goes when the window holds nothing else); the clamps keep
+//!   `L`, so a state written at any `E` stays legitimate at every other.
 //! - A value that does not parse is treated as a fresh state and overwritten; a key of
 //!   another type makes `GET` (or the log's commands) fail with `WRONGTYPE`, which the client
 //!   maps to [`RedisErrorKind::WrongType`](super::RedisErrorKind::WrongType).

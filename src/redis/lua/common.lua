@@ -8,7 +8,13 @@
 --   and leaky bucket's acquire: a request that fits within H = max(1 s, tau) is admitted
 --   for that instant), else 0
 -- ARGV[9] = the fewest tokens a lease may grant, ARGV[10] = unused tokens of an expired lease
---   to give back (the token bucket's lease only; else absent)
+--   to give back (the token bucket's lease only; else absent or 0)
+-- ARGV[11] = E, tokens per window at the rate in force (windows: 1 <= E <= L, below L while
+--   a rate control holds the rate down; T is then the interval of E per window); absent: L.
+--   A request of n > E tokens (n <= L, a cost the configured quota allows) sees a limit of
+--   max(E, n): it goes when the window holds nothing else, so it never waits forever. L
+--   still bounds what a state may hold (clamps), so a rate raised again never finds more
+--   room than the configured quota gives.
 -- Integers only, all below 2^53 (exact in Lua's doubles); the caller checks it.
 local T = tonumber(ARGV[1])
 local B = tonumber(ARGV[2])
@@ -20,8 +26,10 @@ local L = tonumber(ARGV[7])
 local book = tonumber(ARGV[8] or '0')
 local need = tonumber(ARGV[9] or '0')
 local back = tonumber(ARGV[10] or '0')
-if not (T and B and x and P and tau and W and L and book and need and back) or T < 1 or B < 1
-  or x < 0 or P < 0 or tau < T or W < 1 or L < 1 or need < 0 or back < 0 then
+local E = tonumber(ARGV[11] or ARGV[7])
+if not (T and B and x and P and tau and W and L and book and need and back and E) or T < 1
+  or B < 1 or x < 0 or P < 0 or tau < T or W < 1 or L < 1 or need < 0 or back < 0 or E < 1
+  or E > L then
   return redis.error_reply('ERR tower-throttle: bad arguments')
 end
 local clock = redis.call('TIME')

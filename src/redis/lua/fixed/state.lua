@@ -67,10 +67,11 @@ local function refund(v, n, _)
   end
   return false
 end
--- The earliest instant at or after `nb` at which n tokens fit.
+-- The earliest instant at or after `nb` at which n tokens fit: at most E per window, or n
+-- alone in a window when n > E (`lua/common.lua`).
 local function earliest(n, nb)
   local v = math.floor(nb / W)
-  if count(v) + n <= L then return nb end
+  if count(v) + n <= math.max(E, n) then return nb end
   return (v + 1) * W
 end
 -- Restart after a pause ending at `e`: nothing to forget (the ramp bounds what goes after

@@ -114,16 +114,18 @@ local function entries()
   end
   return xs, ns
 end
--- The earliest instant at or after `nb` at which n tokens fit: drop the oldest entries until
--- the rest fit; the last one dropped stops counting at its instant + W.
+-- The earliest instant at or after `nb` at which n tokens fit (at most E in the last W µs,
+-- or n alone when n > E: `lua/common.lua`): drop the oldest entries until the rest fit; the
+-- last one dropped stops counting at its instant + W.
 local function earliest(n, nb)
-  if total + n <= L then return nb end
+  local lim = math.max(E, n)
+  if total + n <= lim then return nb end
   local xs, ns = entries()
   local left = total + n
   local t = nb
   for i = 1, #xs do
     local expired = xs[i] + W <= nb
-    if not expired and left <= L then break end
+    if not expired and left <= lim then break end
     left = left - ns[i]
     if not expired then t = math.max(t, xs[i] + W) end
   end

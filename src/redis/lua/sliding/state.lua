@@ -150,14 +150,16 @@ local function refund(v, n, at)
   return changed
 end
 -- The earliest instant at or after `nb` at which n tokens fit: the estimate at t in window
--- v is ceil(count(v−1) · (end of v − t) / W) + count(v), and must stay ≤ L − n.
+-- v is ceil(count(v−1) · (end of v − t) / W) + count(v), and must stay ≤ max(E, n) − n (E
+-- per window, or n alone when n > E: `lua/common.lua`).
 local function earliest(n, nb)
   local v = math.floor(nb / W)
+  local lim = math.max(E, n)
   while true do
     local cur = count(v)
-    if cur + n <= L then
+    if cur + n <= lim then
       local t = math.max(nb, v * W)
-      local room = L - cur - n
+      local room = lim - cur - n
       local prev = count(v - 1)
       local e = (v + 1) * W
       if math.ceil(prev * (e - t) / W) <= room then return t end
