@@ -255,7 +255,9 @@ impl Law {
             .as_ref()
             .zip(current.as_ref())
             .and_then(|(a, b)| Window::estimate(a, b))
-            .map(|r| r.clamp(refused * DECREASE, refused));
+            // Below half the rate refused it contradicts the refusals themselves.
+            .filter(|r| *r >= refused * DECREASE)
+            .map(|r| r.min(refused));
         let (limit, from) = match (self.phase, self.limit) {
             // The limit lies between the last rate that went through and the rate refused.
             (Phase::Search | Phase::Verify, _) => {
@@ -325,7 +327,9 @@ impl Law {
 
     /// A success at `now`. Returns the new rate.
     pub(crate) fn succeeded(&mut self, now: Instant) -> f64 {
-        if self.current.0.is_none() {
+        // A configured rate is a window from its first success. A search is not: it starts
+        // far below any server's rate, a few requests at a time.
+        if self.current.0.is_none() && self.phase != Phase::Search {
             self.current = (Some(now), Window::at(self.rate));
         }
         if self.settled.is_none_or(|s| now >= s) {
@@ -497,6 +501,26 @@ mod tests {
         assert_eq!(w.deficit(20.0), Some((0.0, 0.0)));
         // Still below 70/s at the end: it says nothing of a server at 70/s.
         assert_eq!(w.deficit(70.0), None);
+    }
+
+    /// Against nginx without a burst, a search from 1/s taken as a window, with a quick
+    /// push-back after the first cooldown, read 50 r/s as 24.5.
+    #[tokio::test(start_paused = true)]
+    async fn a_search_is_not_a_window() {
+        let mut law = Law::search(1.0, 1000.0, 0.5);
+        let mut t = Instant::now();
+        while law.rate() < 52.0 {
+            t += secs(1.0 / law.rate());
+            law.succeeded(t);
+        }
+        let first = law.pushed_back(t, secs(1.0), law.rate(), None).unwrap();
+        let end = t + secs(1.0);
+        for i in 0..17 {
+            law.succeeded(end + secs(0.02 * f64::from(i)));
+        }
+        law.pushed_back(end + secs(0.354), secs(1.0), first, None);
+        let limit = law.limit().unwrap();
+        assert!(limit >= 0.9 * first, "{limit} after {first}");
     }
 
     #[test]

@@ -101,10 +101,10 @@
 //! 1.07–1.12× the ideal time with 2–4 429s, where it took 1.10–1.27× with 4–14. The windows
 //! are believed only when they show a burst of at least 2 behind the rate: without one the
 //! rate refused is the sharper estimate, and a window of a few successes would swing by a
-//! success more or less. A search from 1/s spends most of its first window below the
-//! server's rate, so that window is not believed either (the estimate would hang on the
-//! deficit more than on the windows' lengths): with no rate, a burst still costs three
-//! push-backs.
+//! success more or less, nor when they put it below half the rate refused. A search is not a
+//! window: from 1/s it sends a few requests at a time, far below any server's rate, so its
+//! deficit is not what its rates say (against nginx without a burst, a search taken as a
+//! window read 50 r/s as 24.5); with no rate, a burst still costs three push-backs.
 //! Measured against nginx `limit_req` (16 workers, 20 s per run, `benches/pushback/run.sh`;
 //! the README has the table of the latest run), a client configured at 2× went from 73 % to
 //! about 90 % of the server's rate at 50 r/s without a burst (70 % to 91 % with a burst of
