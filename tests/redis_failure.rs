@@ -141,3 +141,32 @@ async fn a_run_of_failures_skips_redis_until_the_probe() {
     redis.try_acquire(1).await.expect("the probe reaches Redis");
     redis.try_acquire(1).await.expect("Redis decides");
 }
+
+/// The local fallback follows the rate the bucket learned, not only the configured one: an
+/// adaptive bucket searching from 1 per second under a ceiling of 100 falls back, while
+/// Redis is unreachable, at 1 per second.
+#[tokio::test]
+async fn the_local_fallback_follows_the_learned_rate() {
+    let port = free_port(); // nothing listens there
+    let redis = RedisBucket::builder(Quota::per_second(100).burst(1))
+        .url(format!("redis://127.0.0.1:{port}"))
+        .key("k")
+        .connect_lazily()
+        .timeout(Duration::from_millis(50))
+        .failure_policy(FailurePolicy::Local { fraction: 1.0 })
+        .build()
+        .await
+        .unwrap();
+    let bucket = redis
+        .clone()
+        .adaptive(tower_throttle::adaptive::Adaptive::new());
+    assert_eq!(bucket.rate(), 1.0);
+    bucket.try_acquire_shared(1).await.unwrap();
+    let wait = match bucket.try_acquire_shared(1).await {
+        Err(Denied::Throttled(t)) => t.wait(),
+        other => panic!("expected a throttled answer, got {other:?}"),
+    };
+    // At the ceiling the next token would be 10 ms away.
+    assert!(wait > Duration::from_millis(500), "{wait:?}");
+    assert_eq!(redis.stats().fallbacks, 2);
+}

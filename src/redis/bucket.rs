@@ -166,6 +166,11 @@ impl RedisBucket {
         builder.remote(Arc::new(self) as Arc<dyn crate::bucket::Remote>)
     }
 
+    /// The local fallback bucket, if the failure policy has one.
+    pub(super) fn local_fallback(&self) -> Option<&Bucket> {
+        self.inner.local.as_ref()
+    }
+
     pub(super) fn backend(&self) -> &Backend {
         &self.inner.backend
     }

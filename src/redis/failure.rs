@@ -49,8 +49,9 @@ use crate::{Algorithm, Bucket, Denied, Quota};
 /// - **During.** Admissions booked in Redis before the outage (waiters of the token and leaky
 ///   bucket book up to `max(1 s, burst × interval)` ahead) still go at their instants. Beyond
 ///   those, `Closed` admits nothing. `Local { fraction }` decides on an in-memory
-///   bucket of the process at `fraction` of the quota, **emptied when the run of failures
-///   begins** (it does not hand out a fresh burst); so N processes with `fraction = 1/N`
+///   bucket of the process at `fraction` of the quota (of the rate in force, when a rate
+///   control lowered it: see [`adaptive`](crate::adaptive)), **emptied when the run of
+///   failures begins** (it does not hand out a fresh burst); so N processes with `fraction = 1/N`
 ///   admit at most `rate·d + N` tokens in `d` of local decisions. `Open` admits everything.
 /// - **After.** Decisions return to Redis with the first call that succeeds: at most
 ///   `probe_interval` after Redis answers again (plus the connection's reconnect delay,

@@ -34,9 +34,16 @@ impl RedisBucket {
         format!("{}:rate", self.redis_key())
     }
 
-    /// Decide at `quota`'s rate from now on (never above the configured quota).
+    /// Decide at `quota`'s rate from now on (never above the configured quota), in Redis and
+    /// in the local fallback, which keeps its fraction of it.
     pub(crate) fn set_rate(&self, quota: Quota) {
         self.backend().set_rate(quota);
+        if let (Some(local), Ok(Some(share))) = (
+            self.local_fallback(),
+            self.backend().policy().local_quota(quota),
+        ) {
+            local.set_quota(share);
+        }
     }
 
     /// Write a cut for every process.
