@@ -37,6 +37,7 @@ impl RedisBucket {
     /// Decide at `quota`'s rate from now on (never above the configured quota).
     pub(crate) fn set_rate(&self, quota: Quota) {
         self.backend().set_rate(quota);
+        self.forget_hint();
     }
 
     /// Write a cut for every process.
