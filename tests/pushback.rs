@@ -436,3 +436,29 @@ async fn a_stated_quota_sets_the_rate_on_the_first_response_with_no_429() {
     // The first request at once; its answer (2 ms later) sets the rate: one every 25 ms.
     assert_eq!(start.elapsed(), Duration::from_millis(2 + 399 * 25 + 2));
 }
+
+/// `set_quota` restarts the rate control at the new quota, the new ceiling: a push-back then
+/// lowers the rate below it (half the new rate refused, 96 % of that), and successes raise
+/// it back to the new quota, never above it.
+#[tokio::test(start_paused = true)]
+async fn a_push_back_after_set_quota_lowers_the_rate_below_the_new_ceiling() {
+    let bucket = Bucket::new(Quota::per_second(100).burst(1));
+    bucket.set_quota(Quota::per_second(40).burst(1));
+    assert_eq!(bucket.rate(), 40.0);
+    let cooldown = Duration::from_millis(200);
+    bucket.push_back(cooldown);
+    assert_eq!(bucket.rate(), 19.2);
+    assert_eq!(bucket.learned_rate(), Some(20.0));
+    tokio::time::advance(cooldown).await;
+    bucket.try_acquire(1).unwrap();
+    let wait = bucket.try_acquire(1).unwrap_err().wait().unwrap();
+    // One interval at 19.2/s.
+    assert_eq!(wait.as_nanos().div_ceil(1000), 52_084);
+    for _ in 0..10_000 {
+        tokio::time::advance(Duration::from_millis(25)).await;
+        bucket.record_success();
+        assert!(bucket.rate() <= 40.0, "{}", bucket.rate());
+    }
+    assert_eq!(bucket.rate(), 40.0);
+    assert_eq!(bucket.quota(), Quota::per_second(40).burst(1));
+}

@@ -363,9 +363,48 @@ impl Bucket {
     /// schedule, for that one decision).
     ///
     /// The rate control restarts at the new quota (see [`adaptive`](crate::adaptive)).
+    ///
+    /// # A bucket kept in Redis
+    /// For a bucket made from a `RedisBucket` (feature `redis`) the change is this process's:
+    /// its decisions in Redis follow the new quota from the next call, those of every clone
+    /// of the `RedisBucket` too (`RedisBucket::quota` says it), and the local fallback of
+    /// `FailurePolicy::Local` takes its share of it. Other processes sharing the key keep
+    /// deciding at their own configured quota until they change it too: each process passes
+    /// its quota with every call, as it does from the start. The state in Redis is shared
+    /// and says not which quota wrote it: the calls after the change re-read it at the new
+    /// quota, so that it never holds more tokens than before the change (no burst). Per
+    /// algorithm:
+    /// - **token and leaky bucket**: the new rate and burst apply at once. A lower rate or a
+    ///   larger burst keeps the tokens held exactly as here (a larger burst is not handed
+    ///   out), as does a bucket full, empty or owing (a pause, a weighted request still
+    ///   draining; in Redis also instants booked ahead by waiters), whose debt is kept in
+    ///   tokens; the bucket then refills at the new rate. A higher rate or a smaller burst,
+    ///   from a bucket partly used, holds the fewer of the tokens held here and what the
+    ///   time it still needs to be full again leaves at the new rate and burst (possibly
+    ///   none: its next token then comes within one new interval). A state re-read twice
+    ///   (calls racing at the very instant of the change, or another process changing the
+    ///   same way after this one wrote) never holds more tokens than it did (none, when it
+    ///   owed).
+    /// - **windows** (fixed, sliding, log): the width of the windows stays the period the
+    ///   Redis bucket was built with (`W`: it lays out the state in Redis, the window
+    ///   indices and log entries every process writes). The new quota becomes its tokens per
+    ///   `W`, `⌊count × W / period⌋`, at least 1: exactly the new count for the same period;
+    ///   for a new period, the same rate (rounded down) in windows of `W` (a quota of fewer
+    ///   than one token per `W` runs at one per `W`: build a Redis bucket with that period
+    ///   instead). That count is also the largest request. A raised count adds nothing to
+    ///   the window in progress, as here; a lowered one applies to it at once (here the
+    ///   window in progress keeps what it had left, up to the new count).
+    ///
+    /// A Redis waiter asking for more than the new burst (token and leaky bucket) or count
+    /// per window (windows) fails with [`Denied::ExceedsBurst`] at the change, as here,
+    /// unless it has already booked its instant in Redis (within the booking horizon): its
+    /// tokens are taken, and it keeps it.
     pub fn set_quota(&self, quota: Quota) {
         self.control.reset(quota);
         self.shared.set_quota(quota);
+        if let Some(remote) = self.shared.remote() {
+            remote.set_quota(quota);
+        }
     }
 
     /// A read-only view of the bucket now, for headers and metrics.

@@ -59,6 +59,11 @@ pub(crate) trait Remote: Send + Sync + fmt::Debug {
     fn set_rate(&self, quota: Quota) {
         let _ = quota;
     }
+    /// Decide at the configured quota `quota` from now on: [`Bucket::set_quota`]. The rate
+    /// control restarts at it, the new ceiling.
+    ///
+    /// [`Bucket::set_quota`]: super::Bucket::set_quota
+    fn set_quota(&self, quota: Quota);
     /// Tell every process of a push-back this one acted on (fire and forget).
     fn publish(&self, cut: Cut) {
         let _ = cut;

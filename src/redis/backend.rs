@@ -1,6 +1,7 @@
 //! The connection to Redis and one call of a script: timeout, breaker, counters.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use ::redis::Value;
@@ -127,34 +128,424 @@ pub(crate) struct Timed {
     pub(crate) received: Instant,
 }
 
+/// The arguments of the scripts in force in this process, read together once per call: a
+/// call never mixes the values of two rates (say an interval already lengthened with the
+/// tolerance of the rate before, which the scripts would refuse as bad arguments).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Params {
+    /// The configured quota in force in this process: the ceiling of a rate control.
+    pub(crate) quota: Quota,
+    /// Emission interval `T`, µs (rounded up); a rate control may lengthen it
+    /// ([`set_rate`](Backend::set_rate)). Windows: the ramp's interval after a pause.
+    pub(crate) interval_us: u64,
+    /// `B`: the burst.
+    pub(crate) burst: u32,
+    /// GCRA tolerance `tau`, µs: `burst × interval` (token bucket) or `interval` (leaky
+    /// bucket). The windows have none (`T`, which the scripts accept).
+    pub(crate) tolerance_us: u64,
+    /// `L`: what a window's state may hold (the scripts' clamps), and the largest request
+    /// they take.
+    limit: u32,
+    /// `E`: windows, the tokens per window at the rate in force (`1..=max_cost`); the
+    /// token and leaky bucket pass `L`.
+    effective_limit: u32,
+    /// The largest cost of one request: the burst (token and leaky bucket) or the tokens per
+    /// window of the configured quota (windows), as for an in-process bucket.
+    pub(crate) max_cost: u32,
+    /// The largest time a valid reply can carry.
+    reply_limit_us: u64,
+    /// How far ahead a waiter books its instant, µs.
+    reserve_us: u64,
+    /// The parameters the state in Redis may still be kept in after a change, for the
+    /// scripts to re-read it in the new ones: carried by every call until one is answered.
+    convert: Option<Convert>,
+    /// Moved by every change that sets `convert`: an answer clears only its own.
+    generation: u64,
+}
+
+/// The parameters a state in Redis may have been written with, for a call to re-read it in
+/// its own (`ARGV[12]`–`ARGV[14]`): its tokens never more than before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Convert {
+    /// GCRA: the interval, µs, and the whole tokens of the tolerance (`tau / T`: the burst,
+    /// or 1 for the leaky bucket).
+    interval_us: u64,
+    tokens: u64,
+    /// Windows: the tokens per window.
+    effective_limit: u32,
+}
+
+impl Convert {
+    fn of(p: &Params) -> Self {
+        Convert {
+            interval_us: p.interval_us,
+            tokens: p.tolerance_us / p.interval_us.max(1),
+            effective_limit: p.effective_limit,
+        }
+    }
+
+    /// One set of parameters that counts at most the tokens either would: a state not yet
+    /// re-read in `self`'s may still be in `earlier`'s. A GCRA state `ahead` µs from full
+    /// holds `tokens − ahead / interval` tokens; the fewest tokens with the shortest interval
+    /// is below both lines. A window holds `E − count`: the smaller `E`.
+    fn merge(self, earlier: Option<Convert>) -> Self {
+        match earlier {
+            None => self,
+            Some(e) => Convert {
+                interval_us: self.interval_us.min(e.interval_us),
+                tokens: self.tokens.min(e.tokens),
+                effective_limit: self.effective_limit.min(e.effective_limit),
+            },
+        }
+    }
+
+    /// `ARGV[12]`–`ARGV[14]`: the interval and tolerance (token and leaky bucket), `E`
+    /// (windows).
+    fn args(self) -> [u64; 3] {
+        [
+            self.interval_us,
+            self.interval_us * self.tokens,
+            u64::from(self.effective_limit),
+        ]
+    }
+}
+
+/// What a script call does, for the arguments it needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op {
+    /// Take `n` tokens: now, or booked (`book`).
+    Acquire { n: u32, book: bool },
+    /// Give back `n` tokens of an admission (booked for `at_us`, or 0).
+    Release { n: u32, at_us: u64 },
+    /// Pause for this many µs.
+    Pause { us: u64 },
+    /// Take a lease of up to `want` tokens, at least `need`, giving back `back`.
+    Lease { want: u32, need: u32, back: u32 },
+}
+
+/// The script arguments `ARGV[1]`–`ARGV[14]` of one call of `op` under `p` (see
+/// `lua/common.lua`), and how many of them it sends: fewer when the script does not read
+/// the rest. A request larger than the parameters allow (the quota changed since it was
+/// checked) is cut to the most they take: a release gives back less, never more; a lease
+/// takes less.
+pub(crate) fn script_args(p: &Params, shape: &Shape, op: Op) -> ([u64; 14], usize) {
+    let gcra = shape.algorithm.is_gcra();
+    let most = if gcra { p.burst } else { p.limit };
+    let (arg, book, need, back) = match op {
+        Op::Acquire { n, book } => (u64::from(n), u64::from(book), 0, 0),
+        Op::Release { n, at_us } => (u64::from(n.min(most)), at_us, 0, 0),
+        Op::Pause { us } => (us, 0, 0, 0),
+        Op::Lease { want, need, back } => {
+            let want = want.min(p.burst).max(need);
+            (u64::from(want), 0, need, back.min(p.burst))
+        }
+    };
+    let [from_t, from_tau, from_e] = p.convert.map_or([0; 3], Convert::args);
+    let all = [
+        p.interval_us,
+        u64::from(p.burst),
+        arg,
+        shape.max_pause_us,
+        p.tolerance_us,
+        shape.window_us,
+        u64::from(p.limit),
+        book,
+        u64::from(need),
+        u64::from(back),
+        u64::from(p.effective_limit),
+        from_t,
+        from_tau,
+        from_e,
+    ];
+    // The lease script reads two arguments more than the token and leaky bucket's others;
+    // the windows three (the lease's two, unused, then `E`); a re-read after a change three
+    // more.
+    let len = if p.convert.is_some() {
+        14
+    } else if matches!(op, Op::Lease { .. }) {
+        10
+    } else if gcra {
+        8
+    } else {
+        11
+    };
+    (all, len)
+}
+
+/// What the parameters are derived from: the algorithm and the shape the limit was built
+/// with, which the state in Redis keeps.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    algorithm: Algorithm,
+    /// The quota at build.
+    built: Quota,
+    /// The window (the quota's period at build), µs (rounded up): it lays out the state in
+    /// Redis, and stays.
+    window_us: u64,
+    /// Windows: the largest time a valid reply carries at the configured rate, but for the
+    /// ramp's `L × T`.
+    base_reply_us: u64,
+    max_pause_us: u64,
+}
+
+impl Shape {
+    /// The shape of `quota` under `algorithm`, checked: every value the scripts handle
+    /// must stay exact in Lua's doubles.
+    pub(crate) fn new(
+        algorithm: Algorithm,
+        quota: Quota,
+        max_pause_us: u64,
+    ) -> Result<Self, RedisError> {
+        let interval_us = micros_up(quota.interval());
+        let burst = quota.burst_size();
+        let window_us = micros_up(quota.period());
+        let limit = quota.count();
+        let too_long = || {
+            RedisError::config(
+                "quota burst × interval, or max_pause, too long for the redis backend",
+            )
+        };
+        let tau = interval_us.checked_mul(u64::from(burst));
+        let reply_us = tau
+            .and_then(|tau| tau.checked_mul(2))
+            .and_then(|t| t.checked_add(max_pause_us))
+            .filter(|&span| span <= MAX_SPAN_US)
+            .ok_or_else(too_long)?;
+        let base_reply_us = if algorithm.is_gcra() {
+            gcra_spans(algorithm, interval_us, burst, max_pause_us)
+                .ok_or_else(too_long)?
+                .2
+        } else {
+            // Windows: waits and states reach a few windows past a pause and the booking
+            // horizon (counted twice: once more for a ramp booked ahead), and the scripts
+            // multiply counts by window times.
+            let horizon = RESERVE_HORIZON_US.max(window_us);
+            let span = window_us
+                .checked_mul(4)
+                .and_then(|w| w.checked_add(horizon))
+                .and_then(|w| w.checked_add(reply_us))
+                .filter(|&span| span <= MAX_SPAN_US);
+            let product = window_us
+                .checked_mul(u64::from(limit))
+                .filter(|&p| p < MAX_SPAN_US * 2);
+            match (span, product) {
+                (Some(span), Some(_)) => span
+                    .checked_add(horizon)
+                    .filter(|&span| span <= MAX_SPAN_US)
+                    .ok_or_else(too_long)?,
+                _ => {
+                    return Err(RedisError::config(
+                        "quota count × period too large for a redis window algorithm \
+                             (count × period in µs must stay below 2^53)",
+                    ))
+                }
+            }
+        };
+        Ok(Shape {
+            algorithm,
+            built: quota,
+            window_us,
+            base_reply_us,
+            max_pause_us,
+        })
+    }
+
+    /// The parameters of the configured quota `configured` deciding at `effective`'s rate
+    /// (no change to carry).
+    fn derive(&self, configured: Quota, effective: Quota) -> Params {
+        if self.algorithm.is_gcra() {
+            self.derive_gcra(configured, effective)
+        } else {
+            self.derive_window(configured, effective)
+        }
+    }
+
+    /// Token and leaky bucket: the interval of `effective`, never shorter than the
+    /// configured one, capped at what the scripts can represent (an interval of years).
+    fn derive_gcra(&self, configured: Quota, effective: Quota) -> Params {
+        let burst = configured.burst_size();
+        let (algorithm, pause) = (self.algorithm, self.max_pause_us);
+        // The longest interval whose spans always fit: `3 × tau + max_pause + 1 s`.
+        let most = ((MAX_SPAN_US - pause - RESERVE_HORIZON_US) / 3 / u64::from(burst)).max(1);
+        let fit = |t: u64| {
+            if gcra_spans(algorithm, t, burst, pause).is_some() {
+                t
+            } else {
+                most
+            }
+        };
+        let configured_us = fit(micros_up(configured.interval()));
+        let interval_us = micros_up(effective.interval()).max(configured_us);
+        let interval_us = if interval_us == configured_us {
+            configured_us
+        } else {
+            fit(interval_us).max(configured_us)
+        };
+        let (tolerance_us, reserve_us, reply_limit_us) =
+            gcra_spans(algorithm, interval_us, burst, pause).unwrap_or((
+                interval_us,
+                RESERVE_HORIZON_US,
+                MAX_SPAN_US,
+            ));
+        let limit = self.built.count();
+        Params {
+            quota: configured,
+            interval_us,
+            burst,
+            tolerance_us,
+            limit,
+            effective_limit: limit,
+            max_cost: burst,
+            reply_limit_us,
+            reserve_us,
+            convert: None,
+            generation: 0,
+        }
+    }
+
+    /// Windows: the width `W` stays (it lays out the state in Redis); the configured quota
+    /// becomes its tokens per `W` (`⌊count × W / period⌋`, at least 1), and `effective`
+    /// lowers that to `E` (see [`Rates::set_rate`]).
+    fn derive_window(&self, configured: Quota, effective: Quota) -> Params {
+        let width_ns = self.built.period_ns();
+        // `W × L` stays below 2^54 (the scripts multiply counts by window times).
+        let cap = u32::try_from((MAX_SPAN_US * 2 - 1) / self.window_us).unwrap_or(u32::MAX);
+        let window_limit = per_width(width_ns, configured).clamp(1, cap.max(1));
+        let effective_limit = per_width(width_ns, effective).clamp(1, window_limit);
+        let limit = self.built.count().max(window_limit);
+        let configured_us = micros_up(configured.interval());
+        let interval_us = if effective_limit == window_limit {
+            configured_us
+        } else {
+            // The ramp of a lowered rate lets its next request through up to `limit × T`
+            // ahead: keep the replies within the span the scripts can represent.
+            let most = (MAX_SPAN_US - self.base_reply_us) / u64::from(limit);
+            self.window_us
+                .div_ceil(u64::from(effective_limit))
+                .min(most)
+                .max(configured_us)
+        };
+        Params {
+            quota: configured,
+            interval_us,
+            burst: configured.burst_size(),
+            tolerance_us: interval_us,
+            limit,
+            effective_limit,
+            max_cost: window_limit,
+            reply_limit_us: self
+                .base_reply_us
+                .saturating_add(u64::from(limit).saturating_mul(interval_us)),
+            reserve_us: RESERVE_HORIZON_US.max(self.window_us),
+            convert: None,
+            generation: 0,
+        }
+    }
+}
+
+/// The parameters in force, changed by a new quota or a rate control's new rate.
+#[derive(Debug)]
+pub(crate) struct Rates {
+    shape: Shape,
+    params: Mutex<Params>,
+}
+
+impl Rates {
+    pub(crate) fn new(shape: Shape) -> Self {
+        let params = shape.derive(shape.built, shape.built);
+        Rates {
+            shape,
+            params: Mutex::new(params),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Params> {
+        // No code path panics while holding the lock; recover the data if one ever did.
+        self.params.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn params(&self) -> Params {
+        *self.lock()
+    }
+
+    /// Decide at the configured quota `quota` from now on, in this process (a new configured
+    /// quota: [`Bucket::set_quota`](crate::Bucket::set_quota)), as the in-process bucket
+    /// does where the state in Redis allows it.
+    ///
+    /// The learned rate restarts at `quota`, the new ceiling. The state in Redis is shared
+    /// and was written at the quota before: the next calls re-read it at the new one (they
+    /// carry the parameters before, until one is answered), so that it holds no more tokens
+    /// than it did before the change (see `lua/gcra/state.lua` and
+    /// `lua/window/convert.lua`).
+    ///
+    /// The token and leaky bucket take the new interval and burst at once (they are
+    /// arguments of every call).
+    ///
+    /// The windows keep their width `W`, which lays out the state in Redis (see
+    /// [`set_rate`](Self::set_rate)): the new quota becomes its tokens per `W`,
+    /// `⌊count × W / period⌋` (at least 1): exactly the new count when the period is the
+    /// same; for a new period, the same rate (rounded down) in windows of `W`. That is also
+    /// the largest request now. A raised count adds nothing to the window in progress (the
+    /// re-read charges it with the difference), as in process.
+    pub(crate) fn set_quota(&self, quota: Quota) {
+        let mut p = self.lock();
+        let mut next = self.shape.derive(quota, quota);
+        next.convert = Some(Convert::of(&p).merge(p.convert));
+        next.generation = p.generation + 1;
+        *p = next;
+    }
+
+    /// Decide at the rate of `quota` from now on (a rate control's effective quota: the
+    /// configured count and burst over a longer period), never above the configured quota.
+    ///
+    /// The token and leaky bucket take its emission interval; the next calls re-read the
+    /// state at it, as after [`set_quota`](Self::set_quota) (a lowered rate never finds more
+    /// tokens in the state than the rate before did).
+    ///
+    /// The windows keep their width `W` and lower the tokens per window instead: `E =
+    /// ⌊count × W / period⌋` (the effective quota's tokens in one configured window;
+    /// `count × rate / ceiling`), at least 1, at most the configured tokens per window; their
+    /// ramp after a pause takes the interval of `E` per window, `⌈W / E⌉`. The width stays
+    /// because the state in Redis is laid out by it: window indices `⌊now / W⌋` (fixed and
+    /// sliding window) and entries that count for `W` (sliding log) written by every process.
+    /// A new width would misread them (a fixed window's count read as another window's) or
+    /// need a migration every process agrees on, while a new `E` is read against the same
+    /// state, so lowering or raising it mid-window is exact: the tokens already counted stay
+    /// counted, and `L` (still passed) keeps bounding what a state may hold. A request of
+    /// `n > E` tokens (within the configured tokens per window) goes when the window holds
+    /// nothing else (it sees a limit of `max(E, n)`): it never waits forever, and the
+    /// learned rate binds every request of at most `E` tokens.
+    pub(crate) fn set_rate(&self, quota: Quota) {
+        let mut p = self.lock();
+        let mut next = self.shape.derive(p.quota, quota);
+        if self.shape.algorithm.is_gcra() {
+            next.convert = Some(Convert::of(&p).merge(p.convert));
+            next.generation = p.generation + 1;
+        } else {
+            (next.convert, next.generation) = (p.convert, p.generation);
+        }
+        *p = next;
+    }
+
+    /// A call made with `p` was answered: the state in Redis is in the parameters in
+    /// force, unless they changed again since.
+    pub(crate) fn answered(&self, p: &Params) {
+        if p.convert.is_none() {
+            return;
+        }
+        let mut now = self.lock();
+        if now.generation == p.generation {
+            now.convert = None;
+        }
+    }
+}
+
 pub(crate) struct Backend {
     conn: Conn,
     scripts: Scripts,
-    pub(crate) quota: Quota,
     pub(crate) algorithm: Algorithm,
-    /// Emission interval, µs (rounded up); a rate control may lengthen it
-    /// ([`set_rate`](Self::set_rate)). Windows: the ramp's interval after a pause, `W / E`.
-    interval_us: AtomicU64,
-    pub(crate) burst: u32,
-    /// GCRA tolerance, µs: `burst × interval` (token bucket) or `interval` (leaky bucket).
-    tolerance_us: AtomicU64,
-    /// The window (the quota's period), µs (rounded up), and the tokens per window.
-    window_us: u64,
-    limit: u32,
-    /// Windows: the tokens per window at the rate in force (`E`, `1..=limit`); a rate
-    /// control may lower it ([`set_rate`](Self::set_rate)).
-    effective_limit: AtomicU32,
-    /// Windows: the largest time a valid reply carries at the configured rate; a lowered
-    /// rate's ramp adds `limit × interval` to it.
-    base_reply_us: u64,
-    /// The largest cost of one request: the burst (token and leaky bucket) or the count
-    /// (windows), as for an in-process bucket.
-    pub(crate) max_cost: u32,
-    max_pause_us: u64,
-    /// The largest time a valid reply can carry.
-    reply_limit_us: AtomicU64,
-    /// How far ahead a waiter of the token or leaky bucket books its instant, µs.
-    reserve_us: AtomicU64,
+    /// The arguments in force; see [`Params`].
+    rates: Rates,
     pub(crate) options: Options,
     /// Breaker: 0 = Redis healthy; else the instant (ns since `origin`, ≥ 1) until which
     /// decisions skip Redis after a failure.
@@ -165,6 +556,24 @@ pub(crate) struct Backend {
     outages: AtomicU64,
     origin: Instant,
     pub(crate) counters: Counters,
+}
+
+/// The GCRA spans a call reaches with interval `t` and burst `b`: the tolerance, the
+/// booking horizon and the largest time a reply carries; `None` when they do not stay
+/// within what the scripts represent.
+fn gcra_spans(algorithm: Algorithm, t: u64, b: u32, max_pause_us: u64) -> Option<(u64, u64, u64)> {
+    let tau = t.checked_mul(u64::from(b))?;
+    let tolerance = match algorithm {
+        Algorithm::LeakyBucket { .. } => t,
+        _ => tau,
+    };
+    let reserve = RESERVE_HORIZON_US.max(tolerance);
+    let reply = tau
+        .checked_mul(2)?
+        .checked_add(max_pause_us)?
+        .checked_add(reserve)
+        .filter(|&span| span <= MAX_SPAN_US)?;
+    Some((tolerance, reserve, reply))
 }
 
 impl Backend {
@@ -178,82 +587,14 @@ impl Backend {
             ));
         }
         let algorithm = options.algorithm;
-        let interval_us = micros_up(quota.interval());
-        let burst = quota.burst_size();
         let max_pause_us = u64::try_from(options.max_pause.as_micros()).unwrap_or(u64::MAX);
-        let window_us = micros_up(quota.period());
-        let limit = quota.count();
-        let tau = interval_us.checked_mul(u64::from(burst));
-        let reply_limit_us = tau
-            .and_then(|tau| tau.checked_mul(2))
-            .and_then(|t| t.checked_add(max_pause_us))
-            .filter(|&span| span <= MAX_SPAN_US)
-            .ok_or(RedisError::config(
-                "quota burst × interval, or max_pause, too long for the redis backend",
-            ))?;
-        let tau = tau.unwrap_or(u64::MAX);
-        let (tolerance_us, reply_limit_us) = match algorithm {
-            Algorithm::TokenBucket => (tau, reply_limit_us),
-            Algorithm::LeakyBucket { .. } => (interval_us, reply_limit_us),
-            _ => {
-                // Windows: waits and states reach a few windows past a pause and the booking
-                // horizon (counted below, once more here for a ramp booked ahead), and the
-                // scripts multiply counts by window times.
-                let span = window_us
-                    .checked_mul(4)
-                    .and_then(|w| w.checked_add(RESERVE_HORIZON_US.max(window_us)))
-                    .and_then(|w| w.checked_add(reply_limit_us))
-                    .filter(|&span| span <= MAX_SPAN_US);
-                let product = window_us
-                    .checked_mul(u64::from(limit))
-                    .filter(|&p| p < MAX_SPAN_US * 2);
-                match (span, product) {
-                    (Some(span), Some(_)) => (tau, span),
-                    _ => {
-                        return Err(RedisError::config(
-                            "quota count × period too large for a redis window algorithm \
-                             (count × period in µs must stay below 2^53)",
-                        ))
-                    }
-                }
-            }
-        };
-
-        // A booked instant may lie the booking horizon ahead: replies and states reach that
-        // much further. The token and leaky bucket book up to `max(1 s, tau)` ahead, the
-        // windows up to `max(1 s, W)` (`HW` in their scripts).
-        let reserve_us = if matches!(
-            algorithm,
-            Algorithm::TokenBucket | Algorithm::LeakyBucket { .. }
-        ) {
-            RESERVE_HORIZON_US.max(tolerance_us)
-        } else {
-            RESERVE_HORIZON_US.max(window_us)
-        };
-        let reply_limit_us = reply_limit_us
-            .checked_add(reserve_us)
-            .filter(|&span| span <= MAX_SPAN_US)
-            .ok_or(RedisError::config(
-                "quota burst × interval, or max_pause, too long for the redis backend",
-            ))?;
-
+        let shape = Shape::new(algorithm, quota, max_pause_us)?;
         let conn = connect(&options).await?;
         let backend = Backend {
             conn,
             scripts: Scripts::new(algorithm, options.lease.is_some()),
-            quota,
             algorithm,
-            interval_us: AtomicU64::new(interval_us),
-            burst,
-            tolerance_us: AtomicU64::new(tolerance_us),
-            window_us,
-            limit,
-            effective_limit: AtomicU32::new(limit),
-            base_reply_us: reply_limit_us,
-            max_cost: max_cost(quota, algorithm),
-            max_pause_us,
-            reply_limit_us: AtomicU64::new(reply_limit_us),
-            reserve_us: AtomicU64::new(reserve_us),
+            rates: Rates::new(shape),
             down_until: AtomicU64::new(0),
             failed_in_a_row: AtomicU32::new(0),
             outages: AtomicU64::new(0),
@@ -306,116 +647,55 @@ impl Backend {
         }
     }
 
+    /// The arguments in force, all of one rate.
+    pub(crate) fn params(&self) -> Params {
+        self.rates.params()
+    }
+
+    /// The configured quota in force in this process.
+    pub(crate) fn quota(&self) -> Quota {
+        self.rates.lock().quota
+    }
+
+    /// The largest cost of one request now.
+    pub(crate) fn max_cost(&self) -> u32 {
+        self.rates.lock().max_cost
+    }
+
     /// Emission interval in ns, as the scripts see it (whole µs).
     pub(crate) fn interval_ns(&self) -> u64 {
-        self.interval_us.load(Ordering::Acquire) * 1000
+        self.rates.lock().interval_us * 1000
     }
 
-    /// Decide at the rate of `quota` from now on (a rate control's effective quota: the
-    /// configured count and burst over a longer period), never above the configured quota.
-    ///
-    /// The token and leaky bucket take its emission interval ([`set_interval`]).
-    ///
-    /// The windows keep their width `W` and lower the tokens per window instead: `E =
-    /// ⌊count × W / period⌋` (the effective quota's tokens in one configured window;
-    /// `count × rate / ceiling`), at least 1, at most the configured count; their ramp after
-    /// a pause takes the interval of `E` per window, `⌈W / E⌉`. The width stays because the
-    /// state in Redis is laid out by it: window indices `⌊now / W⌋` (fixed and sliding
-    /// window) and entries that count for `W` (sliding log) written by every process. A new
-    /// width would misread them (a fixed window's count read as another window's) or need a
-    /// migration every process agrees on, while a new `E` is read against the same state, so
-    /// lowering or raising it mid-window is exact: the tokens already counted stay counted,
-    /// and `count` (still passed) keeps bounding what a state may hold. A request of `n > E`
-    /// tokens (within the configured count) goes when the window holds nothing else (it sees a
-    /// limit of `max(E, n)`): it never waits forever, and the learned rate binds every
-    /// request of at most `E` tokens.
-    ///
-    /// [`set_interval`]: Self::set_interval
+    /// Decide at the configured quota `quota` from now on: see [`Rates::set_quota`].
+    pub(crate) fn set_quota(&self, quota: Quota) {
+        self.rates.set_quota(quota);
+    }
+
+    /// Decide at the rate of `quota` from now on: see [`Rates::set_rate`].
     pub(crate) fn set_rate(&self, quota: Quota) {
-        if self.is_gcra() {
-            self.set_interval(quota.interval());
-        } else {
-            self.set_window_limit(quota);
-        }
-    }
-
-    /// Windows: decide at `E` tokens per window, `E` from `quota` (see
-    /// [`set_rate`](Self::set_rate)).
-    fn set_window_limit(&self, quota: Quota) {
-        let e = effective_limit(self.quota, quota);
-        let configured = micros_up(self.quota.interval());
-        let interval_us = if e == self.limit {
-            configured
-        } else {
-            // The ramp of a lowered rate lets its next request through up to `limit × T`
-            // ahead: keep the replies within the span the scripts can represent.
-            let most = (MAX_SPAN_US - self.base_reply_us) / u64::from(self.limit);
-            self.window_us
-                .div_ceil(u64::from(e))
-                .min(most)
-                .max(configured)
-        };
-        let extra = if interval_us > configured {
-            u64::from(self.limit) * interval_us
-        } else {
-            0
-        };
-        // Never lowered: a call sent with a longer interval may still be answered.
-        self.reply_limit_us
-            .fetch_max(self.base_reply_us + extra, Ordering::AcqRel);
-        self.interval_us.store(interval_us, Ordering::Release);
-        self.effective_limit.store(e, Ordering::Release);
-    }
-
-    /// Decide at a longer emission `interval` from now on (a rate control lowering the
-    /// rate; the token and leaky bucket only, rounded up to whole µs and capped at what the
-    /// scripts can represent), never below the configured one.
-    fn set_interval(&self, interval: Duration) {
-        if !self.is_gcra() {
-            return;
-        }
-        let configured = micros_up(self.quota.interval());
-        let interval_us = micros_up(interval).max(configured);
-        // The tolerance, the booking horizon and replies scale with the interval: keep them
-        // within the span the scripts can represent.
-        let most =
-            (MAX_SPAN_US - self.max_pause_us - RESERVE_HORIZON_US) / 3 / u64::from(self.burst);
-        let interval_us = interval_us.min(most.max(configured));
-        let tau = interval_us * u64::from(self.burst);
-        let tolerance_us = match self.algorithm {
-            Algorithm::LeakyBucket { .. } => interval_us,
-            _ => tau,
-        };
-        let reserve_us = RESERVE_HORIZON_US.max(tolerance_us);
-        self.reserve_us.store(reserve_us, Ordering::Release);
-        self.reply_limit_us
-            .store(tau * 2 + self.max_pause_us + reserve_us, Ordering::Release);
-        self.tolerance_us.store(tolerance_us, Ordering::Release);
-        self.interval_us.store(interval_us, Ordering::Release);
+        self.rates.set_rate(quota);
     }
 
     /// The GCRA tolerance in ns, as the scripts see it: `burst × interval` (token bucket) or
     /// `interval` (leaky bucket).
     pub(crate) fn tolerance_ns(&self) -> u64 {
-        self.tolerance_us.load(Ordering::Acquire) * 1000
+        self.rates.lock().tolerance_us * 1000
     }
 
     /// Whether the algorithm is the token or leaky bucket (the state is "full again at").
     pub(crate) fn is_gcra(&self) -> bool {
-        matches!(
-            self.algorithm,
-            Algorithm::TokenBucket | Algorithm::LeakyBucket { .. }
-        )
+        self.algorithm.is_gcra()
     }
 
     /// The longest pause honoured.
     pub(crate) fn max_pause(&self) -> Duration {
-        Duration::from_micros(self.max_pause_us)
+        Duration::from_micros(self.rates.shape.max_pause_us)
     }
 
     /// Take `n` (1..=max_cost) tokens of the bucket at `key`, if they fit now.
     pub(crate) async fn acquire(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.acquire, key, u64::from(n), 0, None)
+        self.run(&self.scripts.acquire, key, Op::Acquire { n, book: false })
             .await
     }
 
@@ -433,21 +713,20 @@ impl Backend {
             return Err(RedisError::config("leases need the token bucket"));
         };
         bump(&self.counters.leases);
-        self.run(script, key, u64::from(want), 0, Some((need, back)))
-            .await
+        self.run(script, key, Op::Lease { want, need, back }).await
     }
 
     /// Take `n` tokens of the bucket at `key` for the earliest instant they fit (after
     /// every earlier booking), if that is within the reservation horizon. An admitted
     /// reply's `wait` is the time from the script's run to that instant.
     pub(crate) async fn reserve(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.acquire, key, u64::from(n), 1, None)
+        self.run(&self.scripts.acquire, key, Op::Acquire { n, book: true })
             .await
     }
 
     /// How far ahead [`reserve`](Self::reserve) books an instant.
     pub(crate) fn reserve_horizon(&self) -> Duration {
-        Duration::from_micros(self.reserve_us.load(Ordering::Acquire))
+        Duration::from_micros(self.rates.lock().reserve_us)
     }
 
     /// Give back `n` tokens of an unused admission of the bucket at `key`.
@@ -464,7 +743,7 @@ impl Backend {
         n: u32,
         at_us: u64,
     ) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.release, key, u64::from(n), at_us, None)
+        self.run(&self.scripts.release, key, Op::Release { n, at_us })
             .await
     }
 
@@ -473,55 +752,22 @@ impl Backend {
         // Rounded up: never end a pause early.
         let us = u64::try_from(d.as_nanos().div_ceil(1000))
             .unwrap_or(u64::MAX)
-            .min(self.max_pause_us);
-        self.run(&self.scripts.pause, key, us, 0, None).await
+            .min(self.rates.shape.max_pause_us);
+        self.run(&self.scripts.pause, key, Op::Pause { us }).await
     }
 
-    async fn run(
-        &self,
-        script: &::redis::Script,
-        key: &str,
-        arg: u64,
-        book: u64,
-        lease: Option<(u32, u32)>,
-    ) -> Result<Timed, RedisError> {
+    async fn run(&self, script: &::redis::Script, key: &str, op: Op) -> Result<Timed, RedisError> {
         self.breaker_admit()?;
         bump(&self.counters.round_trips);
         let mut conn = self.conn.clone();
         let log = format!("{key}:log");
         let keys = [key, log.as_str()];
-        let (need, back) = lease.unwrap_or_default();
-        let interval_us = self.interval_us.load(Ordering::Acquire);
-        let mut tolerance_us = self.tolerance_us.load(Ordering::Acquire);
-        if !self.is_gcra() {
-            // The windows have no tolerance (`tau` is only checked against `T`), and their
-            // `T` follows a rate control.
-            tolerance_us = tolerance_us.max(interval_us);
-        }
-        let all = [
-            interval_us,
-            u64::from(self.burst),
-            arg,
-            self.max_pause_us,
-            tolerance_us,
-            self.window_us,
-            u64::from(self.limit),
-            book,
-            u64::from(need),
-            u64::from(back),
-            u64::from(self.effective_limit.load(Ordering::Acquire)),
-        ];
-        // The lease script takes two arguments more; the windows three (the lease's two,
-        // unused, then `E`).
-        let args = if lease.is_some() {
-            &all[..10]
-        } else if self.is_gcra() {
-            &all[..8]
-        } else {
-            &all[..]
-        };
-        let max_grant = if lease.is_some() {
-            u32::try_from(arg).unwrap_or(u32::MAX)
+        // One read: every argument of this call is of one rate.
+        let p = self.params();
+        let (all, len) = script_args(&p, &self.rates.shape, op);
+        let args = &all[..len];
+        let max_grant = if let Op::Lease { .. } = op {
+            u32::try_from(all[2]).unwrap_or(u32::MAX)
         } else {
             1
         };
@@ -551,17 +797,15 @@ impl Backend {
         let result = tokio::time::timeout(self.options.timeout, invoke).await;
         let received = Instant::now();
         let result = match result {
-            Ok(Ok(value)) => parse_grant(
-                &value,
-                self.reply_limit_us.load(Ordering::Acquire),
-                max_grant,
-            ),
+            // The reply of a script run with `p`: bounded by `p`'s spans.
+            Ok(Ok(value)) => parse_grant(&value, p.reply_limit_us, max_grant),
             Ok(Err(e)) => Err(RedisError::from_client(e)),
             Err(_) => Err(RedisError::new(RedisErrorKind::Timeout, "redis timed out")),
         };
         match result {
             Ok((reply, granted, at_us)) => {
                 self.breaker_success();
+                self.rates.answered(&p);
                 Ok(Timed {
                     reply,
                     granted,
@@ -577,7 +821,6 @@ impl Backend {
             }
         }
     }
-
     fn now_ns(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_nanos())
             .unwrap_or(u64::MAX)
@@ -677,17 +920,14 @@ fn micros_up(d: Duration) -> u64 {
         .max(1)
 }
 
-/// The tokens per window of `configured` width that `effective` allows: `⌊count × period /
-/// effective period⌋`, at least 1 and at most the configured count. The effective period is
-/// rounded to whole ns (`adaptive::effective`): a rate of exactly `k` tokens per window whose
-/// period was rounded up still gives `k` (the numerator is raised by `count` ns' worth, less
-/// than one token).
-pub(crate) fn effective_limit(configured: Quota, effective: Quota) -> u32 {
-    let count = u128::from(effective.count());
-    let tokens = (count * u128::from(configured.period_ns()) + count)
-        / u128::from(effective.period_ns().max(1));
-    let most = configured.count();
-    u32::try_from(tokens).map_or(most, |e| e.clamp(1, most))
+/// The tokens `quota` allows in a window of `width_ns`: `⌊count × width / period⌋`
+/// (saturating). The period is rounded to whole ns (`adaptive::effective`): a rate of
+/// exactly `k` tokens per window whose period was rounded up still gives `k` (the numerator
+/// is raised by `count` ns' worth, less than one token).
+pub(crate) fn per_width(width_ns: u64, quota: Quota) -> u32 {
+    let count = u128::from(quota.count());
+    let tokens = (count * u128::from(width_ns) + count) / u128::from(quota.period_ns().max(1));
+    u32::try_from(tokens).unwrap_or(u32::MAX)
 }
 
 /// The largest cost of one request under `algorithm`, as for an in-process bucket.
@@ -705,7 +945,7 @@ fn duration_ns(d: Duration) -> u64 {
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Backend")
-            .field("quota", &self.quota)
+            .field("quota", &self.quota())
             .field("algorithm", &self.algorithm)
             .field("options", &self.options)
             .finish_non_exhaustive()
@@ -725,7 +965,8 @@ mod tests {
     #[test]
     fn a_lowered_rate_keeps_its_share_of_each_window() {
         let q = Quota::per_second(100);
-        let at = |rate: f64| effective_limit(q, effective(q, rate).unwrap());
+        let lowered = |q: Quota, e: Quota| per_width(q.period_ns(), e).clamp(1, q.count());
+        let at = |rate: f64| lowered(q, effective(q, rate).unwrap());
         assert_eq!(at(100.0), 100);
         assert_eq!(at(500.0), 100, "never above the configured count");
         assert_eq!(at(50.0), 50);
@@ -739,9 +980,191 @@ mod tests {
             let ceiling = q.per_second_f64();
             for k in 1..=count {
                 let rate = ceiling * f64::from(k) / f64::from(count);
-                let e = effective_limit(q, effective(q, rate).unwrap());
+                let e = lowered(q, effective(q, rate).unwrap());
                 assert_eq!(e, k, "{count} per {secs} s at {rate}/s");
             }
         }
+    }
+
+    /// What `lua/common.lua` checks of its arguments, and what one rate is: `tau` the
+    /// tolerance of `T` (`B × T`, or `T` for the leaky bucket), a request within `B` (token
+    /// and leaky bucket) or `L` (windows).
+    fn consistent(algorithm: Algorithm, args: &[u64; 14]) -> bool {
+        let [t, b, x, _, tau, w, l, _, _, _, e, ft, ftau, fe] = *args;
+        let one_rate = match algorithm {
+            Algorithm::TokenBucket => tau == b * t && x <= b,
+            Algorithm::LeakyBucket { .. } => tau == t && x <= b,
+            _ => x <= l,
+        };
+        t >= 1
+            && b >= 1
+            && tau >= t
+            && w >= 1
+            && l >= 1
+            && (1..=l).contains(&e)
+            && (ft == 0 || ftau >= ft)
+            && (ft > 0 || ftau == 0)
+            && (fe == 0 || fe <= u64::from(u32::MAX))
+            && one_rate
+    }
+
+    fn rates(algorithm: Algorithm, quota: Quota) -> Rates {
+        Rates::new(Shape::new(algorithm, quota, 10_000_000).unwrap())
+    }
+
+    const ALGORITHMS: [Algorithm; 5] = [
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket { max_queue: 16 },
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ];
+
+    /// The arguments of one call are of one rate, whatever changes at the same time: a rate
+    /// control moving the rate up and down (a burst of 1: the tolerance is the interval,
+    /// and an old interval beside a new tolerance is refused by the scripts) while calls
+    /// read their arguments on other threads.
+    #[test]
+    fn one_call_never_mixes_two_rates() {
+        // What a call reading the interval before a change and the tolerance after it sent
+        // (a leaky bucket, the rate going back up): refused by the scripts, `tau < T`.
+        let leaky = Algorithm::LeakyBucket { max_queue: 16 };
+        let quota = Quota::per_second(100).burst(1);
+        let changing = rates(leaky, quota);
+        changing.set_rate(effective(quota, 10.0).unwrap());
+        let slow = changing.params();
+        changing.set_rate(quota);
+        let fast = changing.params();
+        let op = Op::Acquire { n: 1, book: true };
+        let mut torn = script_args(&slow, &changing.shape, op).0;
+        torn[4] = script_args(&fast, &changing.shape, op).0[4];
+        assert!(!consistent(leaky, &torn), "{torn:?}");
+        assert!(torn[4] < torn[0], "the scripts refuse it");
+
+        for algorithm in ALGORITHMS {
+            let quota = Quota::per_second(100).burst(1);
+            let rates = std::sync::Arc::new(rates(algorithm, quota));
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let changer = {
+                let (rates, stop) = (rates.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut i = 0u32;
+                    while !stop.load(Ordering::Relaxed) {
+                        let rate = [100.0, 7.0, 55.0, 1.5][i as usize % 4];
+                        rates.set_rate(effective(quota, rate).unwrap());
+                        if i % 64 == 0 {
+                            rates.set_quota(Quota::per_second(50 + i % 100).burst(1 + i % 3));
+                        }
+                        i = i.wrapping_add(1);
+                    }
+                })
+            };
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    let rates = rates.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..20_000 {
+                            let p = rates.params();
+                            let (args, _) =
+                                script_args(&p, &rates.shape, Op::Acquire { n: 1, book: true });
+                            assert!(consistent(algorithm, &args), "{algorithm:?}: {args:?}");
+                            rates.answered(&p);
+                        }
+                    })
+                })
+                .collect();
+            for r in readers {
+                r.join().unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+            changer.join().unwrap();
+        }
+    }
+
+    /// Every quota and rate gives arguments the scripts take.
+    #[test]
+    fn every_change_gives_arguments_the_scripts_take() {
+        let quotas = [
+            Quota::per_second(1),
+            Quota::per_second(100).burst(10),
+            Quota::per_minute(600),
+            Quota::per_hour(5).burst(3),
+            Quota::new(7, Duration::from_millis(3)),
+            Quota::per_second(1_000_000).burst(1000),
+        ];
+        for algorithm in ALGORITHMS {
+            for built in quotas {
+                let rates = rates(algorithm, built);
+                for quota in quotas {
+                    rates.set_quota(quota);
+                    for rate in [quota.per_second_f64(), quota.per_second_f64() / 3.0, 1e-3] {
+                        rates.set_rate(effective(quota, rate).unwrap());
+                        let p = rates.params();
+                        for op in [
+                            Op::Acquire {
+                                n: p.max_cost,
+                                book: false,
+                            },
+                            Op::Release {
+                                n: u32::MAX,
+                                at_us: 0,
+                            },
+                        ] {
+                            let (args, len) = script_args(&p, &rates.shape, op);
+                            let at = format!("{algorithm:?} {built:?} → {quota:?} at {rate}");
+                            assert!(consistent(algorithm, &args), "{at}: {args:?}");
+                            assert_eq!(len, 14, "{at}: the change is carried");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A change is carried by every call until one made after it is answered; a call
+    /// answered that was made before a later change does not end the later one.
+    #[test]
+    fn a_change_is_carried_until_a_call_made_after_it_is_answered() {
+        let rates = rates(Algorithm::TokenBucket, Quota::per_second(10).burst(10));
+        let args = |p: &Params| script_args(p, &rates.shape, Op::Acquire { n: 1, book: false });
+        let before = rates.params();
+        assert_eq!(args(&before).1, 8, "nothing to carry");
+        rates.set_quota(Quota::per_second(5).burst(4));
+        let first = rates.params();
+        let (all, len) = args(&first);
+        assert_eq!((len, &all[11..]), (14, &[100_000, 1_000_000, 10][..]));
+        rates.set_quota(Quota::per_second(20).burst(8));
+        rates.answered(&first);
+        let second = rates.params();
+        // Either state may be in Redis: the shorter interval, the fewer tokens.
+        assert_eq!(&args(&second).0[11..], &[100_000, 400_000, 10][..]);
+        rates.answered(&second);
+        assert_eq!(args(&rates.params()).1, 8, "answered");
+        assert_eq!(rates.params().quota, Quota::per_second(20).burst(8));
+    }
+
+    /// A window keeps its width: a new quota is its tokens per window of the width built,
+    /// at least one.
+    #[test]
+    fn a_window_keeps_its_width_and_takes_the_new_rate_per_window() {
+        let rates = rates(Algorithm::FixedWindow, Quota::per_second(100));
+        let per_window = |q: Quota| {
+            rates.set_quota(q);
+            let p = rates.params();
+            (p.effective_limit, p.max_cost, p.limit)
+        };
+        assert_eq!(per_window(Quota::per_second(40)), (40, 40, 100));
+        assert_eq!(per_window(Quota::per_second(250)), (250, 250, 250));
+        assert_eq!(per_window(Quota::per_minute(600)), (10, 10, 100));
+        assert_eq!(
+            per_window(Quota::new(9, Duration::from_secs(2))),
+            (4, 4, 100)
+        );
+        assert_eq!(per_window(Quota::per_hour(100)), (1, 1, 100));
+        // A rate control lowers it further, within it.
+        rates.set_quota(Quota::per_second(40));
+        rates.set_rate(effective(Quota::per_second(40), 10.0).unwrap());
+        let p = rates.params();
+        assert_eq!((p.effective_limit, p.max_cost), (10, 40));
     }
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::backend::{bump, Backend, Options, RedisStats};
@@ -78,6 +79,9 @@ struct Inner {
     local_outage: AtomicU64,
     /// Told what a [`Bucket`] made from this one decides.
     observer: Option<Arc<dyn Observer>>,
+    /// Wakes the waiters asleep before booking when the quota changes: they check their
+    /// request against it again.
+    quota_changed: Notify,
 }
 
 impl RedisBucket {
@@ -119,13 +123,27 @@ impl RedisBucket {
                 local,
                 local_outage: AtomicU64::new(0),
                 observer,
+                quota_changed: Notify::new(),
             }),
         })
     }
 
-    /// The quota this bucket enforces.
+    /// The quota this bucket enforces: the one it was built with, or the one set since on a
+    /// [`Bucket`] made from it ([`Bucket::set_quota`], which every clone of this handle
+    /// follows).
     pub fn quota(&self) -> Quota {
-        self.inner.backend.quota
+        self.inner.backend.quota()
+    }
+
+    /// Decide at `quota` from now on, in this process: every clone of this handle and the
+    /// [`Bucket`] made from it (see [`Bucket::set_quota`]). The local fallback of
+    /// [`FailurePolicy::Local`] takes its share of the new quota.
+    pub(crate) fn set_quota(&self, quota: Quota) {
+        let inner = &*self.inner;
+        inner.backend.set_quota(quota);
+        self.set_fallback_quota(quota);
+        self.forget_hint();
+        inner.quota_changed.notify_waiters();
     }
 
     /// The algorithm this bucket decides with (set by
@@ -166,13 +184,23 @@ impl RedisBucket {
         builder.remote(Arc::new(self) as Arc<dyn crate::bucket::Remote>)
     }
 
-    /// The local fallback bucket, if the failure policy has one.
-    pub(super) fn local_fallback(&self) -> Option<&Bucket> {
-        self.inner.local.as_ref()
+    /// The local fallback of [`FailurePolicy::Local`] takes its share of `quota`.
+    pub(super) fn set_fallback_quota(&self, quota: Quota) {
+        let inner = &*self.inner;
+        if let (Some(local), Ok(Some(share))) =
+            (&inner.local, inner.backend.policy().local_quota(quota))
+        {
+            local.set_quota(share);
+        }
     }
 
     pub(super) fn backend(&self) -> &Backend {
         &self.inner.backend
+    }
+
+    /// Forget what earlier replies said of when tokens fit: the parameters changed.
+    pub(super) fn forget_hint(&self) {
+        self.inner.hint.forget();
     }
 
     /// Whether `self` and `other` are clones of one handle.
@@ -181,7 +209,7 @@ impl RedisBucket {
     }
 
     fn check(&self, n: u32) -> Result<u64, ExceedsBurst> {
-        let max = self.inner.backend.max_cost;
+        let max = self.inner.backend.max_cost();
         if n > max {
             return Err(ExceedsBurst {
                 requested: n,
@@ -349,7 +377,7 @@ impl RedisBucket {
                 Err(e) => return fallback(e).await,
             }
         }
-        self.acquire_reserving(n, cost).await
+        self.acquire_reserving(n).await
     }
 
     /// With a lease: admit `n` tokens from it, or take a new lease (one task at
@@ -428,18 +456,28 @@ impl RedisBucket {
     /// in-process bucket (every algorithm). A waiter whose instant lies beyond the reservation horizon sleeps
     /// until it is within it (as far as the last reply knows) and asks again. Dropped while
     /// sleeping on a booked instant, it gives the tokens back.
-    async fn acquire_reserving(&self, n: u32, cost: u64) -> Outcome {
+    async fn acquire_reserving(&self, n: u32) -> Outcome {
         let inner = &*self.inner;
-        let horizon = inner.backend.reserve_horizon();
         let asked = Instant::now();
         let mut slept = false;
         loop {
+            // Re-checked after every sleep, and at once when the quota changes
+            // (`Bucket::set_quota`; listened to before the check, so no change is missed):
+            // a new quota may have lowered the burst below the request, as for a waiter
+            // of an in-process bucket.
+            let mut changed = std::pin::pin!(inner.quota_changed.notified());
+            changed.as_mut().enable();
+            let cost = match self.check(n) {
+                Ok(cost) => cost,
+                Err(e) => return Outcome::bare(Err(e.into())),
+            };
+            let horizon = inner.backend.reserve_horizon();
             // Re-read after every sleep: a pause may have moved the instant later.
             let at = self.likely_fits_at(n, cost);
             if let Some(early) = at.checked_sub(horizon) {
                 if early > Instant::now() {
                     slept = true;
-                    tokio::time::sleep_until(early).await;
+                    let _ = tokio::time::timeout_at(early, changed).await;
                     continue;
                 }
             }
@@ -593,7 +631,7 @@ impl fmt::Debug for RedisBucket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBucket")
             .field("key", &self.inner.key)
-            .field("quota", &self.inner.backend.quota)
+            .field("quota", &self.inner.backend.quota())
             .field("algorithm", &self.inner.backend.algorithm)
             .field("failure_policy", self.inner.backend.policy())
             .field("lease", &self.inner.backend.options.lease)

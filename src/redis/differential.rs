@@ -14,8 +14,8 @@
 //! # How the two clocks are lined up
 //! The in-process bucket runs on tokio's paused clock (nanoseconds), the scripts on Redis
 //! `TIME` (microseconds). The test runs the production scripts with two lines changed:
-//! - `now` is read from an extra argument (`ARGV[12]`, after the lease's two and the
-//!   windows' `E`) instead of `TIME`, so both sides see the same instants;
+//! - `now` is read from an extra argument (`ARGV[15]`, after the lease's two, the
+//!   windows' `E` and the three of a change of parameters, here 0) instead of `TIME`, so both sides see the same instants;
 //! - every TTL is ten minutes: Redis expires keys in real time, which here runs apart from
 //!   the test's time, and the scripts never rely on expiry for a decision (a state past its
 //!   horizon reads as fresh by arithmetic alone).
@@ -41,6 +41,7 @@ use std::time::Duration;
 
 use ::redis::{Script, Value};
 
+use super::backend::{script_args, Op, Rates, Shape};
 use super::script::sources;
 
 /// The Redis integration tests' helpers: the same server and key prefixes.
@@ -60,7 +61,7 @@ const CLOCK: &str = "local clock = redis.call('TIME')\n\
 const TTL: &str = "local ms = math.ceil((horizon - now) / 1000)";
 
 /// The production script of `algorithm` and operation `op` (0 acquire, 1 pause, 2 release),
-/// with the clock taken from `ARGV[12]` and ten-minute TTLs.
+/// with the clock taken from `ARGV[15]` and ten-minute TTLs.
 fn script(algorithm: Algorithm, op: usize) -> Script {
     let source = sources(algorithm)[op];
     assert!(
@@ -68,7 +69,7 @@ fn script(algorithm: Algorithm, op: usize) -> Script {
         "the scripts changed"
     );
     let source = source
-        .replace(CLOCK, "local now = tonumber(ARGV[12])")
+        .replace(CLOCK, "local now = tonumber(ARGV[15])")
         .replace(TTL, "local ms = 600000");
     Script::new(&source)
 }
@@ -112,7 +113,7 @@ struct Pair<'a> {
 }
 
 impl Pair<'_> {
-    fn args(&self, arg: u64, book: u64) -> [u64; 12] {
+    fn args(&self, arg: u64, book: u64) -> [u64; 15] {
         let q = &self.quota;
         let interval = q.interval_ns() / 1000;
         let burst = u64::from(q.burst_size());
@@ -136,6 +137,9 @@ impl Pair<'_> {
             0,
             0,
             u64::from(q.count()),
+            0,
+            0,
+            0,
             now,
         ]
     }
@@ -493,6 +497,9 @@ impl Lowered {
             0,
             0,
             self.effective,
+            0,
+            0,
+            0,
             self.origin + t,
         ];
         let mut call = self.scripts[0].prepare_invoke();
@@ -612,4 +619,259 @@ fn a_lowered_limit_raised_mid_window_keeps_the_configured_bound() {
         w.effective = 1;
         assert!(!w.acquire(999, 1, 0).0, "{algorithm:?}: lowered again");
     }
+}
+
+/// The scripts of one limit called with the arguments the backend builds ([`script_args`]),
+/// through the changes of quota the test makes ([`Rates::set_quota`]), at instants the test
+/// names; beside an in-process bucket given the same changes at the same instants.
+struct Changing {
+    conn: ::redis::Connection,
+    scripts: [Script; 3],
+    key: String,
+    shape: Shape,
+    rates: Rates,
+    bucket: Bucket,
+    /// Redis time of the start (a window boundary), µs.
+    origin: u64,
+    /// Test time since the start, µs.
+    t: u64,
+}
+
+impl Changing {
+    fn new(algorithm: Algorithm, quota: Quota) -> Self {
+        let shape = Shape::new(algorithm, quota, MAX_PAUSE_US).expect("a quota the scripts take");
+        Changing {
+            conn: connection(),
+            scripts: [0, 1, 2].map(|op| script(algorithm, op)),
+            key: format!(
+                "{{{}}}",
+                redis_support::unique_prefix(&format!("changing-{algorithm:?}"))
+            ),
+            rates: Rates::new(shape),
+            shape,
+            bucket: Bucket::builder(quota)
+                .algorithm(algorithm)
+                .window_origin(tokio::time::Instant::now())
+                .build(),
+            origin: 1_700_000_000_000_000,
+            t: 0,
+        }
+    }
+
+    async fn advance(&mut self, us: u64) {
+        tokio::time::advance(Duration::from_micros(us)).await;
+        self.t += us;
+    }
+
+    /// Both sides take the new quota.
+    fn set_quota(&mut self, quota: Quota) {
+        self.bucket.set_quota(quota);
+        self.rates.set_quota(quota);
+    }
+
+    /// Redis: acquire `n` now, as the backend sends it; (admitted, wait µs).
+    fn redis(&mut self, n: u32) -> (bool, u64) {
+        let p = self.rates.params();
+        let (args, _) = script_args(&p, &self.shape, Op::Acquire { n, book: false });
+        let mut call = self.scripts[0].prepare_invoke();
+        call.key(&self.key).key(format!("{}:log", self.key));
+        for a in args {
+            call.arg(a);
+        }
+        call.arg(self.origin + self.t);
+        let reply: Value = call.invoke(&mut self.conn).expect("script runs");
+        self.rates.answered(&p);
+        let Value::Array(items) = reply else {
+            panic!("reply {reply:?}")
+        };
+        let int = |v: &Value| match v {
+            Value::Int(i) => u64::try_from(*i).expect("non-negative"),
+            other => panic!("reply item {other:?}"),
+        };
+        (int(&items[0]) == 1, int(&items[1]))
+    }
+
+    /// Both sides take `n` tokens now: both must admit them.
+    fn take(&mut self, n: u32, at: &str) {
+        assert_eq!(self.bucket.try_acquire(n), Ok(()), "{at}: in process");
+        assert!(self.redis(n).0, "{at}: redis");
+    }
+
+    /// How many single tokens each side admits now, and the wait (µs, rounded up) of its
+    /// first refusal: (in process, redis).
+    fn at_once(&mut self) -> ((u32, u64), (u32, u64)) {
+        let mut here = 0;
+        let here_wait = loop {
+            match self.bucket.try_acquire(1) {
+                Ok(()) => here += 1,
+                Err(Denied::Throttled(t)) => break t.wait().as_nanos().div_ceil(1000) as u64,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let mut there = 0;
+        let there_wait = loop {
+            match self.redis(1) {
+                (true, _) => there += 1,
+                (false, wait) => break wait,
+            }
+        };
+        ((here, here_wait), (there, there_wait))
+    }
+}
+
+impl Drop for Changing {
+    fn drop(&mut self) {
+        let _: Result<(), _> = ::redis::cmd("DEL")
+            .arg(&self.key)
+            .arg(format!("{}:log", self.key))
+            .query(&mut self.conn);
+    }
+}
+
+/// `Bucket::set_quota` on Redis, token and leaky bucket: the state is re-read at the new
+/// quota. A lower rate or a larger burst, or a bucket full, empty or in debt, keeps the
+/// tokens held exactly as in process (the difference of a larger burst is not handed out,
+/// an empty bucket raised to a higher rate does not stall), and the bucket then refills at
+/// the new rate as in process; a higher rate or a smaller burst from a bucket partly used never
+/// gives more than in process, and its next token comes within one new interval.
+#[tokio::test(start_paused = true)]
+async fn a_new_gcra_quota_keeps_the_tokens_held_as_in_process() {
+    let per = |n: u32, burst: u32| Quota::per_second(n).burst(burst);
+    let cases = [
+        (per(10, 10), per(1, 10)),  // a lower rate
+        (per(10, 4), per(10, 10)),  // a larger burst
+        (per(10, 10), per(4, 10)),  // a lower rate, by 2.5
+        (per(10, 10), per(10, 10)), // the same quota
+        (per(10, 10), per(10, 3)),  // a smaller burst
+        (per(10, 10), per(4, 6)),   // both lower
+        (per(4, 4), per(10, 8)),    // a higher rate and a larger burst
+        (per(1, 10), per(10, 10)),  // a rate ten times higher
+    ];
+    for algorithm in [Algorithm::TokenBucket, Algorithm::leaky_bucket(16)] {
+        let leaky = algorithm != Algorithm::TokenBucket;
+        for (from, to) in cases {
+            let burst = from.burst_size();
+            // Tokens taken, then µs later; whether that leaves the bucket full, empty or in
+            // debt (a weighted leaky request still draining), which every change keeps as
+            // in process.
+            let fills: &[(u32, u64, bool)] = if leaky {
+                &[
+                    (0, 0, true),
+                    (1, 0, true),
+                    (1, 30_000, false),
+                    (3, 0, true),
+                    (3, 120_000, true),
+                    (1, 2_000_000, true),
+                ]
+            } else {
+                &[
+                    (0, 0, true),
+                    (1, 0, false),
+                    (burst / 2, 50_000, false),
+                    (burst, 0, true),
+                    (burst, 150_000, false),
+                ]
+            };
+            let slower = to.interval_ns() >= from.interval_ns();
+            let larger = leaky || to.burst_size() >= burst;
+            for &(used, later, kept) in fills {
+                let at = format!("{algorithm:?} {from:?} → {to:?}, {used} used, {later} µs");
+                let mut c = Changing::new(algorithm, from);
+                if used > 0 {
+                    c.take(used, &at);
+                }
+                c.advance(later).await;
+                c.set_quota(to);
+                let ((here, here_wait), (there, there_wait)) = c.at_once();
+                assert!(there <= here, "{at}: {there} at once, {here} in process");
+                if (slower && larger) || kept {
+                    assert_eq!(
+                        (there, there_wait),
+                        (here, here_wait),
+                        "{at}: as in process"
+                    );
+                    // Then both refill at the new rate: the next token at the same instant,
+                    // and the one after it one new interval later.
+                    c.advance(here_wait).await;
+                    c.take(1, &at);
+                    let (here, there) = c.at_once();
+                    assert_eq!(there, here, "{at}: after the next token");
+                    assert_eq!(there.1, to.interval_ns() / 1000, "{at}: the new interval");
+                } else {
+                    assert!(
+                        there_wait <= to.interval_ns() / 1000,
+                        "{at}: the next token in {there_wait} µs"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// `Bucket::set_quota` on Redis, windows of the same period: a raised count adds nothing to
+/// the window in progress (what fitted there still fits, as in process), and the next
+/// window takes the new count; a lowered count never admits more than in process.
+#[tokio::test(start_paused = true)]
+async fn a_new_window_count_adds_nothing_to_the_window_in_progress() {
+    let per_ms = |n: u32| Quota::new(n, Duration::from_millis(1));
+    for algorithm in WINDOWS {
+        // Raised: 6 → 10 per window, 4 taken before the change.
+        let mut c = Changing::new(algorithm, per_ms(6));
+        let at = format!("{algorithm:?} raised");
+        c.take(4, &at);
+        c.advance(100).await;
+        c.set_quota(per_ms(10));
+        let (here, there) = c.at_once();
+        assert_eq!((here.0, there.0), (2, 2), "{at}: what was left");
+        // Fixed window and log: the next window (1 100 µs: the log's entries of 0 and 100
+        // µs have left it) takes the new count, on both sides.
+        if algorithm != Algorithm::SlidingWindow {
+            c.advance(1_000).await;
+            let (here, there) = c.at_once();
+            assert_eq!((here.0, there.0), (10, 10), "{at}: the next window");
+        }
+
+        // Lowered: 6 → 3 per window, 2 taken before the change.
+        let mut c = Changing::new(algorithm, per_ms(6));
+        let at = format!("{algorithm:?} lowered");
+        c.take(2, &at);
+        c.advance(100).await;
+        c.set_quota(per_ms(3));
+        let (here, there) = c.at_once();
+        assert!(
+            there.0 <= here.0,
+            "{at}: {there:?} at once, {here:?} in process"
+        );
+        assert_eq!(
+            there.0, 1,
+            "{at}: the new count, less what the window holds"
+        );
+        if algorithm != Algorithm::SlidingWindow {
+            c.advance(1_000).await;
+            let (here, there) = c.at_once();
+            assert_eq!((here.0, there.0), (3, 3), "{at}: the next window");
+        }
+    }
+}
+
+/// A change not answered yet is carried by the calls after it; a second change before any
+/// answer re-reads the state from the parameters of either (the fewer tokens), never from
+/// the last alone: a bucket emptied at 10/s is read at 1/s as 9 tokens held, while it held
+/// none.
+#[tokio::test(start_paused = true)]
+async fn two_changes_before_an_answer_give_no_burst() {
+    let mut c = Changing::new(Algorithm::TokenBucket, Quota::per_second(10).burst(10));
+    c.take(10, "empty");
+    c.set_quota(Quota::per_second(1).burst(10));
+    c.set_quota(Quota::per_second(2).burst(10));
+    let (here, there) = c.at_once();
+    assert_eq!(here, (0, 500_000), "in process");
+    assert_eq!(there, here, "redis");
+    // Answered: later calls carry nothing.
+    let (args, len) = script_args(
+        &c.rates.params(),
+        &c.shape,
+        Op::Acquire { n: 1, book: false },
+    );
+    assert_eq!((len, &args[11..]), (8, &[0, 0, 0][..]));
 }

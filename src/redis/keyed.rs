@@ -108,7 +108,7 @@ impl RedisKeyed {
 
     /// The quota of every key.
     pub fn quota(&self) -> Quota {
-        self.inner.backend.quota
+        self.inner.backend.quota()
     }
 
     /// The algorithm of every key (set by [`RedisKeyedBuilder::algorithm`]; default
@@ -134,7 +134,7 @@ impl RedisKeyed {
     }
 
     fn check(&self, n: u32) -> Result<(), ExceedsBurst> {
-        let max = self.inner.backend.max_cost;
+        let max = self.inner.backend.max_cost();
         if n > max {
             return Err(ExceedsBurst {
                 requested: n,
@@ -296,7 +296,7 @@ impl fmt::Debug for RedisKeyed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisKeyed")
             .field("prefix", &self.inner.backend.options.prefix)
-            .field("quota", &self.inner.backend.quota)
+            .field("quota", &self.inner.backend.quota())
             .field("algorithm", &self.inner.backend.algorithm)
             .field("failure_policy", self.inner.backend.policy())
             .finish_non_exhaustive()

@@ -110,6 +110,15 @@ impl Hint {
             .fetch_max(self.ns(t.received).saturating_add(full), Ordering::AcqRel);
     }
 
+    /// Forget what the replies said: the parameters changed (a new quota or rate), and the
+    /// state in Redis, re-read in the new ones, may now be full again earlier than any
+    /// reply said (the instants learned only ever move later). The next waiter asks Redis.
+    pub(crate) fn forget(&self) {
+        self.lo.store(0, Ordering::Release);
+        self.hi.store(0, Ordering::Release);
+        *self.refusal() = Refusal::default();
+    }
+
     /// This process paused the bucket: it is full again no earlier than `now + full_in`.
     pub(crate) fn hold(&self, now: Instant, full_in: Duration) {
         let full = u64::try_from(full_in.as_nanos()).unwrap_or(u64::MAX);

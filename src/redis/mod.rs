@@ -78,6 +78,11 @@
 //!
 //! # Deploying
 //! - Every process of a limit must use the same URL, key prefix, key and [`Quota`](crate::Quota).
+//!   [`Bucket::set_quota`](crate::Bucket::set_quota) on a bucket made from a [`RedisBucket`]
+//!   changes the quota of this process's calls only: change it in every process (meanwhile
+//!   each decides at its own, and the state never holds more tokens than before the change).
+//!   The windows keep the width they were built with (it lays out their state) and take a
+//!   new quota as a count per window.
 //! - Use a primary (writes go to it), and a Redis that does not evict keys before their TTL
 //!   (`maxmemory-policy noeviction` or `volatile-ttl`): an evicted key is a full bucket.
 //! - Keep other data out of the key prefix. A key of another type under it makes decisions

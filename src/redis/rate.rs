@@ -38,12 +38,8 @@ impl RedisBucket {
     /// in the local fallback, which keeps its fraction of it.
     pub(crate) fn set_rate(&self, quota: Quota) {
         self.backend().set_rate(quota);
-        if let (Some(local), Ok(Some(share))) = (
-            self.local_fallback(),
-            self.backend().policy().local_quota(quota),
-        ) {
-            local.set_quota(share);
-        }
+        self.set_fallback_quota(quota);
+        self.forget_hint();
     }
 
     /// Write a cut for every process.

@@ -91,6 +91,10 @@ impl Remote for RedisBucket {
         RedisBucket::set_rate(self, quota);
     }
 
+    fn set_quota(&self, quota: Quota) {
+        RedisBucket::set_quota(self, quota);
+    }
+
     fn publish(&self, cut: Cut) {
         let this = self.clone();
         detach(async move { Ok(this.publish(cut).await?) });

@@ -3,8 +3,10 @@
 //! # Files
 //! Each script is `lua/common.lua` (arguments, Redis clock, the stored value, TTL helpers),
 //! then the algorithm's `lua/<algorithm>/state.lua` (parse, clamp, save, and the model's
-//! `earliest` / `restart_at`), then the operation: `acquire.lua`, `pause.lua` or
-//! `release.lua`. The token and leaky bucket share `lua/gcra/`, told apart by a tag; the
+//! `earliest` / `restart_at`; after this process changed its parameters, the state re-read
+//! in the new ones, never holding more tokens than before: the token and leaky bucket's in
+//! their `state.lua`, the windows' in `lua/window/convert.lua`), then the operation:
+//! `acquire.lua`, `pause.lua` or `release.lua`. The token and leaky bucket share `lua/gcra/`, told apart by a tag; the
 //! windows share the operations in `lua/window/` (the log has its own acquire and release),
 //! and `lua/window/ramp.lua`, read before their state: the ramp they restart on after a pause
 //! (one token when it ends, then one per interval `T`, until the window's bound takes over),
@@ -116,17 +118,17 @@ pub(crate) fn sources(algorithm: Algorithm) -> [&'static str; 3] {
         ),
         Algorithm::FixedWindow => sources!(
             "",
-            ["window/ramp", "fixed/state"],
+            ["window/ramp", "fixed/state", "window/convert"],
             ["window/acquire", "window/pause", "window/release"]
         ),
         Algorithm::SlidingWindow => sources!(
             "",
-            ["window/ramp", "sliding/state"],
+            ["window/ramp", "sliding/state", "window/convert"],
             ["window/acquire", "window/pause", "window/release"]
         ),
         Algorithm::SlidingLog => sources!(
             "",
-            ["window/ramp", "log/state"],
+            ["window/ramp", "log/state", "window/convert"],
             ["log/acquire", "window/pause", "log/release"]
         ),
     }

@@ -15,6 +15,11 @@
 --   max(E, n): it goes when the window holds nothing else, so it never waits forever. L
 --   still bounds what a state may hold (clamps), so a rate raised again never finds more
 --   room than the configured quota gives.
+-- ARGV[12] = FT, ARGV[13] = Ftau, ARGV[14] = FE: the parameters the state may have been
+--   written with, after this process changed its own (a new quota, a rate control's new
+--   rate): the interval and tolerance (token and leaky bucket), E (windows); absent or 0:
+--   none. The state is re-read in the parameters of this call first, never holding more
+--   tokens than it held in those (`lua/gcra/state.lua`, `lua/window/convert.lua`).
 -- Integers only, all below 2^53 (exact in Lua's doubles); the caller checks it.
 local T = tonumber(ARGV[1])
 local B = tonumber(ARGV[2])
@@ -27,9 +32,13 @@ local book = tonumber(ARGV[8] or '0')
 local need = tonumber(ARGV[9] or '0')
 local back = tonumber(ARGV[10] or '0')
 local E = tonumber(ARGV[11] or ARGV[7])
-if not (T and B and x and P and tau and W and L and book and need and back and E) or T < 1
-  or B < 1 or x < 0 or P < 0 or tau < T or W < 1 or L < 1 or need < 0 or back < 0 or E < 1
-  or E > L then
+local FT = tonumber(ARGV[12] or '0')
+local Ftau = tonumber(ARGV[13] or '0')
+local FE = tonumber(ARGV[14] or '0')
+if not (T and B and x and P and tau and W and L and book and need and back and E and FT
+  and Ftau and FE) or T < 1 or B < 1 or x < 0 or P < 0 or tau < T or W < 1 or L < 1
+  or need < 0 or back < 0 or E < 1 or E > L or FT < 0 or FE < 0 or (FT > 0 and Ftau < FT)
+  then
   return redis.error_reply('ERR tower-throttle: bad arguments')
 end
 local clock = redis.call('TIME')

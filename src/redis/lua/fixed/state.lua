@@ -74,6 +74,11 @@ local function earliest(n, nb)
   if count(v) + n <= math.max(E, n) then return nb end
   return (v + 1) * W
 end
+-- The tokens that fit at `t` (at least now, not before the last booking) under a limit of
+-- `e` per window: what a request of at most `e` finds (`lua/window/convert.lua`).
+local function room(e, t)
+  return math.max(e - count(math.floor(t / W)), 0)
+end
 -- Restart after a pause ending at `e`: nothing to forget (the ramp bounds what goes after
 -- it). The ramp hands over at the first window boundary a whole window after `e`, so the
 -- rest of a window never goes at once.

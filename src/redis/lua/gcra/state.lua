@@ -20,11 +20,60 @@ local H = math.max(1000000, tau)
 -- write): a pause ends within P, a bucket is full again within max(tau, B·T) + H of
 -- max(now, pause) (an admission of n <= B tokens at or before now leaves tat at most
 -- max(tau, n·T) after it: for the leaky bucket, tau = T is less than a weighted cost; and
--- a booking lies at most H ahead).
+-- a booking lies at most H ahead), once re-read in this call's parameters (below).
 -- A clamp is written back, even when the request is refused, so it cannot recur.
 if pause > now + P then pause = now + P; dirty = true end
 local base = now
 if pause > now then base = pause end
+-- Re-read the state written with the interval FT and tolerance Ftau (ARGV[12], ARGV[13];
+-- FT = 0: nothing to re-read) in this call's T and tau, before the bucket's clamp (a state
+-- legitimate in the parameters before may lie beyond this call's span), as the
+-- in-process bucket's change of quota does: the tokens held at `base` = max(now, pause)
+-- (the end of a pause: its debt is time, not tokens) are kept, capped at the new burst,
+-- and a debt (instants booked ahead) is kept in tokens: `(Ftau − ahead) / FT` tokens,
+-- `ahead` = tat − base, put `(Ftau − ahead) · T / FT` µs below base + tau (rounded to hold
+-- no more).
+-- The state is shared, and says not which parameters wrote it: a state re-read twice (by a
+-- call racing with the first one after the change, or by another process that changed
+-- after this one wrote it) must not gain tokens. So the re-read moves tat later freely
+-- (fewer tokens), but earlier only while the state holds no token at this call's
+-- parameters, and never below none (base + tau): it holds the fewer of the tokens re-read
+-- and those the state leaves at this call's parameters (none when it owes).
+-- (A value beyond 2^53 is garbage: the clamp alone handles it.)
+local converted = false
+if FT > 0 and tat < 9007199254740992 then
+  local cbase = base
+  local ahead = tat - cbase
+  if ahead < 0 then ahead = 0 end
+  -- floor(d · T / FT) for d >= 0, exact while the product stays below 2^53; else one µs
+  -- less (`less`) or more: rounded towards fewer tokens either way.
+  local function scaled(d, less)
+    local k = math.floor(d / FT)
+    local r = d - k * FT
+    local f = r * T
+    local q = math.floor(f / FT)
+    if f + FT >= 9007199254740992 then
+      if less then q = math.max(q - 1, 0) else q = q + 1 end
+    elseif not less and q * FT < f then
+      q = q + 1
+    end
+    return k * T + q
+  end
+  local target
+  if ahead <= Ftau then
+    local held = scaled(Ftau - ahead, true)
+    if held > tau then held = tau end
+    target = cbase + tau - held
+  else
+    target = cbase + tau + scaled(ahead - Ftau, false)
+  end
+  local to = math.max(target, math.min(tat, cbase + tau))
+  if to ~= tat then
+    tat = to
+    converted = true
+  end
+end
+-- The bucket's clamp, in this call's parameters.
 local span = math.max(tau, B * T) + H
 if tat > base + span then tat = base + span; dirty = true end
 -- While paused, the first token is due when the pause ends.
@@ -53,3 +102,5 @@ local function save(t, p)
   end
   put(value, horizon(t, p))
 end
+-- A state re-read in this call's parameters is written, whatever the operation does.
+if converted then save(tat, pause) end

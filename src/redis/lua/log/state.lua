@@ -136,6 +136,17 @@ end
 local function tail()
   return newest or 0
 end
+-- The tokens that fit at `t` (at least now, not before the newest entry) under a limit of
+-- `e` in the last W µs: `e` less the entries after t − W.
+local function room(e, t)
+  local live = total
+  if t > now then live = sum(redis.call('ZRANGEBYSCORE', log, '(' .. fmt(t - W), '+inf')) end
+  return math.max(e - live, 0)
+end
+-- Count n tokens admitted at `at`, as the other windows name it.
+local function admit(n, at)
+  add(at, n)
+end
 -- Restart after a pause ending at `e` with an empty log: admissions from before the pause
 -- must not expire into a burst after it (bookings still ahead stay: they will go). The ramp
 -- hands over a window after `e`.

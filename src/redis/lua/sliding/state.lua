@@ -170,6 +170,13 @@ local function earliest(n, nb)
     v = v + 1
   end
 end
+-- The tokens that fit at `t` (at least now, not before the last booking) under a limit of
+-- `e` per window: `e` less the estimate at `t` (as `earliest` reads it), at least 0.
+local function room(e, t)
+  local v = math.floor(t / W)
+  local carried = math.ceil(count(v - 1) * ((v + 1) * W - t) / W)
+  return math.max(e - carried - count(v), 0)
+end
 -- Restart after a pause ending at `e`: nothing to forget (the ramp bounds what goes after
 -- it). The ramp hands over a window after `e`, to the estimate.
 local function restart_at(e)

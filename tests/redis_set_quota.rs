@@ -1,0 +1,342 @@
+//! `Bucket::set_quota` on a bucket kept in Redis: the decisions made in Redis follow the new
+//! quota, every algorithm, with no burst at the change, against a real Redis server (time
+//! from the Redis clock).
+#![cfg(feature = "redis")]
+
+#[path = "redis_support/mod.rs"]
+mod redis_support;
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
+use tower_throttle::redis::RedisBucket;
+use tower_throttle::{Algorithm, Bucket, Denied, Quota};
+
+/// A Redis bucket deciding with `algorithm`, and the `Bucket` made from it.
+async fn shared(tag: &str, quota: Quota, algorithm: Algorithm) -> (RedisBucket, Bucket) {
+    let redis = RedisBucket::builder(quota)
+        .url(redis_url())
+        .key_prefix(unique_prefix(tag))
+        .key("api")
+        .algorithm(algorithm)
+        // A loaded machine must not turn a decision into the failure policy's refusal.
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
+    (redis.clone(), Bucket::from(redis))
+}
+
+/// Single tokens admitted now, until the first refusal (its wait).
+async fn at_once(bucket: &Bucket) -> (u32, Duration) {
+    let mut admitted = 0;
+    loop {
+        match bucket.try_acquire_shared(1).await {
+            Ok(()) => admitted += 1,
+            Err(Denied::Throttled(t)) => return (admitted, t.wait()),
+            Err(e) => panic!("a decision failed: {e}"),
+        }
+    }
+}
+
+/// The Redis time `k` single-token waiters take, one after the other, µs.
+async fn time_for(bucket: &Bucket, conn: &mut MultiplexedConnection, k: u32) -> u64 {
+    let start = redis_now_us(conn).await;
+    for _ in 0..k {
+        bucket.acquire(1).await.expect("admitted");
+    }
+    redis_now_us(conn).await - start
+}
+
+/// Token and leaky bucket: lowered, then raised, the rate in Redis is the new one from the
+/// change on, and the change lets no burst through (the bucket was emptied just before: in
+/// process it would hold nothing after the change either).
+async fn a_bucket_on_redis_follows_a_new_quota(algorithm: Algorithm) {
+    let mut conn = raw(&redis_url()).await;
+    let built = Quota::per_second(10).burst(5);
+    let tag = if algorithm == Algorithm::TokenBucket {
+        "set-quota-token"
+    } else {
+        "set-quota-leaky"
+    };
+    let (redis, bucket) = shared(tag, built, algorithm).await;
+    let full = if algorithm == Algorithm::TokenBucket {
+        5
+    } else {
+        1
+    };
+    assert_eq!(at_once(&bucket).await.0, full, "{algorithm:?}: built");
+
+    // Lowered to 2/s: nothing at once, the next token one new interval (500 ms) after the
+    // bucket emptied, not one old interval (100 ms).
+    let lower = Quota::per_second(2).burst(5);
+    bucket.set_quota(lower);
+    assert_eq!((bucket.quota(), redis.quota()), (lower, lower));
+    let (admitted, wait) = at_once(&bucket).await;
+    assert_eq!(admitted, 0, "{algorithm:?}: a burst at the change");
+    assert!(
+        wait > Duration::from_millis(300) && wait <= Duration::from_millis(500),
+        "{algorithm:?}: {wait:?}"
+    );
+    // Five tokens at 2/s take at least four intervals (the first may be due at once).
+    let took = time_for(&bucket, &mut conn, 5).await;
+    assert!(
+        (1_900_000..3_500_000).contains(&took),
+        "{algorithm:?}: 5 at 2/s took {took} µs"
+    );
+
+    // Raised to 50/s (the bucket just emptied): nothing at once, then 40 tokens in about
+    // 40 new intervals (800 ms), neither faster nor stalled.
+    let higher = Quota::per_second(50).burst(5);
+    bucket.set_quota(higher);
+    assert_eq!(redis.quota(), higher);
+    let (admitted, wait) = at_once(&bucket).await;
+    assert_eq!(admitted, 0, "{algorithm:?}: a burst at the raise");
+    assert!(wait <= Duration::from_millis(20), "{algorithm:?}: {wait:?}");
+    let took = time_for(&bucket, &mut conn, 40).await;
+    assert!(
+        (760_000..1_500_000).contains(&took),
+        "{algorithm:?}: 40 at 50/s took {took} µs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_bucket_on_redis_follows_a_new_quota() {
+    a_bucket_on_redis_follows_a_new_quota(Algorithm::TokenBucket).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaky_bucket_on_redis_follows_a_new_quota() {
+    a_bucket_on_redis_follows_a_new_quota(Algorithm::leaky_bucket(16)).await;
+}
+
+/// A larger burst is not handed out at the change: an emptied bucket whose burst goes from
+/// 2 to 10 holds nothing more, and then refills to 10 at the rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_larger_burst_on_redis_is_not_handed_out_at_the_change() {
+    let mut conn = raw(&redis_url()).await;
+    let (_, bucket) = shared(
+        "set-quota-burst",
+        Quota::per_second(20).burst(2),
+        Algorithm::TokenBucket,
+    )
+    .await;
+    assert_eq!(at_once(&bucket).await.0, 2);
+    bucket.set_quota(Quota::per_second(20).burst(10));
+    let start = redis_now_us(&mut conn).await;
+    let (admitted, _) = at_once(&bucket).await;
+    let elapsed = redis_now_us(&mut conn).await - start;
+    // At most what refilled at 20/s meanwhile (plus the one due).
+    assert!(
+        u64::from(admitted) <= 1 + elapsed / 50_000,
+        "{admitted} at once after {elapsed} µs"
+    );
+    // Full again after 10 intervals: 10 at once.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(at_once(&bucket).await.0, 10);
+}
+
+/// 20 per 1 s window, built.
+const COUNT: u32 = 20;
+const WIDTH_US: u64 = 1_000_000;
+
+/// Sleep until the Redis clock is 10 ms into a window of index `≥ after`; its index.
+async fn window_start(conn: &mut MultiplexedConnection, after: u64) -> u64 {
+    loop {
+        let now = redis_now_us(conn).await;
+        let index = now / WIDTH_US;
+        let into = now % WIDTH_US;
+        if index >= after && (10_000..200_000).contains(&into) {
+            return index;
+        }
+        let next = if index < after {
+            after
+        } else if into < 10_000 {
+            index
+        } else {
+            index + 1
+        };
+        let target = next * WIDTH_US + 10_000;
+        tokio::time::sleep(Duration::from_micros(target.saturating_sub(now))).await;
+    }
+}
+
+/// How many single tokens `bucket` admits in one window of the Redis clock that starts quiet
+/// (nothing admitted in the window before it, which a sliding window would carry): tries
+/// until the first refusal, then twice more (both must be refused too). `after`: the first
+/// window index that may be used; moved past the one used.
+async fn admitted_in_one_window(
+    bucket: &Bucket,
+    conn: &mut MultiplexedConnection,
+    after: &mut u64,
+) -> u32 {
+    for _ in 0..5 {
+        let index = window_start(conn, *after).await;
+        let (admitted, _) = at_once(bucket).await;
+        let later = [
+            bucket.try_acquire_shared(1).await,
+            bucket.try_acquire_shared(1).await,
+        ];
+        let end = redis_now_us(conn).await / WIDTH_US;
+        *after = end + 2;
+        if end == index {
+            assert!(
+                later.iter().all(|r| matches!(r, Err(Denied::Throttled(_)))),
+                "after {admitted} admitted: {later:?}"
+            );
+            return admitted;
+        }
+        // The window ended before the count was done (a slow machine): count again.
+    }
+    panic!("no window was long enough to count its admissions");
+}
+
+/// Windows: a new count with the same period is the count per window in Redis, lowered or
+/// raised (above the one built too); a new period keeps the width built and takes the new
+/// rate per window; a count raised mid-window adds nothing to the window in progress; a
+/// request above the new count fails with `ExceedsBurst`, as in process.
+async fn a_window_on_redis_follows_a_new_quota(algorithm: Algorithm) {
+    let mut conn = raw(&redis_url()).await;
+    let built = Quota::new(COUNT, Duration::from_micros(WIDTH_US));
+    let (redis, bucket) = shared(&format!("set-quota-{algorithm:?}"), built, algorithm).await;
+    let mut after = redis_now_us(&mut conn).await / WIDTH_US + 1;
+    assert_eq!(
+        admitted_in_one_window(&bucket, &mut conn, &mut after).await,
+        COUNT,
+        "{algorithm:?}: built"
+    );
+
+    bucket.set_quota(Quota::per_second(8));
+    assert_eq!(redis.quota(), Quota::per_second(8));
+    assert_eq!(
+        admitted_in_one_window(&bucket, &mut conn, &mut after).await,
+        8,
+        "{algorithm:?}: lowered"
+    );
+    match bucket.acquire(9).await {
+        Err(Denied::ExceedsBurst(e)) => assert_eq!((e.requested(), e.burst()), (9, 8)),
+        other => panic!("{algorithm:?}: 9 of 8: {other:?}"),
+    }
+    match redis.try_acquire(9).await {
+        Err(Denied::ExceedsBurst(e)) => assert_eq!((e.requested(), e.burst()), (9, 8)),
+        other => panic!("{algorithm:?}: 9 of 8 on the Redis bucket: {other:?}"),
+    }
+
+    // Raised mid-window, 5 of 8 taken: the 3 left, not 25 more.
+    let start = window_start(&mut conn, after).await;
+    for _ in 0..5 {
+        bucket.try_acquire_shared(1).await.unwrap();
+    }
+    bucket.set_quota(Quota::per_second(30));
+    let (admitted, _) = at_once(&bucket).await;
+    let index = redis_now_us(&mut conn).await / WIDTH_US;
+    // (Unless the window ended meanwhile: a slow machine.)
+    if index == start {
+        assert_eq!(admitted, 3, "{algorithm:?}: a burst at the raise");
+    }
+    after = index + 2;
+    assert_eq!(
+        admitted_in_one_window(&bucket, &mut conn, &mut after).await,
+        30,
+        "{algorithm:?}: raised above the count built"
+    );
+
+    // A new period: 600 a minute is 10 per window of the width built (1 s).
+    bucket.set_quota(Quota::per_minute(600));
+    assert_eq!(
+        admitted_in_one_window(&bucket, &mut conn, &mut after).await,
+        10,
+        "{algorithm:?}: a new period"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_window_on_redis_follows_a_new_quota() {
+    a_window_on_redis_follows_a_new_quota(Algorithm::FixedWindow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sliding_window_on_redis_follows_a_new_quota() {
+    a_window_on_redis_follows_a_new_quota(Algorithm::SlidingWindow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sliding_log_on_redis_follows_a_new_quota() {
+    a_window_on_redis_follows_a_new_quota(Algorithm::SlidingLog).await;
+}
+
+/// A waiter asking for more than the new burst fails with `ExceedsBurst`, at the change, as
+/// in process (here one that waits behind a pause, so it has not booked its instant yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_above_the_new_burst_fails_on_redis_as_in_process() {
+    let quota = Quota::per_second(10).burst(5);
+    let (_, on_redis) = shared("set-quota-waiter", quota, Algorithm::TokenBucket).await;
+    let in_process = Bucket::new(quota);
+    for bucket in [in_process, on_redis] {
+        let shared = bucket.is_shared();
+        bucket.pause(Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let waiter = {
+            let bucket = bucket.clone();
+            tokio::spawn(async move { bucket.acquire(4).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !waiter.is_finished(),
+            "shared {shared}: waits behind the pause"
+        );
+        bucket.set_quota(Quota::per_second(10).burst(2));
+        let result = tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("shared {shared}: still waiting after the change"))
+            .unwrap();
+        match result {
+            Err(Denied::ExceedsBurst(e)) => {
+                assert_eq!((e.requested(), e.burst()), (4, 2), "shared {shared}")
+            }
+            other => panic!("shared {shared}: {other:?}"),
+        }
+    }
+}
+
+/// After a new quota, a push-back still lowers the rate decided in Redis, below the new
+/// ceiling: token bucket and fixed window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_back_after_a_new_quota_lowers_the_redis_rate_below_it() {
+    let mut conn = raw(&redis_url()).await;
+    let (redis, bucket) = shared(
+        "set-quota-pushback",
+        Quota::per_second(100).burst(1),
+        Algorithm::TokenBucket,
+    )
+    .await;
+    bucket.set_quota(Quota::per_second(40).burst(1));
+    let cooldown = Duration::from_millis(200);
+    bucket.push_back(cooldown);
+    // Half of the 40/s refused, 96 % of it in force: 19.2/s, about 52 ms a token.
+    assert_eq!(bucket.rate(), 19.2);
+    assert_eq!(redis.quota(), Quota::per_second(40).burst(1));
+    tokio::time::sleep(cooldown + Duration::from_millis(100)).await;
+    at_once(&bucket).await;
+    let (_, wait) = at_once(&bucket).await;
+    assert!(
+        wait > Duration::from_millis(30) && wait <= Duration::from_millis(53),
+        "{wait:?}"
+    );
+    // Ten tokens at 19.2/s: at least nine of its intervals (469 ms), not 40/s (225 ms).
+    let took = time_for(&bucket, &mut conn, 10).await;
+    assert!((440_000..900_000).contains(&took), "10 took {took} µs");
+
+    // A window: 20 per window built, 10 set, 4 per window after the push-back.
+    let built = Quota::new(COUNT, Duration::from_micros(WIDTH_US));
+    let (_, window) = shared("set-quota-pushback-window", built, Algorithm::FixedWindow).await;
+    window.set_quota(Quota::per_second(10));
+    window.push_back(cooldown);
+    assert_eq!(window.rate(), 4.8);
+    let mut after = redis_now_us(&mut conn).await / WIDTH_US + 3;
+    assert_eq!(
+        admitted_in_one_window(&window, &mut conn, &mut after).await,
+        4
+    );
+}
