@@ -69,10 +69,11 @@
 //! below the estimate while it was below it in that window (from the rates it was at, kept
 //! per window in steps of 2 %). Always
 //! `floor ≤ rate ≤ ceiling`; the configured quota's burst is kept (an adaptive bucket has a
-//! burst of 1: a server's burst is unknown). Once `L` is known, the bucket also counts a late
-//! admission (token and leaky bucket) from when it went, beyond 4 % of an interval, instead
-//! of from when it was due: a server without a burst measures from the request it admitted
-//! last, and a late request followed by one on time would be refused.
+//! burst of 1: a server's burst is unknown). Once `L` is known, the bucket also never lets
+//! two requests go closer than 98 % of an interval (token and leaky bucket): a server
+//! without a burst measures from the request it admitted last, and a late request followed
+//! by one on time would be refused. A late request is still counted at its turn, so a timer
+//! late by the same amount every time (tokio's millisecond ticks) costs no rate.
 //!
 //! **Why these estimates.** The first push-back of a client that has just started says only
 //! that the server's limit is below `U`: the server may allow 90 % of it, or a quarter.

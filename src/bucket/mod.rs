@@ -511,3 +511,64 @@ mod tests {
         assert_eq!(bucket.rate(), 30.0 * 0.96);
     }
 }
+
+#[cfg(test)]
+mod spaced_tests {
+    use super::*;
+
+    /// 300 waiters on 50/s with a burst of 1, once a server's limit is known, on a runtime
+    /// that runs on millisecond ticks whose phase a stall shifts now and then: each timer is
+    /// late by a different amount. The instants they go.
+    async fn spaced_on_a_coarse_runtime(spaced: bool) -> Vec<Duration> {
+        let bucket = Bucket::new(Quota::per_second(50).burst(1));
+        bucket.shared.set_spaced(spaced);
+        let start = Instant::now();
+        let times = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let tasks: Vec<_> = (0..300)
+            .map(|_| {
+                let (bucket, times) = (bucket.clone(), times.clone());
+                tokio::spawn(async move {
+                    bucket.acquire(1).await.unwrap();
+                    times.lock().unwrap().push(Instant::now() - start);
+                })
+            })
+            .collect();
+        let mut tick = 0u32;
+        while times.lock().unwrap().len() < 300 {
+            // tokio's millisecond ticks, and now and then a stall that shifts their phase.
+            tick += 1;
+            let step = if tick % 13 == 0 { 2_500 } else { 1_000 };
+            tokio::time::advance(Duration::from_micros(step)).await;
+            for _ in 0..50 {
+                tokio::task::yield_now().await;
+            }
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let mut times = times.lock().unwrap().clone();
+        times.sort();
+        times
+    }
+
+    /// A server without a burst measures from the request it admitted last: a late request
+    /// followed by one on time would be refused. Once spaced, none is closer than 98 % of an
+    /// interval to the one before, and the timers' lateness still costs no rate.
+    #[tokio::test(start_paused = true)]
+    async fn once_spaced_no_two_admissions_are_closer_than_98_percent_of_an_interval() {
+        let closest = |times: &[Duration]| times.windows(2).map(|w| w[1] - w[0]).min().unwrap();
+        let times = spaced_on_a_coarse_runtime(true).await;
+        let least = closest(&times);
+        assert!(least >= Duration::from_micros(19_600), "{least:?}");
+        let last = *times.last().unwrap();
+        // What a stall delayed is not caught up closer than that on millisecond ticks: each
+        // costs its lateness, and nothing more.
+        assert!(
+            last <= Duration::from_millis(299 * 20).mul_f64(1.05),
+            "{last:?}"
+        );
+        // Not spaced, a waiter catches up on a late one: closer than that.
+        let times = spaced_on_a_coarse_runtime(false).await;
+        assert!(closest(&times) < Duration::from_micros(19_600));
+    }
+}

@@ -110,9 +110,9 @@ fn guard_tolerance(interval: u64, tolerance: u64) -> u64 {
     tolerance.saturating_add(interval).max(floor)
 }
 
-/// How late, as a fraction of the interval, an admission may be and still count as on time
-/// once a server's limit is known (see [`Shared::set_spaced`]).
-const SPACED_SLACK: f64 = 1.0 - crate::adaptive::HOLD;
+/// Once a server's limit is known, two admissions are never closer than this fraction of an
+/// interval below one interval (see [`Shared::set_spaced`]).
+const SPACED_MARGIN: f64 = 0.02;
 
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -149,6 +149,8 @@ struct State {
     /// The sliding log heeds its guard until this instant: a window's width after it last
     /// counted a late waiter back.
     credited_until: u64,
+    /// GCRA engines: the instant the last waiter went (0: none yet).
+    last_went: u64,
     window: Option<Box<dyn Window>>,
     /// Window engines, after a pause: no burst until the window's own bound takes over.
     ramp: Option<Ramp>,
@@ -240,6 +242,7 @@ impl Shared {
                 tail: 0,
                 guard: 0,
                 credited_until: 0,
+                last_went: 0,
                 window: window_of(&quota, algorithm, clock.now_ns(), align),
                 ramp: None,
             }),
@@ -341,16 +344,39 @@ impl Shared {
     /// How far back a late waiter may be counted as admitted. The GCRA engines and the
     /// sliding log, whose guard bounds what a credit can let through, allow twice a late
     /// timer: the timer's own lateness, and as much again when the guard made it wait for a
-    /// later timer. Once a server's limit is known, only 4 % of an interval (see
-    /// [`set_spaced`](Self::set_spaced)).
+    /// later timer.
     fn slack(&self, st: &State) -> u64 {
         match &st.window {
-            None if self.spaced.load(Ordering::Acquire) => {
-                (st.quota.interval_ns() as f64 * SPACED_SLACK) as u64
-            }
             None => st.quota.interval_ns().max(TIMER_SLACK).saturating_mul(2),
             Some(w) if w.slack() > 0 => w.slack().max(TIMER_SLACK).saturating_mul(2),
             Some(_) => 0,
+        }
+    }
+
+    /// The GCRA engines' guard, as the cost of a token and a tolerance: one token more than
+    /// the bucket ([`guard_tolerance`]). Once a server's limit is known, the bucket itself
+    /// at a rate 2 % higher instead, so that a waiter catching up on a late one never goes
+    /// closer than 98 % of an interval after it (see [`set_spaced`](Self::set_spaced)).
+    fn guard_params(&self) -> (u64, u64) {
+        let (interval, tolerance) = self.gcra.params();
+        if self.spaced.load(Ordering::Acquire) {
+            let faster = |v: u64| v - (v as f64 * SPACED_MARGIN) as u64;
+            (faster(interval), faster(tolerance))
+        } else {
+            (interval, guard_tolerance(interval, tolerance))
+        }
+    }
+
+    /// Where the bucket's `tat` must be raised to when the line empties, from the guard's
+    /// `tat`: the fast path then admits no earlier than the guard would have.
+    fn guard_takeover(&self, guard: u64) -> u64 {
+        let (interval, tolerance) = self.gcra.params();
+        if self.spaced.load(Ordering::Acquire) {
+            let beyond_one = tolerance.saturating_sub(interval);
+            guard.saturating_add((beyond_one as f64 * SPACED_MARGIN) as u64)
+        } else {
+            // Less the guard's extra token.
+            guard.saturating_sub(interval)
         }
     }
 
@@ -440,14 +466,15 @@ impl Shared {
         if st.window.is_some() {
             return self.commit(st, tokens, from, now);
         }
-        let (interval, tolerance) = self.gcra.params();
-        let cost = u64::from(tokens).saturating_mul(interval);
-        let (guard, at) = schedule(st.guard, now, cost, guard_tolerance(interval, tolerance));
+        let (unit, tolerance) = self.guard_params();
+        let cost = u64::from(tokens).saturating_mul(unit);
+        let (guard, at) = schedule(st.guard, now, cost, tolerance);
         if at > now {
             return Err(at.max(self.predict(st, tokens, 0, from)));
         }
         let permit = self.commit(st, tokens, from, now)?;
         st.guard = guard;
+        st.last_went = now;
         Ok(permit)
     }
 
@@ -481,9 +508,8 @@ impl Shared {
         let e = st.queue.remove(key);
         self.waiting.store(st.queue.len(), Ordering::Release);
         if st.queue.is_empty() && st.window.is_none() {
-            // The fast path takes over: it must see what the guard saw, less its extra token.
-            self.gcra
-                .raise_tat(st.guard.saturating_sub(self.gcra.params().0));
+            // The fast path takes over: it must see what the guard saw.
+            self.gcra.raise_tat(self.guard_takeover(st.guard));
         }
         let next = if was_first {
             if let Some(k) = st.queue.head() {
@@ -622,7 +648,14 @@ impl Shared {
                 // stretches it.
                 let paused = self.paused_until.load(Ordering::Acquire);
                 self.gcra.set_params(interval, tolerance, now.max(paused));
-                st.guard = self.gcra.tat();
+                // Once spaced, the guard restarts one new token after the instant the last
+                // waiter went: a rate control changes the rate often, and the next must keep
+                // its distance at the new rate.
+                st.guard = if self.spaced.load(Ordering::Acquire) && st.last_went > 0 {
+                    st.last_went.saturating_add(self.guard_params().0)
+                } else {
+                    self.gcra.tat()
+                };
             }
             Some(w) => w.set_limit(u64::from(quota.count()), quota.period_ns(), now),
         }
@@ -643,11 +676,13 @@ impl Shared {
         wakers.into_iter().for_each(Waker::wake);
     }
 
-    /// The hook of a rate control ([`crate::adaptive`]): once a server's limit is known, a
-    /// waiter that goes late is counted from when it goes, not from when it was due (beyond
-    /// the hold's margin, 4 % of an interval), so that the next one keeps its distance: a
-    /// server without a burst measures from the request it admitted last, and a late request
-    /// followed by one on time would be refused.
+    /// The hook of a rate control ([`crate::adaptive`]): once a server's limit is known, the
+    /// guard of the token and leaky bucket allows nothing beyond the bucket but 2 % of an
+    /// interval, so that a waiter catching up on a late one never goes closer than 98 % of
+    /// an interval after it: a server without a burst measures from the request it admitted
+    /// last, and a late request followed by one on time would be refused. A late waiter is
+    /// still counted at its turn, so a timer late by the same amount every time (tokio's
+    /// millisecond ticks) costs nothing.
     pub(crate) fn set_spaced(&self, spaced: bool) {
         self.spaced.store(spaced, Ordering::Release);
     }
