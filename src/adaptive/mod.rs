@@ -128,9 +128,11 @@
 //! growth: twice the estimate after about 90 s), one that lowers it by the next push-back.
 //! Against a stand-in server with a hidden limit (paused clock, 16 workers,
 //! `tests/pushback.rs`), a client configured at twice a hidden 5, 20 or 50 per second (with
-//! or without a burst of 10) is refused once and finishes in 1.09–1.11 × the ideal time; an
-//! adaptive one settles at 94–95 % of a hidden 5, 50 or 200 per second with two or three
-//! push-backs in 45 s, and sees through a burst of 10 at 50/s with three.
+//! or without a burst of 10) is refused twice (the guess, then its verification) and
+//! finishes 15 s of requests in 1.15–1.16 × the ideal time; at 1.1× to 4× a hidden 40/s,
+//! 1.10–1.13× (1.07–1.12× behind a burst of 10); an adaptive one settles at 94–100 % of a
+//! hidden 5, 50 or 200 per second with one to three push-backs in 45 s, and sees through a
+//! burst of 10 at 50/s with three.
 //!
 //! **Shared.** The control lives beside the bucket: every clone, layer and worker reports to
 //! and reads the same rate. A bucket made from a
