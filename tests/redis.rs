@@ -6,7 +6,10 @@ mod redis_support;
 
 use std::time::Duration;
 
-use redis_support::{assert_ttl_ok, inspect, raw, redis_now_us, redis_url, unique_prefix};
+use redis_support::{
+    assert_ttl_ok, inspect, micros, on_redis_clock, raw, redis_now_us, redis_url, unique_prefix,
+    wait_range,
+};
 use tokio::time::Instant;
 use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind, RedisKeyed};
 use tower_throttle::{Denied, Quota};
@@ -33,20 +36,23 @@ fn wait_of(r: Result<(), Denied>) -> Duration {
 
 #[tokio::test]
 async fn admits_the_burst_then_throttles_with_the_wait() {
+    let mut conn = raw(&redis_url()).await;
     let b = bucket(
         "burst",
         Quota::per_second(10).burst(3),
         FailurePolicy::Closed,
     )
     .await;
-    for _ in 0..3 {
+    let (lo, first, hi) = on_redis_clock(&mut conn, b.try_acquire(1)).await;
+    first.unwrap();
+    for _ in 0..2 {
         b.try_acquire(1).await.unwrap();
     }
-    let wait = wait_of(b.try_acquire(1).await);
-    assert!(
-        wait > Duration::from_millis(50) && wait <= Duration::from_millis(100),
-        "{wait:?}"
-    );
+    // The next token is due one interval (100 ms) after the first admission.
+    let (r_lo, refused, r_hi) = on_redis_clock(&mut conn, b.try_acquire(1)).await;
+    let wait = wait_of(refused);
+    let due = wait_range((lo, hi), 100_000, (r_lo, r_hi));
+    assert!(due.contains(&micros(wait)), "{wait:?}, expected {due:?} µs");
     // Every decision asks Redis: a reply that said the bucket is empty may be stale.
     assert_eq!(b.stats().round_trips, 4);
     tokio::time::sleep(wait).await;
@@ -128,11 +134,19 @@ async fn every_write_leaves_a_ttl_within_the_time_to_refill() {
     )
     .await;
 
-    // A pause: the TTL covers the pause, and no more than pause + refill.
+    // A pause: the TTL covers the pause and the refill after it (the bucket is full again
+    // 200 ms after the pause ends, at least 600 ms after `paused`), and no more. PTTL, read
+    // before `read`, counts whole ms (1 ms of rounding).
+    let paused = redis_now_us(&mut conn).await;
     b.pause(Duration::from_millis(400)).await.unwrap();
     assert_ttl_ok(&mut conn, &key, "after a pause").await;
     let (pttl, _) = inspect(&mut conn, &key).await;
-    assert!(pttl > 400 && pttl <= 400 + 200 + 1, "{pttl}");
+    let read = redis_now_us(&mut conn).await;
+    let least = i64::try_from((paused + 600_000).saturating_sub(read) / 1_000).unwrap() - 1;
+    assert!(
+        pttl >= least && pttl <= 400 + 200 + 1,
+        "{pttl}, at least {least}"
+    );
 
     // The TTL is exactly what makes an idle key vanish when the bucket is full again.
     tokio::time::sleep(Duration::from_millis(650)).await;
@@ -388,22 +402,32 @@ async fn a_pause_in_one_process_holds_the_others() {
             .failure_policy(FailurePolicy::Closed)
             .build()
     };
-    raw(&url).await;
+    let mut conn = raw(&url).await;
     // Two handles, two connections: as two processes.
     let (a, b) = (mk().await.unwrap(), mk().await.unwrap());
     b.try_acquire(1).await.unwrap();
 
+    // The pause ends 300 ms after an instant within `paused` (Redis clock).
     let t0 = Instant::now();
-    a.pause(Duration::from_millis(300)).await.unwrap();
-    let wait = wait_of(b.try_acquire(1).await);
+    let (p_lo, r, p_hi) = on_redis_clock(&mut conn, a.pause(Duration::from_millis(300))).await;
+    r.unwrap();
+    let paused = (p_lo, p_hi);
+    let (lo, refused, hi) = on_redis_clock(&mut conn, b.try_acquire(1)).await;
+    let wait = wait_of(refused);
+    let range = wait_range(paused, 300_000, (lo, hi));
     assert!(
-        wait > Duration::from_millis(250) && wait <= Duration::from_millis(300),
-        "{wait:?}"
+        range.contains(&micros(wait)),
+        "{wait:?}, expected {range:?} µs"
     );
     // A shorter pause does not shorten it.
     b.pause(Duration::from_millis(10)).await.unwrap();
-    let wait2 = wait_of(b.try_acquire(1).await);
-    assert!(wait2 > Duration::from_millis(200), "{wait2:?}");
+    let (lo, refused, hi) = on_redis_clock(&mut conn, b.try_acquire(1)).await;
+    let wait2 = wait_of(refused);
+    let range = wait_range(paused, 300_000, (lo, hi));
+    assert!(
+        range.contains(&micros(wait2)),
+        "{wait2:?}, expected {range:?} µs"
+    );
 
     b.acquire(1).await.unwrap();
     assert!(
@@ -411,11 +435,14 @@ async fn a_pause_in_one_process_holds_the_others() {
         "{:?}",
         t0.elapsed()
     );
-    // No burst when the pause ends: the next token is one interval later.
-    let next = wait_of(a.try_acquire(1).await);
+    // No burst when the pause ends: B took the token due then, and the next is one
+    // interval (50 ms) later.
+    let (lo, refused, hi) = on_redis_clock(&mut conn, a.try_acquire(1)).await;
+    let next = wait_of(refused);
+    let range = wait_range(paused, 350_000, (lo, hi));
     assert!(
-        next > Duration::from_millis(20) && next <= Duration::from_millis(50),
-        "{next:?}"
+        range.contains(&micros(next)),
+        "{next:?}, expected {range:?} µs"
     );
 }
 
@@ -526,18 +553,27 @@ async fn keyed_limits_are_independent_hashed_and_bounded() {
         .unwrap();
     assert!(stored.is_none(), "key material never appears in Redis");
 
-    // Keyed waiting and pausing.
-    k2.try_acquire("erin", 2).await.unwrap();
-    let t0 = Instant::now();
+    // Keyed waiting and pausing (Redis clock): the next token of "erin" is due 100 ms after
+    // the burst was taken, and the waiter goes no earlier.
+    let (lo, taken, _) = on_redis_clock(&mut conn, k2.try_acquire("erin", 2)).await;
+    taken.unwrap();
     k1.acquire("erin", 1).await.unwrap();
+    let done = redis_now_us(&mut conn).await;
     assert!(
-        t0.elapsed() >= Duration::from_millis(80),
-        "{:?}",
-        t0.elapsed()
+        done >= lo + 100_000,
+        "went {} µs after the burst",
+        done - lo
     );
-    k2.pause("carol", Duration::from_millis(200)).await.unwrap();
-    let wait = wait_of(k1.try_acquire("carol", 1).await);
-    assert!(wait > Duration::from_millis(150), "{wait:?}");
+    let (p_lo, paused, p_hi) =
+        on_redis_clock(&mut conn, k2.pause("carol", Duration::from_millis(200))).await;
+    paused.unwrap();
+    let (lo, refused, hi) = on_redis_clock(&mut conn, k1.try_acquire("carol", 1)).await;
+    let wait = wait_of(refused);
+    let range = wait_range((p_lo, p_hi), 200_000, (lo, hi));
+    assert!(
+        range.contains(&micros(wait)),
+        "{wait:?}, expected {range:?} µs"
+    );
     k1.try_acquire("dave", 1).await.unwrap();
     let s = k1.stats();
     assert_eq!((s.failures, s.fallbacks), (0, 0), "{s:?}");
@@ -655,14 +691,15 @@ fn handles_and_futures_are_send_and_sync() {
 
 #[tokio::test]
 async fn a_dropped_waiter_gives_its_tokens_back() {
+    let mut conn = raw(&redis_url()).await;
     let b = bucket(
         "cancel",
         Quota::per_second(10).burst(1),
         FailurePolicy::Closed,
     )
     .await;
-    b.try_acquire(1).await.unwrap();
-    let t0 = Instant::now();
+    let (lo, taken, _) = on_redis_clock(&mut conn, b.try_acquire(1)).await;
+    taken.unwrap();
     // Books the instant 100 ms ahead, then is dropped while it sleeps.
     let first = tokio::spawn({
         let b = b.clone();
@@ -673,11 +710,13 @@ async fn a_dropped_waiter_gives_its_tokens_back() {
     assert!(first.await.unwrap_err().is_cancelled());
     // The refund reaches Redis in the background; then the next waiter gets the instant
     // the dropped one had booked, not the one after it.
+    // Redis clock: the dropped one's instant is 100 ms after the admission (decided after
+    // `lo`), the one after it 200 ms.
     tokio::time::sleep(Duration::from_millis(20)).await;
     b.acquire(1).await.unwrap();
-    let took = t0.elapsed();
+    let took = redis_now_us(&mut conn).await - lo;
     assert!(
-        took >= Duration::from_millis(90) && took < Duration::from_millis(180),
-        "the next waiter did not get the dropped one's tokens: {took:?}"
+        (100_000..200_000).contains(&took),
+        "the next waiter did not get the dropped one's tokens: {took} µs"
     );
 }

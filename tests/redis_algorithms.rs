@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
-use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
+use redis_support::{
+    micros, on_redis_clock, raw, redis_now_us, redis_url, unique_prefix, wait_range,
+};
 use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind, RedisKeyed};
 use tower_throttle::{Algorithm, Denied, Quota};
 
@@ -79,12 +81,31 @@ async fn clock_skew(conn: &mut MultiplexedConnection) -> u64 {
     redis.abs_diff(mid) + (after - before) / 2
 }
 
-/// Sleep until `offset` past the start of the next window of `width`, UNIX time.
-async fn align(width: Duration, offset: Duration) {
-    let w = u64::try_from(width.as_micros()).unwrap();
-    let now = unix_us();
-    let next = (now / w + 1) * w + u64::try_from(offset.as_micros()).unwrap();
-    tokio::time::sleep(Duration::from_micros(next - now)).await;
+/// Sleep until `offset` µs past the start of a window of `width` µs on the Redis clock
+/// (this one's, if that instant is still ahead, else the next one's). Sleeping may take
+/// longer on a loaded machine: a test that needs a phase checks, on the Redis clock, the
+/// one it got.
+async fn align(conn: &mut MultiplexedConnection, width: u64, offset: u64) {
+    let now = redis_now_us(conn).await;
+    let mut at = now - now % width + offset;
+    if at <= now + 1_000 {
+        at += width;
+    }
+    tokio::time::sleep(Duration::from_micros(at - now)).await;
+}
+
+/// The most starts a test makes, starting over when a window boundary fell within its
+/// setup (only a stalled machine lets that happen even once).
+const STARTS: u32 = 5;
+
+/// Wait, on the Redis clock, until at least `left` µs remain of the current window of
+/// `width` µs: a test of a few calls then sees no boundary.
+async fn clear_of_boundary(conn: &mut MultiplexedConnection, width: u64, left: u64) {
+    let now = redis_now_us(conn).await;
+    let remaining = width - now % width;
+    if remaining < left {
+        tokio::time::sleep(Duration::from_micros(remaining + 1_000)).await;
+    }
 }
 
 /// One admission: the UNIX time (µs) before the request was sent and after its reply came;
@@ -173,6 +194,8 @@ async fn fixed_window_two_processes_take_at_most_the_count_per_aligned_window() 
     let a = handle(&prefix, quota, Algorithm::FixedWindow).await;
     let b = handle(&prefix, quota, Algorithm::FixedWindow).await;
     assert_eq!(a.algorithm(), Algorithm::FixedWindow);
+    // Start early in a window (Redis clock): the first window is hammered whole.
+    align(&mut conn, 250_000, 10_000).await;
     let admitted = hammer(&[a, b], 1, Duration::from_millis(1_300)).await;
     let windows = per_window(&admitted, 250_000, skew);
     for &(w, n) in &windows {
@@ -187,74 +210,148 @@ async fn fixed_window_two_processes_take_at_most_the_count_per_aligned_window() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixed_window_lets_twice_the_count_through_across_a_boundary() {
-    let prefix = unique_prefix("fixed-boundary");
-    let quota = Quota::new(5, Duration::from_millis(200));
-    let a = handle(&prefix, quota, Algorithm::FixedWindow).await;
-    let b = handle(&prefix, quota, Algorithm::FixedWindow).await;
-    // 15 ms before a boundary: the count, then right after it the count again.
-    align(Duration::from_millis(200), Duration::from_millis(185)).await;
-    let start = unix_us();
-    for _ in 0..5 {
-        a.try_acquire(1).await.unwrap();
-    }
-    let wait = wait_of(b.try_acquire(1).await);
-    assert!(wait <= Duration::from_millis(16), "{wait:?}");
+    let mut conn = raw(&redis_url()).await;
+    let w = 1_000_000;
+    let quota = Quota::new(5, Duration::from_micros(w));
+    // Late in a window (Redis clock): A takes the count, and B is refused until the window
+    // ends. A start in which a boundary fell among these calls (a stalled machine) is
+    // dropped before any of its decisions is looked at, and the test starts over on a fresh
+    // key.
+    let mut starts = 0;
+    let (a, b, start, wait) = loop {
+        starts += 1;
+        assert!(starts <= STARTS, "no start within one window");
+        let prefix = unique_prefix("fixed-boundary");
+        let a = handle(&prefix, quota, Algorithm::FixedWindow).await;
+        let b = handle(&prefix, quota, Algorithm::FixedWindow).await;
+        align(&mut conn, w, 800_000).await;
+        let start = redis_now_us(&mut conn).await;
+        let mut taken = Vec::new();
+        for _ in 0..5 {
+            taken.push(a.try_acquire(1).await);
+        }
+        let (lo, refused, hi) = on_redis_clock(&mut conn, b.try_acquire(1)).await;
+        if start / w != hi / w {
+            continue;
+        }
+        for r in taken {
+            r.unwrap();
+        }
+        // B waits for the end of the window, from the instant Redis decided (in [lo, hi]).
+        let end = (start / w + 1) * w;
+        let wait = wait_of(refused);
+        assert!(
+            (end - hi..=end - lo).contains(&micros(wait)),
+            "wait {wait:?}, window ends in {}..={} µs",
+            end - hi,
+            end - lo
+        );
+        break (a, b, start, wait);
+    };
+    // Right after the boundary, the count again.
     tokio::time::sleep(wait).await;
     for _ in 0..5 {
         b.try_acquire(1).await.unwrap();
     }
-    let span = unix_us() - start;
-    assert!(span < 40_000, "2 × 5 admitted within {span} µs");
+    let (lo, refused, _) = on_redis_clock(&mut conn, a.try_acquire(1)).await;
+    // Twice the count within less than a window: A's five from `start` on, B's before `lo`.
+    let span = lo - start;
+    assert!(span < w, "2 × 5 admitted within {span} µs");
     // And no more: the new window is full.
-    let _ = wait_of(a.try_acquire(1).await);
+    let _ = wait_of(refused);
 }
 
 #[tokio::test]
 async fn fixed_window_weighted_costs_and_the_exact_wait() {
-    let prefix = unique_prefix("fixed-wait");
     let mut conn = raw(&redis_url()).await;
-    let skew = clock_skew(&mut conn).await;
-    let quota = Quota::new(5, Duration::from_millis(500));
-    let a = handle(&prefix, quota, Algorithm::FixedWindow).await;
-    align(Duration::from_millis(500), Duration::from_millis(20)).await;
-    a.try_acquire(3).await.unwrap();
-    a.try_acquire(2).await.unwrap();
-    let before = unix_us();
-    let wait = wait_of(a.try_acquire(1).await);
-    let end = (before / 500_000 + 1) * 500_000;
-    let expected = end - before;
-    let got = u64::try_from(wait.as_micros()).unwrap();
-    assert!(
-        got.abs_diff(expected) <= 2_000 + skew,
-        "wait {got} µs, window ends in {expected} µs"
-    );
-    // More than the count can never fit.
-    match a.try_acquire(6).await {
-        Err(Denied::ExceedsBurst(e)) => assert_eq!((e.requested(), e.burst()), (6, 5)),
-        other => panic!("{other:?}"),
-    }
-    // A fresh handle (no local knowledge) hears the same from Redis.
-    let b = handle(&prefix, quota, Algorithm::FixedWindow).await;
-    let wait_b = wait_of(b.try_acquire(1).await);
-    assert!(wait_b <= wait, "{wait_b:?} {wait:?}");
+    let w = 500_000;
+    let quota = Quota::new(5, Duration::from_micros(w));
+    // Early in a window (Redis clock). A start in which a boundary fell among the calls
+    // below (a stalled machine) is dropped before any of its decisions is looked at, and the
+    // test starts over on a fresh key.
+    let mut starts = 0;
+    let (b, wait_b) = loop {
+        starts += 1;
+        assert!(starts <= STARTS, "no start within one window");
+        let prefix = unique_prefix("fixed-wait");
+        let a = handle(&prefix, quota, Algorithm::FixedWindow).await;
+        // Another handle: no local knowledge of what A did.
+        let b = handle(&prefix, quota, Algorithm::FixedWindow).await;
+        align(&mut conn, w, 20_000).await;
+        let start = redis_now_us(&mut conn).await;
+        let taken = [a.try_acquire(3).await, a.try_acquire(2).await];
+        let (lo, refused, hi) = on_redis_clock(&mut conn, a.try_acquire(1)).await;
+        let too_many = a.try_acquire(6).await;
+        let (lo_b, refused_b, hi_b) = on_redis_clock(&mut conn, b.try_acquire(1)).await;
+        if start / w != hi_b / w {
+            continue;
+        }
+        for r in taken {
+            r.unwrap();
+        }
+        // The wait is the end of the window, from the instant Redis decided (in [lo, hi]).
+        let end = (start / w + 1) * w;
+        let wait = wait_of(refused);
+        assert!(
+            (end - hi..=end - lo).contains(&micros(wait)),
+            "wait {wait:?}, window ends in {}..={} µs",
+            end - hi,
+            end - lo
+        );
+        // More than the count can never fit.
+        match too_many {
+            Err(Denied::ExceedsBurst(e)) => assert_eq!((e.requested(), e.burst()), (6, 5)),
+            other => panic!("{other:?}"),
+        }
+        // The other handle hears the same from Redis.
+        let wait_b = wait_of(refused_b);
+        assert!(
+            (end - hi_b..=end - lo_b).contains(&micros(wait_b)),
+            "B's wait {wait_b:?}, window ends in {}..={} µs",
+            end - hi_b,
+            end - lo_b
+        );
+        assert!(wait_b <= wait, "{wait_b:?} {wait:?}");
+        break (b, wait_b);
+    };
     tokio::time::sleep(wait_b).await;
     b.try_acquire(5).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sliding_window_stays_within_its_bound_and_fills_a_fresh_window_exactly() {
-    let prefix = unique_prefix("sliding");
-    let quota = Quota::new(8, Duration::from_millis(300));
-    let a = handle(&prefix, quota, Algorithm::SlidingWindow).await;
-    let b = handle(&prefix, quota, Algorithm::SlidingWindow).await;
-    // A fresh window: exactly the count, then a refusal.
-    align(Duration::from_millis(300), Duration::from_millis(5)).await;
-    for i in 0..8 {
-        let h = if i % 2 == 0 { &a } else { &b };
-        h.try_acquire(1).await.unwrap();
-    }
-    let _ = wait_of(a.try_acquire(1).await);
-    let _ = wait_of(b.try_acquire(1).await);
+    let mut conn = raw(&redis_url()).await;
+    let w = 300_000;
+    let quota = Quota::new(8, Duration::from_micros(w));
+    // A fresh window: exactly the count, then a refusal. A start in which a boundary fell
+    // among these calls (a stalled machine) is dropped before any of its decisions is
+    // looked at, and the test starts over on a fresh key.
+    let mut starts = 0;
+    let (a, b) = loop {
+        starts += 1;
+        assert!(starts <= STARTS, "no start within one window");
+        let prefix = unique_prefix("sliding");
+        let a = handle(&prefix, quota, Algorithm::SlidingWindow).await;
+        let b = handle(&prefix, quota, Algorithm::SlidingWindow).await;
+        align(&mut conn, w, 5_000).await;
+        let start = redis_now_us(&mut conn).await;
+        let mut taken = Vec::new();
+        for i in 0..8 {
+            let h = if i % 2 == 0 { &a } else { &b };
+            taken.push(h.try_acquire(1).await);
+        }
+        let refused = [a.try_acquire(1).await, b.try_acquire(1).await];
+        if start / w != redis_now_us(&mut conn).await / w {
+            continue;
+        }
+        for r in taken {
+            r.unwrap();
+        }
+        for r in refused {
+            let _ = wait_of(r);
+        }
+        break (a, b);
+    };
     // Hammered: never more than twice the count in any span of one window.
     let admitted = hammer(&[a, b], 1, Duration::from_millis(1_200)).await;
     let most = most_in_any_span(&admitted, 300_000);
@@ -267,37 +364,54 @@ async fn sliding_window_stays_within_its_bound_and_fills_a_fresh_window_exactly(
 
 #[tokio::test]
 async fn sliding_window_wait_is_the_instant_the_estimate_lets_it_in() {
-    let prefix = unique_prefix("sliding-wait");
     let mut conn = raw(&redis_url()).await;
-    let skew = clock_skew(&mut conn).await;
-    let w = 400_000u64;
+    let w = 400_000;
     let quota = Quota::new(10, Duration::from_micros(w));
-    let a = handle(&prefix, quota, Algorithm::SlidingWindow).await;
-    align(Duration::from_micros(w), Duration::from_millis(10)).await;
-    a.try_acquire(10).await.unwrap();
-    let before = unix_us();
-    let wait = wait_of(a.try_acquire(1).await);
+    // Early in a window (Redis clock), the whole count, then two refusals. A start in which
+    // a boundary fell among these calls (a stalled machine) is dropped before any of its
+    // decisions is looked at, and the test starts over on a fresh key.
+    let mut starts = 0;
+    let (a, next, (lo, refused, hi), (lo5, refused5, hi5)) = loop {
+        starts += 1;
+        assert!(starts <= STARTS, "no start within one window");
+        let a = handle(
+            &unique_prefix("sliding-wait"),
+            quota,
+            Algorithm::SlidingWindow,
+        )
+        .await;
+        align(&mut conn, w, 10_000).await;
+        let start = redis_now_us(&mut conn).await;
+        let taken = a.try_acquire(10).await;
+        let one = on_redis_clock(&mut conn, a.try_acquire(1)).await;
+        let five = on_redis_clock(&mut conn, a.try_acquire(5)).await;
+        if start / w != five.2 / w {
+            continue;
+        }
+        taken.unwrap();
+        break (a, (start / w + 1) * w, one, five);
+    };
+    // Each wait runs from the instant Redis decided, within [lo, hi] of its call.
+    let within = |wait: Duration, fits: u64, lo: u64, hi: u64| {
+        assert!(
+            (fits - hi..=fits - lo).contains(&micros(wait)),
+            "wait {wait:?}, expected {}..={} µs",
+            fits - hi,
+            fits - lo
+        );
+    };
     // In the next window the previous one's 10 carry 10 · (time left) / W: one token fits
     // once a tenth of that window has passed.
-    let fits = (before / w + 1) * w + w / 10;
-    let got = u64::try_from(wait.as_micros()).unwrap();
-    assert!(
-        got.abs_diff(fits - before) <= 2_000 + skew,
-        "wait {got} µs, expected {} µs",
-        fits - before
-    );
+    let wait = wait_of(refused);
+    within(wait, next + w / 10, lo, hi);
     // Five tokens fit half-way through the next window.
-    let wait5 = wait_of(a.try_acquire(5).await);
-    let fits5 = (before / w + 1) * w + w / 2;
-    let got5 = u64::try_from(wait5.as_micros()).unwrap();
-    assert!(
-        got5.abs_diff(fits5 - before) <= 2_000 + skew,
-        "wait {got5} µs, expected {} µs",
-        fits5 - before
-    );
+    within(wait_of(refused5), next + w / 2, lo5, hi5);
     tokio::time::sleep(wait).await;
     a.try_acquire(1).await.unwrap();
-    let _ = wait_of(a.try_acquire(1).await);
+    // That token counts: eight more fit once the carried share is down to one, nine tenths
+    // into the window (eight tenths, had it not counted).
+    let (lo, refused, hi) = on_redis_clock(&mut conn, a.try_acquire(8)).await;
+    within(wait_of(refused), next + 9 * w / 10, lo, hi);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -366,25 +480,34 @@ async fn leaky_bucket_spaces_admissions_across_processes() {
 
 #[tokio::test]
 async fn an_idle_leaky_bucket_admits_any_cost_at_once_then_spaces_by_cost() {
+    let mut conn = raw(&redis_url()).await;
     let prefix = unique_prefix("leaky-cost");
     let quota = Quota::per_second(20).burst(4); // T = 50 ms
+
+    // A refusal waits until the bucket drains, `drain` µs after the admission before it.
+    let drains = |wait: Duration, drain: u64, admitted: (u64, u64), asked: (u64, u64)| {
+        let range = wait_range(admitted, drain, asked);
+        assert!(
+            range.contains(&micros(wait)),
+            "wait {wait:?}, expected {range:?} µs"
+        );
+    };
     let a = handle(&prefix, quota, LEAKY).await;
-    a.try_acquire(4).await.unwrap();
-    // Its 4 tokens drain over the next 4 intervals: the next single token waits 200 ms.
-    let wait = wait_of(a.try_acquire(1).await);
-    assert!(
-        wait > Duration::from_millis(190) && wait <= Duration::from_millis(200),
-        "{wait:?}"
-    );
+    let (a_lo, taken, a_hi) = on_redis_clock(&mut conn, a.try_acquire(4)).await;
+    taken.unwrap();
+    // Its 4 tokens drain over the next 4 intervals: the next single token waits for 200 ms
+    // after that admission.
+    let (lo, refused, hi) = on_redis_clock(&mut conn, a.try_acquire(1)).await;
+    let wait = wait_of(refused);
+    drains(wait, 200_000, (a_lo, a_hi), (lo, hi));
     tokio::time::sleep(wait).await;
     // Drained: a cost of 3 goes at once, from another process, and holds the next for 150 ms.
     let b = handle(&prefix, quota, LEAKY).await;
-    b.try_acquire(3).await.unwrap();
-    let wait1 = wait_of(b.try_acquire(1).await);
-    assert!(
-        wait1 > Duration::from_millis(140) && wait1 <= Duration::from_millis(150),
-        "{wait1:?}"
-    );
+    let (b_lo, taken, b_hi) = on_redis_clock(&mut conn, b.try_acquire(3)).await;
+    taken.unwrap();
+    let (lo, refused, hi) = on_redis_clock(&mut conn, b.try_acquire(1)).await;
+    let wait1 = wait_of(refused);
+    drains(wait1, 150_000, (b_lo, b_hi), (lo, hi));
     match b.try_acquire(5).await {
         Err(Denied::ExceedsBurst(e)) => assert_eq!(e.burst(), 4),
         other => panic!("{other:?}"),
@@ -395,46 +518,64 @@ async fn an_idle_leaky_bucket_admits_any_cost_at_once_then_spaces_by_cost() {
     c.try_acquire(4).await.unwrap();
 }
 
-/// How many single tokens two handles get in `span` after a pause of `cooldown` made by the
-/// first, and how long the second was held.
-async fn after_pause(algorithm: Algorithm, quota: Quota) -> (u32, Duration, u64) {
+/// A pause of 300 ms made by the first of three handles on one key, whose interval is
+/// `t_us`: how long the third, which never saw it, was held, the least that hold can be (Redis
+/// clock); how many single tokens the three get right after the pause, and the most that
+/// one token per interval from the end of the pause allows by the time they were asked
+/// for (1, unless the machine stalled for an interval).
+async fn after_pause(
+    conn: &mut MultiplexedConnection,
+    algorithm: Algorithm,
+    quota: Quota,
+    t_us: u64,
+) -> (Duration, u64, u64, u64) {
     let prefix = unique_prefix("pause");
     let a = handle(&prefix, quota, algorithm).await;
     let b = handle(&prefix, quota, algorithm).await;
     let t = handle(&prefix, quota, algorithm).await;
     a.try_acquire(1).await.unwrap();
+    let paused = redis_now_us(conn).await;
     a.pause(Duration::from_millis(300)).await.unwrap();
-    let end = unix_us() + 300_000;
     // Held: both handles, and a third that never saw the pause.
     let _ = wait_of(a.try_acquire(1).await);
-    let held = wait_of(t.try_acquire(1).await);
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (_, held, asked) = on_redis_clock(conn, t.try_acquire(1)).await;
+    let held = wait_of(held);
+    // The pause ends at least 300 ms after `paused`, and `held` after an instant before
+    // `asked`.
+    let least = (paused + 300_000).saturating_sub(asked);
+    let end = asked + micros(held);
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let _ = wait_of(b.try_acquire(1).await);
     // After the pause: what comes through at once (no burst).
-    tokio::time::sleep(Duration::from_micros(end.saturating_sub(unix_us()) + 2_000)).await;
+    let now = redis_now_us(conn).await;
+    tokio::time::sleep(Duration::from_micros(end.saturating_sub(now) + 1_000)).await;
     let mut admitted = 0;
     for _ in 0..10 {
         for h in [&a, &b, &t] {
-            admitted += u32::from(h.try_acquire(1).await.is_ok());
+            admitted += u64::from(h.try_acquire(1).await.is_ok());
         }
     }
-    (admitted, held, end)
+    let last = redis_now_us(conn).await;
+    let allowed = 1 + last.saturating_sub(paused + 300_000) / t_us;
+    (held, least, admitted, allowed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_holds_every_process_then_restarts_without_a_burst() {
+    let mut conn = raw(&redis_url()).await;
     let quota = Quota::new(10, Duration::from_secs(2)).burst(10);
     for algorithm in ALL {
-        let (admitted, held, end) = after_pause(algorithm, quota).await;
+        let (held, least, admitted, allowed) =
+            after_pause(&mut conn, algorithm, quota, 200_000).await;
         assert!(
-            held >= Duration::from_millis(290),
-            "{algorithm:?}: held {held:?}"
+            micros(held) >= least && held <= Duration::from_millis(300),
+            "{algorithm:?}: held {held:?}, at least {least} µs"
         );
         // Every algorithm, windows included, restarts with one token (the next is due an
         // interval later), wherever the pause ends in a window.
-        assert_eq!(
-            admitted, 1,
-            "{algorithm:?}: {admitted} admitted right after the pause ending at {end} µs"
+        assert!(
+            (1..=allowed).contains(&admitted),
+            "{algorithm:?}: {admitted} admitted right after the pause (at most {allowed})"
         );
     }
 }
@@ -444,8 +585,9 @@ async fn a_pause_holds_every_process_then_restarts_without_a_burst() {
 /// little of the window was used before the pause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_restarts_on_a_ramp_after_a_pause() {
+    let mut conn = raw(&redis_url()).await;
     let quota = Quota::new(10, Duration::from_secs(2)).burst(10);
-    let interval = Duration::from_millis(200);
+    let interval = 200_000;
     for algorithm in [
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
@@ -458,42 +600,57 @@ async fn a_window_restarts_on_a_ramp_after_a_pause() {
         a.pause(Duration::from_millis(100)).await.unwrap();
         let held = wait_of(b.try_acquire(1).await);
         tokio::time::sleep(held + Duration::from_millis(2)).await;
-        b.try_acquire(1).await.unwrap();
+        let (mut lo, taken, mut hi) = on_redis_clock(&mut conn, b.try_acquire(1)).await;
+        taken.unwrap();
         for step in 0..4 {
-            // The window has room, yet the next token waits about an interval.
+            // The window has room, yet the next token waits: it is due an interval after
+            // the last admission.
             let h = if step % 2 == 0 { &a } else { &b };
-            let wait = wait_of(h.try_acquire(1).await);
+            let (r_lo, refused, r_hi) = on_redis_clock(&mut conn, h.try_acquire(1)).await;
+            let wait = wait_of(refused);
+            let due = wait_range((lo, hi), interval, (r_lo, r_hi));
             assert!(
-                wait > interval / 2 && wait <= interval,
-                "{algorithm:?} step {step}: waits {wait:?} on the ramp"
+                due.contains(&micros(wait)),
+                "{algorithm:?} step {step}: waits {wait:?} on the ramp, expected {due:?} µs"
             );
             tokio::time::sleep(wait + Duration::from_millis(2)).await;
-            h.try_acquire(1).await.unwrap();
+            let taken;
+            (lo, taken, hi) = on_redis_clock(&mut conn, h.try_acquire(1)).await;
+            taken.unwrap();
         }
     }
 }
 
 #[tokio::test]
 async fn a_shorter_pause_never_shortens_a_longer_one() {
+    let mut conn = raw(&redis_url()).await;
     let quota = Quota::new(10, Duration::from_secs(1));
     for algorithm in ALL {
         let prefix = unique_prefix("pause-short");
         let a = handle(&prefix, quota, algorithm).await;
+        // Another handle: it hears of the pause from Redis alone.
+        let b = handle(&prefix, quota, algorithm).await;
+        let paused = redis_now_us(&mut conn).await;
         a.pause(Duration::from_millis(600)).await.unwrap();
         a.pause(Duration::from_millis(100)).await.unwrap();
-        let b = handle(&prefix, quota, algorithm).await;
-        let wait = wait_of(b.try_acquire(1).await);
+        let (_, refused, asked) = on_redis_clock(&mut conn, b.try_acquire(1)).await;
+        let wait = wait_of(refused);
+        // The longer pause ends at least 600 ms after `paused`; B asked before `asked`.
+        let least = (paused + 600_000).saturating_sub(asked);
         assert!(
-            wait >= Duration::from_millis(550),
-            "{algorithm:?}: {wait:?}"
+            micros(wait) >= least,
+            "{algorithm:?}: {wait:?}, at least {least} µs"
         );
     }
 }
 
 #[tokio::test]
 async fn release_gives_back_the_tokens_of_an_unused_admission() {
-    // Windows of an hour: no boundary falls inside the test (but for bad luck).
+    // Windows of an hour, and at least 10 s of the current one left (Redis clock): no
+    // boundary falls inside the test.
+    let mut conn = raw(&redis_url()).await;
     let quota = Quota::new(4, Duration::from_secs(3600)).burst(4);
+    clear_of_boundary(&mut conn, 3_600_000_000, 10_000_000).await;
     for algorithm in ALL {
         let prefix = unique_prefix("release");
         let k = keyed(&prefix, quota, algorithm).await;
@@ -554,12 +711,18 @@ async fn every_write_carries_a_ttl_and_a_lost_ttl_comes_back() {
         let prefix = unique_prefix("ttl");
         let a = handle(&prefix, quota, algorithm).await;
         if algorithm.is_window() {
-            align(Duration::from_millis(400), Duration::from_millis(5)).await;
+            // Early in a window (Redis clock): B's refusal below falls in A's window.
+            align(&mut conn, 400_000, 5_000).await;
         }
         let key = a.redis_key().to_owned();
-        // Longest state: a window past the next one (sliding), a pause of 300 ms.
+        // Longest state: a window past the next one (sliding), a pause of 300 ms; with the
+        // pause of 500 ms below, two windows past it (the fixed window's ramp).
         let max = 2 * 400 + 300 + 2;
-        a.try_acquire(1).await.unwrap();
+        let max_paused = 2 * 400 + 500 + 2;
+        // The leaky bucket takes all three at once: they drain over 400 ms, and B's refusal
+        // below comes well within them (and the pause, longer, still sets its TTL).
+        let first = if algorithm == LEAKY { 3 } else { 1 };
+        a.try_acquire(first).await.unwrap();
         assert_ttls(&mut conn, &key, max, &format!("{algorithm:?} admission")).await;
         let n = if algorithm == LEAKY { 1 } else { 2 };
         let _ = a.try_acquire(n).await;
@@ -582,15 +745,29 @@ async fn every_write_carries_a_ttl_and_a_lost_ttl_comes_back() {
             &format!("{algorithm:?} refusal repair"),
         )
         .await;
-        a.pause(Duration::from_millis(300)).await.unwrap();
-        assert_ttls(&mut conn, &key, max, &format!("{algorithm:?} pause")).await;
+        let paused = redis_now_us(&mut conn).await;
+        a.pause(Duration::from_millis(500)).await.unwrap();
+        assert_ttls(&mut conn, &key, max_paused, &format!("{algorithm:?} pause")).await;
+        // The pause ends at least 500 ms after `paused`; the key must live until then. Its
+        // PTTL, read before `read`, says until when (whole ms: 1 ms of rounding).
+        let left = pttl(&mut conn, &key).await;
+        let read = redis_now_us(&mut conn).await;
+        let lives_until = i64::try_from(read).unwrap() + left * 1_000 + 1_000;
         assert!(
-            pttl(&mut conn, &key).await >= 299,
-            "{algorithm:?}: pause outlives its TTL"
+            lives_until >= i64::try_from(paused + 500_000).unwrap(),
+            "{algorithm:?}: pause outlives its TTL (PTTL {left} ms, {} µs after the pause was \
+             asked for)",
+            read - paused
         );
     }
     let prefix = unique_prefix("ttl-release");
     for algorithm in ALL {
+        // The leaky bucket's second request must be refused: an interval of 1.3 s.
+        let quota = if algorithm == LEAKY {
+            Quota::new(3, Duration::from_secs(4)).burst(3)
+        } else {
+            quota
+        };
         let k = keyed(&prefix, quota, algorithm).await;
         k.try_acquire("x", 1).await.unwrap();
         let _ = k.try_acquire("x", 1).await;
@@ -787,6 +964,9 @@ async fn switching_the_algorithm_of_a_key_resets_it_cleanly() {
         Algorithm::SlidingLog,
         Algorithm::TokenBucket,
     ];
+    // Two seconds of the current 10 s window left (Redis clock): no boundary frees a
+    // window in the middle of a step.
+    clear_of_boundary(&mut conn, 10_000_000, 2_000_000).await;
     let mut key = String::new();
     for algorithm in order {
         let h = handle(&prefix, quota, algorithm).await;

@@ -318,6 +318,36 @@ pub async fn redis_now_us(conn: &mut MultiplexedConnection) -> u64 {
     s * 1_000_000 + us
 }
 
+/// Redis's clock around a call: `(µs before it was sent, its output, µs after its reply)`.
+/// Whatever the machine's load, a script run by the call reads a `TIME` within these
+/// two: waits and instants it returns can be checked against them exactly, with no margin
+/// for how long the call took.
+pub async fn on_redis_clock<T>(
+    conn: &mut MultiplexedConnection,
+    call: impl std::future::Future<Output = T>,
+) -> (u64, T, u64) {
+    let before = redis_now_us(conn).await;
+    let out = call.await;
+    let after = redis_now_us(conn).await;
+    (before, out, after)
+}
+
+/// The wait (µs) Redis answers, to an instant `later` µs after one it decided within
+/// `from` (Redis clock), to a call made within `asked`: whatever the machine's load, it
+/// lies in this range.
+pub fn wait_range(
+    from: (u64, u64),
+    later: u64,
+    asked: (u64, u64),
+) -> std::ops::RangeInclusive<u64> {
+    (from.0 + later).saturating_sub(asked.1)..=(from.1 + later).saturating_sub(asked.0)
+}
+
+/// A duration in whole µs.
+pub fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).expect("a duration of a test")
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
