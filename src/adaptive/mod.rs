@@ -155,7 +155,6 @@ mod law;
 #[cfg(all(test, feature = "redis"))]
 pub(crate) use self::control::effective;
 pub(crate) use self::control::{Control, Mode, DEFAULT_FLOOR};
-pub(crate) use self::law::HOLD;
 
 use std::time::SystemTime;
 
