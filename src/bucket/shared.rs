@@ -585,7 +585,7 @@ impl Shared {
             // tokens would have come back anyway.
             None if now < permit.tat => {
                 self.gcra.release(u64::from(permit.tokens));
-                let cost = u64::from(permit.tokens).saturating_mul(self.gcra.params().0);
+                let cost = u64::from(permit.tokens).saturating_mul(self.guard_params().0);
                 st.guard = st.guard.saturating_sub(cost);
             }
             None => {}
