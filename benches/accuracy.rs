@@ -416,43 +416,8 @@ fn rows(mode: Mode) -> Vec<Row> {
             |bucket, rec| acquire_loop(bucket.clone(), rec),
         )
         .map(|r| r.log(10)),
-        run(
-            mode,
-            "governor 0.10 `until_ready()`",
-            || {
-                let quota = governor::Quota::per_second(NonZeroU32::new(RATE).unwrap())
-                    .allow_burst(NonZeroU32::new(BURST).unwrap());
-                Arc::new(governor::RateLimiter::direct(quota))
-            },
-            |limiter, rec| {
-                let limiter = Arc::clone(limiter);
-                async move {
-                    loop {
-                        rec.counted(limiter.until_ready()).await;
-                        rec.record();
-                    }
-                }
-            },
-        ),
-        run(
-            mode,
-            "governor 0.10 `until_ready()`, burst 1",
-            || {
-                let quota = governor::Quota::per_second(NonZeroU32::new(RATE).unwrap())
-                    .allow_burst(NonZeroU32::MIN);
-                Arc::new(governor::RateLimiter::direct(quota))
-            },
-            |limiter, rec| {
-                let limiter = Arc::clone(limiter);
-                async move {
-                    loop {
-                        rec.counted(limiter.until_ready()).await;
-                        rec.record();
-                    }
-                }
-            },
-        )
-        .map(|r| r.burst(1)),
+        governor_row(mode, "governor 0.10 `until_ready()`", BURST),
+        governor_row(mode, "governor 0.10 `until_ready()`, burst 1", 1),
         run(
             mode,
             "leaky-bucket 1.1 `acquire_one()`",
@@ -528,6 +493,29 @@ fn main() {
     for mode in [Mode::Quiet, Mode::Loaded, Mode::Stall] {
         print_table(mode, &rows(mode));
     }
+}
+
+/// governor at [`RATE`] with `burst`, each task looping on `until_ready()`.
+fn governor_row(mode: Mode, name: &'static str, burst: u32) -> Option<Row> {
+    run(
+        mode,
+        name,
+        || {
+            let quota = governor::Quota::per_second(NonZeroU32::new(RATE).unwrap())
+                .allow_burst(NonZeroU32::new(burst).unwrap());
+            Arc::new(governor::RateLimiter::direct(quota))
+        },
+        |limiter, rec| {
+            let limiter = Arc::clone(limiter);
+            async move {
+                loop {
+                    rec.counted(limiter.until_ready()).await;
+                    rec.record();
+                }
+            }
+        },
+    )
+    .map(|r| r.burst(u64::from(burst)))
 }
 
 /// One task's loop on [`Bucket::acquire`](tower_throttle::Bucket::acquire).

@@ -4,6 +4,8 @@
 
 #[path = "redis_support/mod.rs"]
 mod redis_support;
+#[path = "redis_support/windows.rs"]
+mod windows;
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +14,7 @@ use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
 use tower_throttle::adaptive::Adaptive;
 use tower_throttle::redis::RedisBucket;
 use tower_throttle::{Algorithm, Bucket, Denied, Quota};
+use windows::{admitted_in_one_window, window_start, WIDTH_US};
 
 /// A separate Redis client on the shared key: what another process would build.
 async fn process(prefix: &str, quota: Quota) -> (RedisBucket, Bucket) {
@@ -98,7 +101,7 @@ async fn an_adaptive_bucket_on_redis_searches_below_the_shared_ceiling() {
     // The shared limit decides at the rate in force: 10/s, one token every 100 ms.
     redis.try_acquire(1).await.unwrap();
     let wait = match redis.try_acquire(1).await {
-        Err(tower_throttle::Denied::Throttled(t)) => t.wait(),
+        Err(Denied::Throttled(t)) => t.wait(),
         other => panic!("{other:?}"),
     };
     assert!(wait > Duration::from_millis(50), "{wait:?}");
@@ -113,7 +116,6 @@ const WINDOWS: [Algorithm; 3] = [
 
 /// 20 per 1 s window, configured.
 const COUNT: u32 = 20;
-const WIDTH_US: u64 = 1_000_000;
 
 /// A separate Redis client on the shared key with a window `algorithm`.
 async fn window_process(prefix: &str, algorithm: Algorithm) -> (RedisBucket, Bucket) {
@@ -137,59 +139,14 @@ fn per_window(bucket: &Bucket) -> u32 {
     ((f64::from(COUNT) * bucket.rate() / ceiling + 1e-9).floor() as u32).max(1)
 }
 
-/// Sleep until the Redis clock is 10 ms into a window of index `≥ after`; its index.
-async fn window_start(conn: &mut MultiplexedConnection, after: u64) -> u64 {
-    loop {
-        let now = redis_now_us(conn).await;
-        let index = now / WIDTH_US;
-        let into = now % WIDTH_US;
-        if index >= after && (10_000..200_000).contains(&into) {
-            return index;
-        }
-        let next = if index < after {
-            after
-        } else if into < 10_000 {
-            index
-        } else {
-            index + 1
-        };
-        let target = next * WIDTH_US + 10_000;
-        tokio::time::sleep(Duration::from_micros(target.saturating_sub(now))).await;
-    }
-}
-
-/// How many single tokens `redis` admits in one window of the Redis clock that starts
-/// quiet (nothing admitted in the window before it, which a sliding window would carry):
-/// tries until the first refusal, then twice more (both must be refused too). `after`: the
-/// first window index that may be used; moved past the one used.
-async fn admitted_in_one_window(
+/// How many single tokens `redis` gets admitted in one quiet window of the Redis clock
+/// ([`admitted_in_one_window`]).
+async fn in_one_window(
     redis: &RedisBucket,
     conn: &mut MultiplexedConnection,
     after: &mut u64,
 ) -> u32 {
-    for _ in 0..5 {
-        let index = window_start(conn, *after).await;
-        let mut admitted = 0;
-        while admitted <= COUNT {
-            match redis.try_acquire(1).await {
-                Ok(()) => admitted += 1,
-                Err(Denied::Throttled(_)) => break,
-                Err(e) => panic!("a decision failed: {e}"),
-            }
-        }
-        let later = [redis.try_acquire(1).await, redis.try_acquire(1).await];
-        let end = redis_now_us(conn).await / WIDTH_US;
-        *after = end + 2;
-        if end == index {
-            assert!(
-                later.iter().all(|r| matches!(r, Err(Denied::Throttled(_)))),
-                "after {admitted} admitted: {later:?}"
-            );
-            return admitted;
-        }
-        // The window ended before the count was done (a slow machine): count again.
-    }
-    panic!("no window was long enough to count its admissions");
+    admitted_in_one_window(|| redis.try_acquire(1), conn, after, COUNT).await
 }
 
 /// Every window algorithm on Redis decides at the rate a push-back lowered it to — in the
@@ -215,12 +172,12 @@ async fn a_window_on_redis_follows_the_learned_rate(algorithm: Algorithm) {
 
     // B has not learned it yet: a window admits the configured count.
     assert_eq!(
-        admitted_in_one_window(&redis_b, &mut conn, &mut after).await,
+        in_one_window(&redis_b, &mut conn, &mut after).await,
         COUNT,
         "{algorithm:?}: B before it learned"
     );
     assert_eq!(
-        admitted_in_one_window(&redis_a, &mut conn, &mut after).await,
+        in_one_window(&redis_a, &mut conn, &mut after).await,
         lowered,
         "{algorithm:?}: A at {}/s",
         a.rate()
@@ -239,7 +196,7 @@ async fn a_window_on_redis_follows_the_learned_rate(algorithm: Algorithm) {
     let learned = per_window(&b);
     assert!(learned < COUNT / 2, "{algorithm:?}: B at {}/s", b.rate());
     assert_eq!(
-        admitted_in_one_window(&redis_b, &mut conn, &mut after).await,
+        in_one_window(&redis_b, &mut conn, &mut after).await,
         learned,
         "{algorithm:?}: B at {}/s",
         b.rate()
@@ -269,7 +226,7 @@ async fn a_window_on_redis_follows_the_learned_rate(algorithm: Algorithm) {
         a.rate()
     );
     assert_eq!(
-        admitted_in_one_window(&redis_a, &mut conn, &mut after).await,
+        in_one_window(&redis_a, &mut conn, &mut after).await,
         raised,
         "{algorithm:?}: A raised to {}/s",
         a.rate()
@@ -304,7 +261,7 @@ async fn an_adaptive_window_on_redis_starts_at_its_start_rate() {
         let mut conn = raw(&redis_url()).await;
         let mut after = redis_now_us(&mut conn).await / WIDTH_US + 1;
         assert_eq!(
-            admitted_in_one_window(&redis, &mut conn, &mut after).await,
+            in_one_window(&redis, &mut conn, &mut after).await,
             5,
             "{algorithm:?}"
         );

@@ -5,6 +5,8 @@
 
 #[path = "redis_support/mod.rs"]
 mod redis_support;
+#[path = "redis_support/windows.rs"]
+mod windows;
 
 use std::time::Duration;
 
@@ -12,6 +14,7 @@ use redis::aio::MultiplexedConnection;
 use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
 use tower_throttle::redis::RedisBucket;
 use tower_throttle::{Algorithm, Bucket, Denied, Quota};
+use windows::{admitted_in_one_window, window_start, WIDTH_US};
 
 /// A Redis bucket deciding with `algorithm`, and the `Bucket` made from it.
 async fn shared(tag: &str, quota: Quota, algorithm: Algorithm) -> (RedisBucket, Bucket) {
@@ -139,57 +142,11 @@ async fn a_larger_burst_on_redis_is_not_handed_out_at_the_change() {
 
 /// 20 per 1 s window, built.
 const COUNT: u32 = 20;
-const WIDTH_US: u64 = 1_000_000;
 
-/// Sleep until the Redis clock is 10 ms into a window of index `≥ after`; its index.
-async fn window_start(conn: &mut MultiplexedConnection, after: u64) -> u64 {
-    loop {
-        let now = redis_now_us(conn).await;
-        let index = now / WIDTH_US;
-        let into = now % WIDTH_US;
-        if index >= after && (10_000..200_000).contains(&into) {
-            return index;
-        }
-        let next = if index < after {
-            after
-        } else if into < 10_000 {
-            index
-        } else {
-            index + 1
-        };
-        let target = next * WIDTH_US + 10_000;
-        tokio::time::sleep(Duration::from_micros(target.saturating_sub(now))).await;
-    }
-}
-
-/// How many single tokens `bucket` admits in one window of the Redis clock that starts quiet
-/// (nothing admitted in the window before it, which a sliding window would carry): tries
-/// until the first refusal, then twice more (both must be refused too). `after`: the first
-/// window index that may be used; moved past the one used.
-async fn admitted_in_one_window(
-    bucket: &Bucket,
-    conn: &mut MultiplexedConnection,
-    after: &mut u64,
-) -> u32 {
-    for _ in 0..5 {
-        let index = window_start(conn, *after).await;
-        let (admitted, _) = at_once(bucket).await;
-        let later = [
-            bucket.try_acquire_shared(1).await,
-            bucket.try_acquire_shared(1).await,
-        ];
-        let end = redis_now_us(conn).await / WIDTH_US;
-        *after = end + 2;
-        if end == index {
-            assert!(
-                later.iter().all(|r| matches!(r, Err(Denied::Throttled(_)))),
-                "after {admitted} admitted: {later:?}"
-            );
-            return admitted;
-        }
-        // The window ended before the count was done (a slow machine): count again.
-    }
-    panic!("no window was long enough to count its admissions");
+/// How many single tokens `bucket` gets admitted in one quiet window of the Redis clock
+/// ([`admitted_in_one_window`]).
+async fn in_one_window(bucket: &Bucket, conn: &mut MultiplexedConnection, after: &mut u64) -> u32 {
+    admitted_in_one_window(|| bucket.try_acquire_shared(1), conn, after, u32::MAX).await
 }
 
 /// Windows: a new count with the same period is the count per window in Redis, lowered or
@@ -202,7 +159,7 @@ async fn a_window_on_redis_follows_a_new_quota(algorithm: Algorithm) {
     let (redis, bucket) = shared(&format!("set-quota-{algorithm:?}"), built, algorithm).await;
     let mut after = redis_now_us(&mut conn).await / WIDTH_US + 1;
     assert_eq!(
-        admitted_in_one_window(&bucket, &mut conn, &mut after).await,
+        in_one_window(&bucket, &mut conn, &mut after).await,
         COUNT,
         "{algorithm:?}: built"
     );
@@ -210,7 +167,7 @@ async fn a_window_on_redis_follows_a_new_quota(algorithm: Algorithm) {
     bucket.set_quota(Quota::per_second(8));
     assert_eq!(redis.quota(), Quota::per_second(8));
     assert_eq!(
-        admitted_in_one_window(&bucket, &mut conn, &mut after).await,
+        in_one_window(&bucket, &mut conn, &mut after).await,
         8,
         "{algorithm:?}: lowered"
     );
@@ -237,7 +194,7 @@ async fn a_window_on_redis_follows_a_new_quota(algorithm: Algorithm) {
     }
     after = index + 2;
     assert_eq!(
-        admitted_in_one_window(&bucket, &mut conn, &mut after).await,
+        in_one_window(&bucket, &mut conn, &mut after).await,
         30,
         "{algorithm:?}: raised above the count built"
     );
@@ -245,7 +202,7 @@ async fn a_window_on_redis_follows_a_new_quota(algorithm: Algorithm) {
     // A new period: 600 a minute is 10 per window of the width built (1 s).
     bucket.set_quota(Quota::per_minute(600));
     assert_eq!(
-        admitted_in_one_window(&bucket, &mut conn, &mut after).await,
+        in_one_window(&bucket, &mut conn, &mut after).await,
         10,
         "{algorithm:?}: a new period"
     );
@@ -335,8 +292,5 @@ async fn a_push_back_after_a_new_quota_lowers_the_redis_rate_below_it() {
     window.push_back(cooldown);
     assert_eq!(window.rate(), 4.8);
     let mut after = redis_now_us(&mut conn).await / WIDTH_US + 3;
-    assert_eq!(
-        admitted_in_one_window(&window, &mut conn, &mut after).await,
-        4
-    );
+    assert_eq!(in_one_window(&window, &mut conn, &mut after).await, 4);
 }

@@ -238,17 +238,16 @@ async fn repeated_short_stalls_do_not_lower_the_rate() {
     );
 }
 
-/// The leaky bucket (strict spacing, burst 1) at 500/s on a runtime that only runs every
-/// `jump`: 1001 waiters, the instants they go.
-async fn leaky_in_jumps(jump: Duration) -> Vec<Duration> {
-    let bucket = Bucket::with_algorithm(Quota::per_second(500), Algorithm::leaky_bucket(2000));
+/// `n` waiters on `bucket` through `acquire`, on a runtime that only runs every `jump`: the
+/// instants they go, sorted.
+async fn in_jumps(bucket: Bucket, n: usize, jump: Duration) -> Vec<Duration> {
     let start = Instant::now();
     let log: Log = Arc::default();
-    let tasks: Vec<_> = (0..1001)
+    let tasks: Vec<_> = (0..n)
         .map(|_| tokio::spawn(request(Path::Acquire, bucket.clone(), log.clone())))
         .collect();
     settle().await;
-    while log.lock().unwrap().len() < 1001 {
+    while log.lock().unwrap().len() < n {
         advance(jump).await;
         settle().await;
     }
@@ -257,6 +256,14 @@ async fn leaky_in_jumps(jump: Duration) -> Vec<Duration> {
     }
     let mut times: Vec<Duration> = log.lock().unwrap().iter().map(|t| *t - start).collect();
     times.sort();
+    times
+}
+
+/// The leaky bucket (strict spacing, burst 1) at 500/s on a runtime that only runs every
+/// `jump`: 1001 waiters, the instants they go.
+async fn leaky_in_jumps(jump: Duration) -> Vec<Duration> {
+    let bucket = Bucket::with_algorithm(Quota::per_second(500), Algorithm::leaky_bucket(2000));
+    let times = in_jumps(bucket, 1001, jump).await;
     // Never more than the burst plus the token of rounding in any interval `w`, however the
     // jumps fall: `1 + 500·w + 1`, so at most two at one instant.
     for us in [
@@ -450,23 +457,12 @@ fn excess(times: &[Duration], rate_per_ms: f64) -> f64 {
 /// the instants they go.
 async fn log_in_jumps(jump: Duration) -> Vec<Duration> {
     let quota = Quota::new(10, Duration::from_millis(10));
-    let bucket = Bucket::with_algorithm(quota, Algorithm::SlidingLog);
-    let start = Instant::now();
-    let log: Log = Arc::default();
-    let tasks: Vec<_> = (0..1000)
-        .map(|_| tokio::spawn(request(Path::Acquire, bucket.clone(), log.clone())))
-        .collect();
-    settle().await;
-    while log.lock().unwrap().len() < 1000 {
-        advance(jump).await;
-        settle().await;
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let mut times: Vec<Duration> = log.lock().unwrap().iter().map(|t| *t - start).collect();
-    times.sort();
-    times
+    in_jumps(
+        Bucket::with_algorithm(quota, Algorithm::SlidingLog),
+        1000,
+        jump,
+    )
+    .await
 }
 
 /// Late timers: a sliding log catches up on what they delayed, and never puts more than its

@@ -153,22 +153,46 @@ impl Pair<'_> {
     /// Run script `op` with `ARGV[8]` = `book`: (admitted, µs, the admission's instant when
     /// the reply says it — the windows' acquire — else 0).
     fn run_booking(&mut self, op: usize, arg: u64, book: u64) -> (bool, u64, u64) {
-        let mut call = self.scripts[op].prepare_invoke();
-        call.key(&self.key).key(format!("{}:log", self.key));
-        for a in self.args(arg, book) {
-            call.arg(a);
-        }
-        let reply: Value = call.invoke(self.conn).expect("script runs");
-        let Value::Array(items) = reply else {
-            panic!("reply {reply:?}")
-        };
-        let int = |v: &Value| match v {
-            Value::Int(i) => u64::try_from(*i).expect("non-negative"),
-            other => panic!("reply item {other:?}"),
-        };
+        let args = self.args(arg, book);
+        let items = invoke(self.conn, &self.scripts[op], &self.key, args);
         let at = items.get(3).map_or(0, int);
         (int(&items[0]) == 1, int(&items[1]), at)
     }
+}
+
+/// Call `script` on `key` (and `key:log`) with `args`: the items of its reply.
+fn invoke(
+    conn: &mut ::redis::Connection,
+    script: &Script,
+    key: &str,
+    args: impl IntoIterator<Item = u64>,
+) -> Vec<Value> {
+    let mut call = script.prepare_invoke();
+    call.key(key).key(format!("{key}:log"));
+    for a in args {
+        call.arg(a);
+    }
+    let reply: Value = call.invoke(conn).expect("script runs");
+    let Value::Array(items) = reply else {
+        panic!("reply {reply:?}")
+    };
+    items
+}
+
+/// An integer item of a script's reply.
+fn int(v: &Value) -> u64 {
+    match v {
+        Value::Int(i) => u64::try_from(*i).expect("non-negative"),
+        other => panic!("reply item {other:?}"),
+    }
+}
+
+/// Delete `key` and `key:log`.
+fn forget(conn: &mut ::redis::Connection, key: &str) {
+    let _: Result<(), _> = ::redis::cmd("DEL")
+        .arg(key)
+        .arg(format!("{key}:log"))
+        .query(conn);
 }
 
 /// Runs one random sequence and compares every decision; returns how many bookings it
@@ -502,29 +526,14 @@ impl Lowered {
             0,
             self.origin + t,
         ];
-        let mut call = self.scripts[0].prepare_invoke();
-        call.key(&self.key).key(format!("{}:log", self.key));
-        for a in args {
-            call.arg(a);
-        }
-        let reply: Value = call.invoke(&mut self.conn).expect("script runs");
-        let Value::Array(items) = reply else {
-            panic!("reply {reply:?}")
-        };
-        let int = |v: &Value| match v {
-            Value::Int(i) => u64::try_from(*i).expect("non-negative"),
-            other => panic!("reply item {other:?}"),
-        };
+        let items = invoke(&mut self.conn, &self.scripts[0], &self.key, args);
         (int(&items[0]) == 1, int(&items[1]))
     }
 }
 
 impl Drop for Lowered {
     fn drop(&mut self) {
-        let _: Result<(), _> = ::redis::cmd("DEL")
-            .arg(&self.key)
-            .arg(format!("{}:log", self.key))
-            .query(&mut self.conn);
+        forget(&mut self.conn, &self.key);
     }
 }
 
@@ -673,21 +682,10 @@ impl Changing {
     fn redis(&mut self, n: u32) -> (bool, u64) {
         let p = self.rates.params();
         let (args, _) = script_args(&p, &self.shape, Op::Acquire { n, book: false });
-        let mut call = self.scripts[0].prepare_invoke();
-        call.key(&self.key).key(format!("{}:log", self.key));
-        for a in args {
-            call.arg(a);
-        }
-        call.arg(self.origin + self.t);
-        let reply: Value = call.invoke(&mut self.conn).expect("script runs");
+        let now = self.origin + self.t;
+        let args = args.into_iter().chain([now]);
+        let items = invoke(&mut self.conn, &self.scripts[0], &self.key, args);
         self.rates.answered(&p);
-        let Value::Array(items) = reply else {
-            panic!("reply {reply:?}")
-        };
-        let int = |v: &Value| match v {
-            Value::Int(i) => u64::try_from(*i).expect("non-negative"),
-            other => panic!("reply item {other:?}"),
-        };
         (int(&items[0]) == 1, int(&items[1]))
     }
 
@@ -721,10 +719,7 @@ impl Changing {
 
 impl Drop for Changing {
     fn drop(&mut self) {
-        let _: Result<(), _> = ::redis::cmd("DEL")
-            .arg(&self.key)
-            .arg(format!("{}:log", self.key))
-            .query(&mut self.conn);
+        forget(&mut self.conn, &self.key);
     }
 }
 
