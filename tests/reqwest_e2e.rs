@@ -152,10 +152,11 @@ fn assert_quiet_during_cooldowns(log: &[Arrival]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_middleware_tasks_all_succeed_and_none_reaches_the_server_in_a_cooldown() {
-    // The server allows 40/s with bursts of 15; the client is configured twice as fast, so
-    // the server pushes back, and the client must hold everyone for each cooldown.
+    // The server allows 40/s with bursts of 15; the client is configured ten times as fast
+    // (its ramp starts at 180/s), so the server pushes back, and the client must hold
+    // everyone for each cooldown.
     let server = Server::with_quota(Quota::per_second(40).burst(15)).await;
-    let bucket = Bucket::new(Quota::per_second(100).burst(5));
+    let bucket = Bucket::new(Quota::per_second(400).burst(5));
     let client = middleware_client(&bucket, no_jitter(&bucket).max_retries(10));
 
     let tasks: Vec<_> = (0..50)

@@ -1,7 +1,7 @@
 //! [`Control`]: one bucket's [`Law`], applied to the bucket through `set_quota`.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -22,6 +22,10 @@ pub(crate) struct Control {
     state: Mutex<State>,
     /// The rate in force, in tokens per second (`f64` bits), for lock-free reads.
     rate: AtomicU64,
+    /// Nothing sent yet: the first request sent may start the ramp of a configured rate.
+    fresh: AtomicBool,
+    /// The ramp of a configured rate runs: the gaps between sends are kept.
+    ramping: AtomicBool,
     /// When this control last asked a remote limit what other processes learned (ns since
     /// `origin`; 0: never).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares it
@@ -50,6 +54,13 @@ struct State {
     stated: Option<f64>,
     /// The successes of the last second.
     meter: Meter,
+    /// While the ramp of a configured rate runs: every request sent (through
+    /// [`RetryAfterLayer`](crate::RetryAfterLayer)) and how long after the one before it;
+    /// a server without a burst admits a request only that far behind the one before, so
+    /// its answer says whether the server's rate is above `1 / gap`.
+    sends: VecDeque<(Instant, Option<Duration>)>,
+    /// The latest request sent, while the ramp runs.
+    last_send: Option<Instant>,
     /// The push-back this bucket acted on last, made or adopted, as processes read it back
     /// ([`Cut::shared`]): read back from a remote limit, it is no news. (Converting its
     /// wall-clock instant to this process's clock would place it a little later or earlier
@@ -119,8 +130,22 @@ impl Meter {
 
 /// Rates remembered, for requests still in flight.
 const HISTORY: usize = 64;
+/// Sends remembered during the ramp, for requests still in flight.
+const SENDS: usize = 256;
 
 impl State {
+    /// The rate a request sent at `sent` during the ramp tested: `1 / gap` to the request
+    /// sent before it, at most the rate in force when it went (a gap shortened by the
+    /// timer's ticks does not make the ramp go faster); `0` for the first request. `None`
+    /// when it was not sent during the ramp.
+    fn tested(&self, sent: Instant) -> Option<f64> {
+        let i = self.sends.binary_search_by_key(&sent, |(t, _)| *t).ok()?;
+        let (_, gap) = self.sends[i];
+        Some(gap.map_or(0.0, |gap| {
+            (1.0 / gap.as_secs_f64()).min(self.rate_at(sent))
+        }))
+    }
+
     /// The rate in force at `at`; the oldest remembered when `at` is older still.
     fn rate_at(&self, at: Instant) -> f64 {
         self.history
@@ -155,17 +180,22 @@ impl Control {
             Mode::Search { start, floor } => Some(Law::search(start, ceiling, floor)),
         };
         let rate = law.as_ref().map_or(ceiling, Law::rate);
+        let fresh = mode == Mode::Converge;
         Control {
             state: Mutex::new(State {
                 configured,
                 law,
                 applied: ceiling,
-                history: VecDeque::new(),
+                history: VecDeque::from([(Instant::now(), ceiling)]),
                 stated: None,
                 meter: Meter::new(Instant::now()),
+                sends: VecDeque::new(),
+                last_send: None,
                 acted: None,
             }),
             rate: AtomicU64::new(rate.to_bits()),
+            fresh: AtomicBool::new(fresh),
+            ramping: AtomicBool::new(false),
             synced: AtomicU64::new(0),
             origin: Instant::now(),
         }
@@ -211,12 +241,19 @@ impl Control {
     ) -> Option<Cut> {
         let mut st = self.lock();
         let now = Instant::now();
-        let refused = st.rate_at(sent).min(self.rate());
+        let refused = match st.tested(sent) {
+            Some(tested) if tested > 0.0 => tested,
+            // The request that started the ramp went before it, at the configured rate.
+            Some(_) => st.configured.per_second_f64(),
+            None => st.rate_at(sent),
+        };
         let measured = st.meter.rate(now);
         let rate = st
             .law
             .as_mut()
-            .and_then(|l| l.pushed_back(now, cooldown, refused, measured))?;
+            .and_then(|l| l.pushed_back(now, cooldown, refused, measured));
+        self.ramp_over(&mut st);
+        let rate = rate?;
         st.meter.from = now.checked_add(cooldown).unwrap_or(now);
         trace_event!(info, rate, "server pushed back; lowering the rate");
         self.apply(&mut st, shared, rate, true);
@@ -241,7 +278,9 @@ impl Control {
         if st.acted == Some(cut.shared()) {
             return;
         }
-        if let Some(rate) = st.law.as_mut().and_then(|l| l.adopt(cut.limit, since)) {
+        let rate = st.law.as_mut().and_then(|l| l.adopt(cut.limit, since));
+        self.ramp_over(&mut st);
+        if let Some(rate) = rate {
             st.acted = Some(cut.shared());
             st.meter.from = st.meter.from.max(since);
             trace_event!(
@@ -270,10 +309,51 @@ impl Control {
                 .is_ok()
     }
 
-    /// A request succeeded; `stated`: the rate the server's quota fields give, if any.
-    pub(crate) fn succeeded(&self, shared: &Shared, stated: Option<f64>) {
+    /// A request is sent at `sent`: the first one starts the ramp of a configured rate,
+    /// and the ramp keeps when each went. Lock-free once the ramp is over.
+    pub(crate) fn sending(&self, shared: &Shared, sent: Instant) {
+        if self.fresh.load(Ordering::Acquire) && self.fresh.swap(false, Ordering::AcqRel) {
+            let mut st = self.lock();
+            if let Some(rate) = st.law.as_mut().and_then(Law::sending) {
+                trace_event!(debug, rate, "first request: the rate ramps to the configured one");
+                self.apply(&mut st, shared, rate, true);
+                self.ramping.store(true, Ordering::Release);
+            }
+        }
+        if !self.ramping.load(Ordering::Acquire) {
+            return;
+        }
+        let mut st = self.lock();
+        if !self.ramping.load(Ordering::Acquire) {
+            return;
+        }
+        let gap = st
+            .last_send
+            .map(|last| sent.saturating_duration_since(last));
+        st.last_send = Some(sent.max(st.last_send.unwrap_or(sent)));
+        if st.sends.len() == SENDS {
+            st.sends.pop_front();
+        }
+        // Kept in order of sending, for the search by instant.
+        let at = st.sends.partition_point(|(t, _)| *t <= sent);
+        st.sends.insert(at, (sent, gap));
+    }
+
+    /// The ramp ended (a push-back, or back at the ceiling): stop keeping sends.
+    fn ramp_over(&self, st: &mut State) {
+        if self.ramping.load(Ordering::Acquire) && !st.law.as_ref().is_some_and(Law::ramping) {
+            self.ramping.store(false, Ordering::Release);
+            st.sends.clear();
+            st.last_send = None;
+        }
+    }
+
+    /// A request succeeded; `stated`: the rate the server's quota fields give, if any;
+    /// `sent`: when it was sent, if known.
+    pub(crate) fn succeeded(&self, shared: &Shared, stated: Option<f64>, sent: Option<Instant>) {
         let mut st = self.lock();
         let now = Instant::now();
+        let tested = sent.map(|s| st.tested(s).unwrap_or_else(|| st.rate_at(s)));
         st.meter.record(now);
         // A stated rate is taken when it changes by a step or more (a pace read from
         // `Remaining / Reset` moves a little with every response).
@@ -284,8 +364,9 @@ impl Control {
         let Some(law) = st.law.as_mut() else { return };
         let rate = match stated {
             Some(stated) => law.stated(stated),
-            None => law.succeeded(now),
+            None => law.succeeded(now, tested),
         };
+        self.ramp_over(&mut st);
         if stated.is_some() {
             st.stated = stated;
         }
@@ -301,18 +382,22 @@ impl Control {
         let ceiling = quota.per_second_f64();
         st.configured = quota;
         st.applied = ceiling;
-        st.history.clear();
+        st.history = VecDeque::from([(Instant::now(), ceiling)]);
         st.stated = None;
         st.meter = Meter::new(Instant::now());
         if let Some(law) = st.law.as_mut() {
             *law = Law::capped(ceiling, law.floor());
+            self.fresh.store(true, Ordering::Release);
         }
+        self.ramping.store(false, Ordering::Release);
+        st.sends.clear();
+        st.last_send = None;
         self.rate.store(ceiling.to_bits(), Ordering::Release);
     }
 
     fn apply(&self, st: &mut State, shared: &Shared, rate: f64, always: bool) {
         self.rate.store(rate.to_bits(), Ordering::Release);
-        shared.set_spaced(st.law.as_ref().is_some_and(|l| l.limit().is_some()));
+        shared.set_spaced(st.law.as_ref().is_some_and(Law::spaced));
         let step = (rate - st.applied).abs() / st.applied;
         if !always && step < APPLY_STEP {
             return;

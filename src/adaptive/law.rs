@@ -14,6 +14,16 @@ pub(crate) const DECREASE: f64 = 0.5;
 pub(crate) const VERIFY_STEP: f64 = 0.2;
 /// Once a limit is estimated, the rate holds at this fraction of it…
 pub(crate) const HOLD: f64 = 0.96;
+/// …or at this one once two windows showed a burst behind it: the burst absorbs the jitter
+/// of requests on their way, which a server without one refuses.
+pub(crate) const HOLD_BURST: f64 = 0.98;
+/// A configured rate starts at this fraction of itself at its first success…
+pub(crate) const RAMP_FROM: f64 = 0.45;
+/// …and grows by this factor per success, back to itself in 21 successes (about 11
+/// intervals lost, once). A server up to `1 / RAMP_FROM` times slower than the configured
+/// rate refuses a step of this ramp, which brackets its limit to within the step: one
+/// push-back instead of a guess and a second one to verify it.
+pub(crate) const RAMP_STEP: f64 = 1.04;
 /// …coming back to it after a deep cut with this time constant (seconds).
 pub(crate) const RECOVER_SECS: f64 = 0.5;
 /// Then it probes upwards, reaching the estimate again after this long (seconds).
@@ -40,6 +50,12 @@ pub(crate) const SEARCH_SECS: f64 = 0.35;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
+    /// A configured rate before any report: at the ceiling, the ramp starts at the first
+    /// success.
+    Fresh,
+    /// A configured rate growing from `RAMP_FROM` of itself, `RAMP_STEP` per success, until
+    /// it is back or a push-back comes.
+    Ramp,
     /// At the ceiling, or at the rate a server stated: no growth.
     Hold,
     /// No limit known yet: growing until the first push-back.
@@ -158,6 +174,8 @@ pub(crate) struct Law {
     rate: f64,
     /// The rate the server refused last.
     limit: Option<f64>,
+    /// Two windows showed a burst behind the server's rate.
+    burst: bool,
     phase: Phase,
     /// Push-backs before this instant answer requests sent before the last decrease.
     settled: Option<Instant>,
@@ -180,7 +198,8 @@ impl Law {
             floor: floor.min(ceiling),
             rate: ceiling,
             limit: None,
-            phase: Phase::Hold,
+            burst: false,
+            phase: Phase::Fresh,
             settled: None,
             passed: 0.0,
             count: 0.0,
@@ -211,6 +230,27 @@ impl Law {
 
     pub(crate) fn floor(&self) -> f64 {
         self.floor
+    }
+
+    /// Whether the ramp of a configured rate runs.
+    pub(crate) fn ramping(&self) -> bool {
+        self.phase == Phase::Ramp
+    }
+
+    /// Whether the bucket must space its admissions from the instants they went (see
+    /// `Shared::set_spaced`): while a limit is known or the ramp measures it, unless the
+    /// server showed a burst.
+    pub(crate) fn spaced(&self) -> bool {
+        (self.limit.is_some() || self.phase == Phase::Ramp) && !self.burst
+    }
+
+    /// The fraction of the estimated limit the rate holds at.
+    fn hold(&self) -> f64 {
+        if self.burst {
+            HOLD_BURST
+        } else {
+            HOLD
+        }
     }
 
     fn set(&mut self, rate: f64) -> f64 {
@@ -249,8 +289,9 @@ impl Law {
         let previous = std::mem::replace(&mut self.window, current.clone())
             .filter(|w| (after - w.secs).abs() >= WINDOWS_APART_SECS);
         self.settled = Some(since);
+        // Before any decrease (a first push-back), the rate the request went at.
+        let first = refused.min(self.ceiling);
         let refused = refused.min(self.rate);
-        let (hold, quick) = (HOLD, QUICK_SECS);
         let estimate = previous
             .as_ref()
             .zip(current.as_ref())
@@ -258,49 +299,71 @@ impl Law {
             // Below half the rate refused it contradicts the refusals themselves.
             .filter(|r| *r >= refused * DECREASE)
             .map(|r| r.min(refused));
-        let (limit, from) = match (self.phase, self.limit) {
+        let (limit, deep) = match (self.phase, self.limit) {
             // The limit lies between the last rate that went through and the rate refused.
             (Phase::Search | Phase::Verify, _) => {
                 let passed = self.passed.min(refused);
                 let limit = if passed <= 0.0 {
                     refused * DECREASE
-                } else if passed >= refused * hold {
+                } else if passed >= refused * HOLD {
                     passed
                 } else {
                     (passed * refused).sqrt()
                 };
                 // A burst let rates above the server's through: two windows see behind it.
                 let limit = match estimate {
-                    Some(e) if e < BURST_SEEN * limit => e,
+                    Some(e) if e < BURST_SEEN * limit => {
+                        self.burst = true;
+                        e
+                    }
                     _ => limit,
                 };
-                (limit, limit * hold)
+                (limit, false)
             }
-            // A first push-back at the configured rate: it may be far above the server's, or
-            // just above it. Guess half (a rate up to twice the server's lands just below
-            // it), then verify upwards in small steps: the next push-back says where the
-            // limit is, whatever the configured rate was (a guess held for long would leave
-            // a client configured 10 % above its server at half its rate).
+            // A step of the ramp refused, the one before it through: the limit lies between
+            // them, a step apart or more (a late timer lengthens a gap, an early one after
+            // it shortens the next). Their geometric middle, but never so high that the
+            // rate held would be above the highest that went through.
+            (Phase::Ramp, _) if self.passed > 0.0 => {
+                let passed = self.passed.min(refused);
+                ((passed * refused).sqrt().min(passed / HOLD), false)
+            }
+            // A first push-back at the configured rate (or at the ramp's first step): it may
+            // be far above the server's, or just above it. Guess half (a rate up to twice
+            // the server's lands just below it), then verify upwards in small steps: the next
+            // push-back says where the limit is, whatever the configured rate was (a guess
+            // held for long would leave a client configured 10 % above its server at half
+            // its rate).
             (_, None) => {
+                let refused = if matches!(self.phase, Phase::Fresh | Phase::Ramp) {
+                    first
+                } else {
+                    refused
+                };
                 let sent = measured.map_or(refused, |m| m.min(refused));
                 let guess = sent * DECREASE;
                 self.limit = Some(guess);
                 self.passed = 0.0;
                 self.phase = Phase::Verify;
-                let rate = self.set(guess * hold);
+                let rate = self.set(guess * self.hold());
                 self.current = (Some(since), Window::at(rate));
                 return Some(rate);
             }
             // Two push-backs within seconds of the end of pauses: the server refilled the
             // same burst during each, the difference is its rate.
             (_, Some(_)) if estimate.is_some() => {
-                let limit = estimate.unwrap_or(refused);
-                (limit, limit * hold)
+                self.burst = true;
+                (estimate.unwrap_or(refused), false)
             }
             // Refused soon after a pause: cut deep and come back fast, to measure.
-            (_, Some(_)) if after < quick => (refused, refused * DECREASE),
+            (_, Some(_)) if after < QUICK_SECS => (refused, true),
             // Probing slowly from just below a known limit: the rate refused is close.
-            (_, Some(_)) => (refused, refused * hold),
+            (_, Some(_)) => (refused, false),
+        };
+        let from = if deep {
+            refused * DECREASE
+        } else {
+            limit * self.hold()
         };
         Some(self.cut(limit, from, since))
     }
@@ -322,11 +385,22 @@ impl Law {
             return None;
         }
         self.settled = Some(since);
-        Some(self.cut(limit, limit * HOLD, since))
+        Some(self.cut(limit, limit * self.hold(), since))
     }
 
-    /// A success at `now`. Returns the new rate.
-    pub(crate) fn succeeded(&mut self, now: Instant) -> f64 {
+    /// The first request is about to be sent: a configured rate starts its ramp (the
+    /// request itself goes at once). Returns the new rate.
+    pub(crate) fn sending(&mut self) -> Option<f64> {
+        (self.phase == Phase::Fresh).then(|| {
+            self.phase = Phase::Ramp;
+            self.passed = 0.0;
+            self.set(self.ceiling * RAMP_FROM)
+        })
+    }
+
+    /// A success at `now` of a request that tested the rate `tested`, if known (`0`: it
+    /// tested none, the first request). Returns the new rate.
+    pub(crate) fn succeeded(&mut self, now: Instant, tested: Option<f64>) -> f64 {
         // A configured rate is a window from its first success. A search is not: it starts
         // far below any server's rate, a few requests at a time.
         if self.current.0.is_none() && self.phase != Phase::Search {
@@ -335,7 +409,7 @@ impl Law {
         if self.settled.is_none_or(|s| now >= s) {
             self.count += 1.0;
         }
-        let rate = self.next_rate(now);
+        let rate = self.next_rate(now, tested);
         if let Some(start) = self.current.0.filter(|s| now >= *s) {
             let s = now.saturating_duration_since(start).as_secs_f64();
             self.current.1.record(s, rate);
@@ -343,9 +417,29 @@ impl Law {
         rate
     }
 
-    /// The rate after a success at `now`.
-    fn next_rate(&mut self, now: Instant) -> f64 {
+    /// The rate after a success at `now` of a request sent at `tested`.
+    fn next_rate(&mut self, now: Instant, tested: Option<f64>) -> f64 {
         match self.phase {
+            Phase::Fresh => {
+                self.passed = 0.0;
+                self.phase = Phase::Ramp;
+                self.set(self.ceiling * RAMP_FROM)
+            }
+            Phase::Ramp => {
+                // The rate this request tested (how closely it followed the one before it),
+                // or, unknown, the rate in force. A server without a burst lets every rate
+                // up to the highest tested through.
+                match tested {
+                    Some(t) => self.passed = self.passed.max(t.min(self.ceiling)),
+                    None => self.passed = self.rate,
+                }
+                // Over once a request at the ceiling went through: until then a push-back
+                // brackets the limit between the last two steps.
+                if self.passed >= self.ceiling {
+                    self.phase = Phase::Hold;
+                }
+                self.set(self.rate * RAMP_STEP)
+            }
             Phase::Hold => self.rate,
             Phase::Verify => {
                 // Answers to requests sent before the push-back say nothing of the guess.
@@ -363,9 +457,10 @@ impl Law {
             Phase::Recover { since, from } => {
                 let limit = self.limit.unwrap_or(self.ceiling);
                 let t = now.saturating_duration_since(since).as_secs_f64();
-                let target = HOLD * limit;
+                let hold = self.hold();
+                let target = hold * limit;
                 let back = target - (target - from) * (-t / RECOVER_SECS).exp();
-                let probe = (1.0 - HOLD) * limit * (t / PROBE_SECS).powi(3);
+                let probe = (1.0 - hold) * limit * (t / PROBE_SECS).powi(3);
                 let rate = self.set(back.max(from) + probe);
                 if rate >= self.ceiling {
                     self.phase = Phase::Hold;
@@ -404,9 +499,9 @@ mod tests {
         let mut t = t0 + secs(1.0);
         while law.rate() + VERIFY_STEP <= limit {
             t += secs(0.02);
-            law.succeeded(t);
+            law.succeeded(t, None);
         }
-        let refused = law.succeeded(t + secs(0.02));
+        let refused = law.succeeded(t + secs(0.02), None);
         let t = t + secs(0.04);
         law.pushed_back(t, secs(1.0), refused, None).unwrap();
         (law, t + secs(1.0))
@@ -421,9 +516,9 @@ mod tests {
         // More answers to requests sent before the decrease: ignored, as their successes.
         let again = law.pushed_back(t0 + secs(0.5), secs(1.0), 100.0, None);
         assert_eq!(again, None);
-        assert_eq!(law.succeeded(t0 + secs(0.6)), 48.0);
+        assert_eq!(law.succeeded(t0 + secs(0.6), None), 48.0);
         // After the cooldown each success raises the rate one small step…
-        let r = law.succeeded(t0 + secs(1.1));
+        let r = law.succeeded(t0 + secs(1.1), None);
         assert!(close(r, 48.0 + VERIFY_STEP), "{r}");
         // …until a push-back one step above what went through: that is the limit.
         let (law, _) = verified(90.0);
@@ -447,15 +542,15 @@ mod tests {
         let (mut law, end) = verified(50.0);
         let limit = law.limit().unwrap();
         // Held there, probing slowly: within 1 % of the hold 10 s after the cooldown…
-        let r = law.succeeded(end + secs(10.0));
+        let r = law.succeeded(end + secs(10.0), None);
         assert!((HOLD * limit..HOLD * limit * 1.01).contains(&r), "{r}");
         // …refused 20 s later: a close estimate, a mild cut.
-        let probed = law.succeeded(end + secs(20.0));
+        let probed = law.succeeded(end + secs(20.0), None);
         let rate = law.pushed_back(end + secs(20.0), secs(1.0), probed, None);
         assert!(close(rate.unwrap(), HOLD * probed), "{rate:?}");
         assert_eq!(law.limit(), Some(probed));
         // Beyond the estimate, up to the ceiling.
-        assert_eq!(law.succeeded(end + secs(400.0)), 100.0);
+        assert_eq!(law.succeeded(end + secs(400.0), None), 100.0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -466,7 +561,7 @@ mod tests {
         let high = law.limit().unwrap();
         // 10 + 50 · 0.2 = 20 successes, refused 0.2 s after the cooldown: cut deep, at once.
         for i in 0..20 {
-            law.succeeded(end + secs(0.01 * f64::from(i)));
+            law.succeeded(end + secs(0.01 * f64::from(i)), None);
         }
         let refused = law.rate();
         let rate = law.pushed_back(end + secs(0.2), secs(1.0), refused, None);
@@ -474,14 +569,86 @@ mod tests {
         // 10 + 50 · 0.5 = 35 successes, refused 0.5 s after: the rate is the difference.
         let end = end + secs(1.2);
         for i in 0..35 {
-            law.succeeded(end + secs(0.01 * f64::from(i)));
+            law.succeeded(end + secs(0.01 * f64::from(i)), None);
         }
         let rate = law.pushed_back(end + secs(0.5), secs(1.0), 70.0, None);
         // 15 more in 0.3 s more, and what the client sent below 50/s in its first 45 ms
         // back from the deep cut (0.09 tokens): 50.3/s.
         let limit = law.limit().unwrap();
         assert!((50.0..51.0).contains(&limit), "{limit}");
-        assert!(close(rate.unwrap(), HOLD * limit), "{rate:?}");
+        // Behind a burst, closer to it, and no longer spaced: the burst absorbs jitter.
+        assert!(close(rate.unwrap(), HOLD_BURST * limit), "{rate:?}");
+        assert!(!law.spaced());
+    }
+
+    /// A configured law after its first success, and the instant of the next one.
+    fn ramping(ceiling: f64) -> (Law, Instant) {
+        let mut law = Law::capped(ceiling, 1.0);
+        let t0 = Instant::now();
+        assert_eq!(law.rate(), ceiling);
+        assert!(!law.spaced());
+        assert_eq!(law.succeeded(t0, None), ceiling * RAMP_FROM);
+        assert!(law.spaced(), "the ramp measures: spaced");
+        (law, t0 + secs(0.02))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_configured_rate_ramps_back_from_its_first_success_in_a_few_steps() {
+        let (mut law, mut t) = ramping(100.0);
+        let mut steps = 0;
+        while law.rate() < 100.0 {
+            let before = law.rate();
+            let rate = law.succeeded(t, None);
+            assert!(close(rate, (before * RAMP_STEP).min(100.0)), "{rate}");
+            t += secs(0.02);
+            steps += 1;
+        }
+        assert_eq!(steps, 21);
+        // Back at the ceiling once a request at it went through: nothing learned, nothing
+        // spaced, no more growth.
+        assert!(law.spaced());
+        assert_eq!(law.succeeded(t, None), 100.0);
+        assert_eq!((law.limit(), law.spaced()), (None, false));
+        assert_eq!(law.succeeded(t + secs(0.02), None), 100.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_step_of_the_ramp_brackets_the_limit_with_one_push_back() {
+        // A server without a burst at 50/s: every step up to 50/s goes through, the next
+        // is refused.
+        for server in [46.0, 50.0, 80.0, 99.0] {
+            let (mut law, mut t) = ramping(100.0);
+            let mut passed = law.rate();
+            while law.rate() <= server {
+                passed = law.rate();
+                law.succeeded(t, None);
+                t += secs(0.02);
+            }
+            let refused = law.rate();
+            let rate = law.pushed_back(t, secs(1.0), refused, None).unwrap();
+            let limit = law.limit().unwrap();
+            let middle = (passed * refused).sqrt().min(passed / HOLD);
+            assert!(close(limit, middle), "{server}: {limit} {passed} {refused}");
+            assert!((passed..=refused).contains(&limit), "{server}: {limit}");
+            // Just below the server, and held there: no guess to verify.
+            assert!(rate < server && rate >= 0.92 * server, "{server}: {rate}");
+            assert!(law.spaced());
+            let after = law.succeeded(t + secs(1.5), None);
+            assert!(after < server, "{server}: {after}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_first_step_of_the_ramp_guesses_and_verifies() {
+        // A server more than twice slower: the ramp's first step is refused, and says only
+        // that the limit is below it.
+        let (mut law, t) = ramping(100.0);
+        let start = law.rate();
+        let rate = law.pushed_back(t, secs(1.0), start, None).unwrap();
+        assert_eq!(law.limit(), Some(start * DECREASE));
+        assert!(close(rate, HOLD * start * DECREASE), "{rate}");
+        let t = t + secs(1.0);
+        assert!(close(law.succeeded(t, None), rate + VERIFY_STEP));
     }
 
     #[test]
@@ -511,12 +678,12 @@ mod tests {
         let mut t = Instant::now();
         while law.rate() < 52.0 {
             t += secs(1.0 / law.rate());
-            law.succeeded(t);
+            law.succeeded(t, None);
         }
         let first = law.pushed_back(t, secs(1.0), law.rate(), None).unwrap();
         let end = t + secs(1.0);
         for i in 0..17 {
-            law.succeeded(end + secs(0.02 * f64::from(i)));
+            law.succeeded(end + secs(0.02 * f64::from(i)), None);
         }
         law.pushed_back(end + secs(0.354), secs(1.0), first, None);
         let limit = law.limit().unwrap();
@@ -554,9 +721,9 @@ mod tests {
     async fn a_search_estimates_between_the_last_rate_passed_and_the_rate_refused() {
         let mut law = Law::search(1.0, 1000.0, 0.5);
         let t0 = Instant::now();
-        assert_eq!(law.succeeded(t0), 2.0);
-        assert_eq!(law.succeeded(t0), 4.0);
-        assert_eq!(law.succeeded(t0), 4.0 + 1.0 / SEARCH_SECS);
+        assert_eq!(law.succeeded(t0, None), 2.0);
+        assert_eq!(law.succeeded(t0, None), 4.0);
+        assert_eq!(law.succeeded(t0, None), 4.0 + 1.0 / SEARCH_SECS);
         // Refused at 6.86/s after 4/s went through: the geometric middle.
         let rate = law.pushed_back(t0, secs(1.0), law.rate(), None).unwrap();
         let middle = (4.0 * (4.0 + 1.0 / SEARCH_SECS)).sqrt();
@@ -566,7 +733,7 @@ mod tests {
         // Steps within the hold margin: the last rate that went through.
         let mut law = Law::search(100.0, 1000.0, 0.5);
         let passed = law.rate();
-        let refused = law.succeeded(t0);
+        let refused = law.succeeded(t0, None);
         law.pushed_back(t0, secs(1.0), refused, None);
         assert_eq!(law.limit(), Some(passed));
     }
@@ -585,7 +752,7 @@ mod tests {
     fn a_stated_quota_is_taken_at_once_within_the_bounds() {
         let mut law = Law::search(1.0, 40.0, 0.1);
         assert_eq!(law.stated(25.0), 25.0);
-        assert_eq!(law.succeeded(Instant::now()), 25.0);
+        assert_eq!(law.succeeded(Instant::now(), None), 25.0);
         assert_eq!(law.stated(80.0), 40.0);
     }
 }

@@ -194,13 +194,26 @@ impl Bucket {
     /// A request went through: the rate may grow back towards the configured one.
     /// [`RetryAfterLayer`](crate::RetryAfterLayer) calls this on every success.
     pub fn record_success(&self) {
-        self.control.succeeded(&self.shared, None);
+        self.control.succeeded(&self.shared, None, None);
         self.sync_learned();
+    }
+
+    /// [`record_success`](Self::record_success) of a request sent at `sent`: the rate that
+    /// went through is the rate in force then.
+    pub(crate) fn succeeded(&self, sent: Instant) {
+        self.control.succeeded(&self.shared, None, Some(sent));
+        self.sync_learned();
+    }
+
+    /// A request is about to be sent through [`RetryAfterLayer`](crate::RetryAfterLayer):
+    /// the first one starts the ramp of a configured rate (see [`adaptive`](crate::adaptive)).
+    pub(crate) fn sending(&self, sent: Instant) {
+        self.control.sending(&self.shared, sent);
     }
 
     /// A request went through and the server stated its quota: `per_second` tokens a second.
     pub(crate) fn record_stated(&self, per_second: f64) {
-        self.control.succeeded(&self.shared, Some(per_second));
+        self.control.succeeded(&self.shared, Some(per_second), None);
         self.sync_learned();
     }
 
@@ -496,7 +509,7 @@ mod tests {
         assert_eq!(bucket.rate(), 48.0);
         tokio::time::advance(Duration::from_secs(2)).await;
         for _ in 0..10 {
-            bucket.control.succeeded(&bucket.shared, None);
+            bucket.control.succeeded(&bucket.shared, None, None);
         }
         let climbed = bucket.rate();
         assert!(climbed > 49.0, "{climbed}");
@@ -570,5 +583,27 @@ mod spaced_tests {
         // Not spaced, a waiter catches up on a late one: closer than that.
         let times = spaced_on_a_coarse_runtime(false).await;
         assert!(closest(&times) < Duration::from_micros(19_600));
+    }
+
+    /// A new rate during a pause neither shortens nor stretches it, spaced or not, whatever
+    /// the burst: the first waiter goes at its end.
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_changed_during_a_pause_keeps_its_end_when_spaced() {
+        for (burst, spaced) in [(100, true), (100, false), (1, true), (10, true)] {
+            let bucket = Bucket::new(Quota::per_second(100).burst(burst));
+            bucket.shared.set_spaced(spaced);
+            bucket.acquire(1).await.unwrap();
+            let start = Instant::now();
+            bucket.pause(Duration::from_secs(5));
+            bucket
+                .shared
+                .set_rate(Quota::new(100, Duration::from_millis(2137)).burst(burst));
+            bucket.acquire(1).await.unwrap();
+            assert_eq!(
+                start.elapsed(),
+                Duration::from_secs(5),
+                "burst {burst}, spaced {spaced}"
+            );
+        }
     }
 }

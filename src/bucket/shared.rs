@@ -370,13 +370,32 @@ impl Shared {
     /// Where the bucket's `tat` must be raised to when the line empties, from the guard's
     /// `tat`: the fast path then admits no earlier than the guard would have.
     fn guard_takeover(&self, guard: u64) -> u64 {
-        let (interval, tolerance) = self.gcra.params();
         if self.spaced.load(Ordering::Acquire) {
-            let beyond_one = tolerance.saturating_sub(interval);
-            guard.saturating_add((beyond_one as f64 * SPACED_MARGIN) as u64)
+            guard.saturating_add(self.guard_lag())
         } else {
             // Less the guard's extra token.
-            guard.saturating_sub(interval)
+            guard.saturating_sub(self.gcra.params().0)
+        }
+    }
+
+    /// Once spaced: how far the guard's `tat` lies behind the engine's when both admit one
+    /// token at the same instant (the guard's bucket is 2 % smaller beyond its first token).
+    /// Exact to the nanosecond: a deadline a nanosecond late is a timer tick late.
+    fn guard_lag(&self) -> u64 {
+        let (interval, tolerance) = self.gcra.params();
+        let (unit, guard_tolerance) = self.guard_params();
+        let beyond = tolerance.saturating_sub(interval);
+        beyond.saturating_sub(guard_tolerance.saturating_sub(unit))
+    }
+
+    /// The guard that admits exactly when the engine at `tat` does (the inverse of
+    /// [`guard_takeover`](Self::guard_takeover) once spaced): a guard put at `tat` itself
+    /// would hold a full bucket back by 2 % of its burst.
+    fn guard_behind(&self, tat: u64) -> u64 {
+        if self.spaced.load(Ordering::Acquire) {
+            tat.saturating_sub(self.guard_lag())
+        } else {
+            tat
         }
     }
 
@@ -548,7 +567,7 @@ impl Shared {
                 }
                 Err(at) => {
                     // The line forms: its guard starts where the bucket is.
-                    st.guard = st.guard.max(self.gcra.tat());
+                    st.guard = st.guard.max(self.guard_behind(self.gcra.tat()));
                     at
                 }
             }
@@ -654,7 +673,7 @@ impl Shared {
                 st.guard = if self.spaced.load(Ordering::Acquire) && st.last_went > 0 {
                     st.last_went.saturating_add(self.guard_params().0)
                 } else {
-                    self.gcra.tat()
+                    self.guard_behind(self.gcra.tat())
                 };
             }
             Some(w) => w.set_limit(u64::from(quota.count()), quota.period_ns(), now),

@@ -51,6 +51,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         copy: Option<Req>,
         method: Method,
         policy: Arc<Policy>,
+        sent: Instant,
     ) -> Self {
         ResponseFuture {
             state: State::Called { future },
@@ -60,7 +61,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             policy,
             retries: 0,
             started: Instant::now(),
-            sent: Instant::now(),
+            sent,
             previous_delay: Duration::ZERO,
         }
     }
@@ -130,6 +131,7 @@ where
                         None => this.copy.take().expect("retry without a request copy"),
                     };
                     *this.sent = Instant::now();
+                    this.policy.bucket.sending(*this.sent);
                     let future = this.svc.call(req);
                     this.state.set(State::Called { future });
                 }

@@ -209,7 +209,7 @@ impl Policy {
         if status.is_success() {
             match stated {
                 Some(rate) => self.bucket.record_stated(rate),
-                None => self.bucket.record_success(),
+                None => self.bucket.succeeded(a.sent),
             }
         }
         if status.is_server_error() {

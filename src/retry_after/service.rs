@@ -57,7 +57,9 @@ where
         // The readied service goes with the request; this one becomes a fresh clone.
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
+        let sent = tokio::time::Instant::now();
+        self.policy.bucket.sending(sent);
         let future = ready.call(req);
-        ResponseFuture::new(future, ready, copy, method, self.policy.clone())
+        ResponseFuture::new(future, ready, copy, method, self.policy.clone(), sent)
     }
 }
