@@ -261,10 +261,16 @@ async fn the_ramp_brackets_the_limit_with_answers_slower_than_the_interval() {
             bucket.learned_rate()
         );
         assert_eq!(after, 0, "latency {latency} ms: {:?}", seen.refused);
-        assert!(took <= 1.2, "latency {latency} ms: {took:.2}× the ideal time");
+        assert!(
+            took <= 1.2,
+            "latency {latency} ms: {took:.2}× the ideal time"
+        );
         // The millisecond ticks send every rate up to 52.6/s 20 ms apart (see below).
         let rate = bucket.rate();
-        assert!((0.92 * 50.0..52.6).contains(&rate), "latency {latency} ms: {rate}");
+        assert!(
+            (0.92 * 50.0..52.6).contains(&rate),
+            "latency {latency} ms: {rate}"
+        );
     }
 }
 

@@ -141,9 +141,7 @@ impl State {
     fn tested(&self, sent: Instant) -> Option<f64> {
         let i = self.sends.binary_search_by_key(&sent, |(t, _)| *t).ok()?;
         let (_, gap) = self.sends[i];
-        Some(gap.map_or(0.0, |gap| {
-            (1.0 / gap.as_secs_f64()).min(self.rate_at(sent))
-        }))
+        Some(gap.map_or(0.0, |gap| (1.0 / gap.as_secs_f64()).min(self.rate_at(sent))))
     }
 
     /// The rate in force at `at`; the oldest remembered when `at` is older still.
@@ -315,7 +313,11 @@ impl Control {
         if self.fresh.load(Ordering::Acquire) && self.fresh.swap(false, Ordering::AcqRel) {
             let mut st = self.lock();
             if let Some(rate) = st.law.as_mut().and_then(Law::sending) {
-                trace_event!(debug, rate, "first request: the rate ramps to the configured one");
+                trace_event!(
+                    debug,
+                    rate,
+                    "first request: the rate ramps to the configured one"
+                );
                 self.apply(&mut st, shared, rate, true);
                 self.ramping.store(true, Ordering::Release);
             }
