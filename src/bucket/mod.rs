@@ -199,7 +199,8 @@ impl Bucket {
     }
 
     /// [`record_success`](Self::record_success) of a request sent at `sent`: the rate that
-    /// went through is the rate in force then.
+    /// went through is the one it tested (during the ramp, the gap to the request sent
+    /// before it), or else the rate in force then.
     pub(crate) fn succeeded(&self, sent: Instant) {
         self.control.succeeded(&self.shared, None, Some(sent));
         self.sync_learned();
