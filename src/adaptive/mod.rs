@@ -6,8 +6,11 @@
 //! the bucket — for every clone, through the bucket's own `set_quota` path — and the bucket
 //! enforces that rate:
 //!
-//! - **Configured quota** ([`Bucket::new`]): the configured rate is a hard ceiling, and the
-//!   start. A push-back lowers the rate to just below the server's limit as estimated,
+//! - **Configured quota** ([`Bucket::new`]): the configured rate is a hard ceiling. Its first
+//!   request through [`RetryAfterLayer`] starts a short ramp back up to it from 45 %, which
+//!   brackets the limit of a slower server with one push-back (see "The ramp" below); a
+//!   bucket used without `RetryAfterLayer` stays at the configured rate. A push-back lowers
+//!   the rate to just below the server's limit as estimated,
 //!   success raises it back slowly, never above the ceiling. A client configured above a
 //!   server's real rate settles just below it instead of pausing, restarting at the
 //!   configured rate and being refused again.
