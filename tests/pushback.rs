@@ -231,6 +231,28 @@ async fn a_push_back_on_the_first_request_guesses_half_the_configured_rate() {
     assert!((48.0..=48.2).contains(&bucket.rate()), "{}", bucket.rate());
 }
 
+/// A configured burst still goes at once at the start (the ramp lowers the rate, not the
+/// tokens held), and against a server that allows it the ramp ends at the configured rate.
+#[tokio::test(start_paused = true)]
+async fn a_configured_burst_goes_at_once_and_the_ramp_ends_at_the_configured_rate() {
+    let mut server = StandIn::new(1_000);
+    server.burst = 20;
+    let bucket = Bucket::new(Quota::per_second(100).burst(10));
+    let start = Instant::now();
+    server.run(&bucket, 200, 16, Duration::from_millis(2)).await;
+    assert_eq!(bucket.rate(), 100.0);
+    assert!(server.seen().refused.is_empty());
+    // The burst at once, then 190 more at 100/s less the ramp's first steps.
+    let seen = server.seen();
+    assert_eq!(
+        seen.ok[..10],
+        [Duration::from_millis(2); 10],
+        "after the 2 ms latency"
+    );
+    let took = start.elapsed();
+    assert!(took <= Duration::from_millis(1_950), "{took:?}");
+}
+
 /// The ramp of a configured rate starts with the first request sent, not with its answer,
 /// and brackets the limit by the rates the requests went at: with answers slower than the
 /// interval (several requests in flight), a client configured at twice a server without a

@@ -17,7 +17,8 @@ pub(crate) const HOLD: f64 = 0.96;
 /// …or at this one once two windows showed a burst behind it: the burst absorbs the jitter
 /// of requests on their way, which a server without one refuses.
 pub(crate) const HOLD_BURST: f64 = 0.98;
-/// A configured rate starts at this fraction of itself at its first success…
+/// A configured rate drops to this fraction of itself when its first request is sent through
+/// `RetryAfterLayer` (or at its first success reported, from a client of one's own)…
 pub(crate) const RAMP_FROM: f64 = 0.45;
 /// …and grows by this factor per success, back to itself in 21 successes (about 11
 /// intervals lost, once). A server up to `1 / RAMP_FROM` times slower than the configured
@@ -50,8 +51,8 @@ pub(crate) const SEARCH_SECS: f64 = 0.35;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
-    /// A configured rate before any report: at the ceiling, the ramp starts at the first
-    /// success.
+    /// A configured rate before any request: at the ceiling; the ramp starts with the first
+    /// request sent (or the first success reported).
     Fresh,
     /// A configured rate growing from `RAMP_FROM` of itself, `RAMP_STEP` per success, until
     /// it is back or a push-back comes.
@@ -431,10 +432,12 @@ impl Law {
                     Some(t) => self.passed = self.passed.max(t.min(self.ceiling)),
                     None => self.passed = self.rate,
                 }
-                // Over once a request at the ceiling went through: until then a push-back
-                // brackets the limit between the last two steps.
+                // Over once a request at the ceiling went through (or closer: a configured
+                // burst): until then a push-back brackets the limit between the last two
+                // steps.
                 if self.passed >= self.ceiling {
                     self.phase = Phase::Hold;
+                    return self.set(self.ceiling);
                 }
                 self.set(self.rate * RAMP_STEP)
             }
@@ -632,6 +635,15 @@ mod tests {
             let after = law.succeeded(t + secs(1.5), None);
             assert!(after < server, "{server}: {after}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_that_went_through_ends_the_ramp_at_the_ceiling() {
+        // Requests sent together (a configured burst) tested a rate above the ceiling.
+        let (mut law, t) = ramping(100.0);
+        assert_eq!(law.succeeded(t, Some(f64::INFINITY)), 100.0);
+        assert_eq!((law.limit(), law.spaced()), (None, false));
+        assert_eq!(law.succeeded(t + secs(0.01), Some(50.0)), 100.0);
     }
 
     #[tokio::test(start_paused = true)]
