@@ -355,7 +355,11 @@ impl Control {
     pub(crate) fn succeeded(&self, shared: &Shared, stated: Option<f64>, sent: Option<Instant>) {
         let mut st = self.lock();
         let now = Instant::now();
-        let tested = sent.map(|s| st.tested(s).unwrap_or_else(|| st.rate_at(s)));
+        // Only the ramp weighs what a success tested.
+        let ramping = st.law.as_ref().is_some_and(Law::ramping);
+        let tested = sent
+            .filter(|_| ramping)
+            .map(|s| st.tested(s).unwrap_or_else(|| st.rate_at(s)));
         st.meter.record(now);
         // A stated rate is taken when it changes by a step or more (a pace read from
         // `Remaining / Reset` moves a little with every response).

@@ -390,11 +390,13 @@ impl Law {
     /// The first request is about to be sent: a configured rate starts its ramp (the
     /// request itself goes at once). Returns the new rate.
     pub(crate) fn sending(&mut self) -> Option<f64> {
-        (self.phase == Phase::Fresh).then(|| {
-            self.phase = Phase::Ramp;
-            self.passed = 0.0;
-            self.set(self.ceiling * RAMP_FROM)
-        })
+        (self.phase == Phase::Fresh).then(|| self.start_ramp())
+    }
+
+    fn start_ramp(&mut self) -> f64 {
+        self.phase = Phase::Ramp;
+        self.passed = 0.0;
+        self.set(self.ceiling * RAMP_FROM)
     }
 
     /// A success at `now` of a request that tested the rate `tested`, if known (`0`: it
@@ -419,11 +421,7 @@ impl Law {
     /// The rate after a success at `now` of a request sent at `tested`.
     fn next_rate(&mut self, now: Instant, tested: Option<f64>) -> f64 {
         match self.phase {
-            Phase::Fresh => {
-                self.passed = 0.0;
-                self.phase = Phase::Ramp;
-                self.set(self.ceiling * RAMP_FROM)
-            }
+            Phase::Fresh => self.start_ramp(),
             Phase::Ramp => {
                 // The rate this request tested (how closely it followed the one before it),
                 // or, unknown, the rate in force. A server without a burst lets every rate

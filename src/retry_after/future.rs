@@ -60,7 +60,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             method,
             policy,
             retries: 0,
-            started: Instant::now(),
+            started: sent,
             sent,
             previous_delay: Duration::ZERO,
         }
