@@ -370,3 +370,29 @@ async fn a_middleware_error_is_returned_at_once_and_nothing_is_sent() {
     );
     assert_eq!(hits.load(Ordering::SeqCst), 0);
 }
+
+/// Through the middleware as through the layers, the ramp of a configured rate starts when
+/// the first request goes, and each success weighs the gap at which its request went (the
+/// rate limit tells the retry middleware when it admitted it). Eight workers that started
+/// waiting at once never went faster than the ramp's rate, so the ramp goes on; taken at
+/// the instant they started waiting, the requests queued before the ramp would have tested
+/// the configured rate and ended it at once.
+#[tokio::test]
+async fn the_ramp_weighs_when_each_request_went_through_the_middleware() {
+    let server = Server::start(|_| (StatusCode::OK, None)).await;
+    let bucket = Bucket::new(Quota::per_second(100).burst(1));
+    let client = middleware_client(&bucket, no_jitter(&bucket));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, url) = (client.clone(), server.url());
+            tokio::spawn(async move { client.get(url).send().await.unwrap().status() })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), StatusCode::OK);
+    }
+    // 45 % of the configured rate, 4 % more per success.
+    let ramp = 100.0 * 0.45 * 1.04_f64.powi(8);
+    assert!((bucket.rate() - ramp).abs() < 1e-6, "{}", bucket.rate());
+    assert_eq!(server.log().len(), 8);
+}

@@ -24,8 +24,9 @@ pub(crate) struct Control {
     rate: AtomicU64,
     /// Nothing sent yet: the first request sent may start the ramp of a configured rate.
     fresh: AtomicBool,
-    /// The ramp of a configured rate runs: the gaps between sends are kept.
-    ramping: AtomicBool,
+    /// The ramp of a configured rate, a search or a verification runs: the gaps between
+    /// sends are kept.
+    measuring: AtomicBool,
     /// When this control last asked a remote limit what other processes learned (ns since
     /// `origin`; 0: never).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares it
@@ -54,12 +55,12 @@ struct State {
     stated: Option<f64>,
     /// The successes of the last second.
     meter: Meter,
-    /// While the ramp of a configured rate runs: every request sent (through
-    /// [`RetryAfterLayer`](crate::RetryAfterLayer)) and how long after the one before it;
-    /// a server without a burst admits a request only that far behind the one before, so
-    /// its answer says whether the server's rate is above `1 / gap`.
+    /// While the ramp of a configured rate, a search or a verification runs: every request
+    /// sent (through [`RetryAfterLayer`](crate::RetryAfterLayer)) and how long after the one
+    /// before it; a server without a burst admits a request only that far behind the one
+    /// before, so its answer says whether the server's rate is above `1 / gap`.
     sends: VecDeque<(Instant, Option<Duration>)>,
-    /// The latest request sent, while the ramp runs.
+    /// The latest request sent, while they run.
     last_send: Option<Instant>,
     /// The push-back this bucket acted on last, made or adopted, as processes read it back
     /// ([`Cut::shared`]): read back from a remote limit, it is no news. (Converting its
@@ -130,14 +131,14 @@ impl Meter {
 
 /// Rates remembered, for requests still in flight.
 const HISTORY: usize = 64;
-/// Sends remembered during the ramp, for requests still in flight.
+/// Sends remembered while they run, for requests still in flight.
 const SENDS: usize = 256;
 
 impl State {
-    /// The rate a request sent at `sent` during the ramp tested: `1 / gap` to the request
-    /// sent before it, at most the rate in force when it went (a gap shortened by the
-    /// timer's ticks does not make the ramp go faster); `0` for the first request. `None`
-    /// when it was not sent during the ramp.
+    /// The rate a request sent at `sent` during the ramp, a search or a verification tested:
+    /// `1 / gap` to the request sent before it, at most the rate in force when it went (a
+    /// gap shortened by the timer's ticks does not make the ramp go faster); `0` for the
+    /// first request. `None` when it was not sent then.
     fn tested(&self, sent: Instant) -> Option<f64> {
         let i = self.sends.binary_search_by_key(&sent, |(t, _)| *t).ok()?;
         let (_, gap) = self.sends[i];
@@ -193,7 +194,7 @@ impl Control {
             }),
             rate: AtomicU64::new(rate.to_bits()),
             fresh: AtomicBool::new(fresh),
-            ramping: AtomicBool::new(false),
+            measuring: AtomicBool::new(matches!(mode, Mode::Search { .. })),
             synced: AtomicU64::new(0),
             origin: Instant::now(),
         }
@@ -239,19 +240,20 @@ impl Control {
     ) -> Option<Cut> {
         let mut st = self.lock();
         let now = Instant::now();
+        let verifying = st.law.as_ref().is_some_and(Law::verifying);
         let refused = match st.tested(sent) {
-            Some(tested) if tested > 0.0 => tested,
+            Some(tested) if tested > 0.0 && !verifying => tested,
             // The request that started the ramp went before it, at the configured rate.
-            Some(_) => st.configured.per_second_f64(),
-            None => st.rate_at(sent),
+            Some(_) if st.law.as_ref().is_some_and(Law::ramping) => st.configured.per_second_f64(),
+            _ => st.rate_at(sent),
         };
         let measured = st.meter.rate(now);
         let rate = st
             .law
             .as_mut()
             .and_then(|l| l.pushed_back(now, cooldown, refused, measured));
-        self.ramp_over(&mut st);
         let rate = rate?;
+        self.measure_anew(&mut st);
         st.meter.from = now.checked_add(cooldown).unwrap_or(now);
         trace_event!(info, rate, "server pushed back; lowering the rate");
         self.apply(&mut st, shared, rate, true);
@@ -277,7 +279,7 @@ impl Control {
             return;
         }
         let rate = st.law.as_mut().and_then(|l| l.adopt(cut.limit, since));
-        self.ramp_over(&mut st);
+        self.measure_over(&mut st);
         if let Some(rate) = rate {
             st.acted = Some(cut.shared());
             st.meter.from = st.meter.from.max(since);
@@ -308,7 +310,8 @@ impl Control {
     }
 
     /// A request is sent at `sent`: the first one starts the ramp of a configured rate,
-    /// and the ramp keeps when each went. Lock-free once the ramp is over.
+    /// and the ramp (a search, a verification) keeps when each went. Lock-free once they
+    /// are over.
     pub(crate) fn sending(&self, shared: &Shared, sent: Instant) {
         if self.fresh.load(Ordering::Acquire) && self.fresh.swap(false, Ordering::AcqRel) {
             let mut st = self.lock();
@@ -319,14 +322,14 @@ impl Control {
                     "first request: the rate ramps to the configured one"
                 );
                 self.apply(&mut st, shared, rate, true);
-                self.ramping.store(true, Ordering::Release);
+                self.measuring.store(true, Ordering::Release);
             }
         }
-        if !self.ramping.load(Ordering::Acquire) {
+        if !self.measuring.load(Ordering::Acquire) {
             return;
         }
         let mut st = self.lock();
-        if !self.ramping.load(Ordering::Acquire) {
+        if !self.measuring.load(Ordering::Acquire) {
             return;
         }
         let gap = st
@@ -341,13 +344,23 @@ impl Control {
         st.sends.insert(at, (sent, gap));
     }
 
-    /// The ramp ended (a push-back, or back at the ceiling): stop keeping sends.
-    fn ramp_over(&self, st: &mut State) {
-        if self.ramping.load(Ordering::Acquire) && !st.law.as_ref().is_some_and(Law::ramping) {
-            self.ramping.store(false, Ordering::Release);
+    /// The ramp, search or verification ended (a push-back, back at the ceiling, a stated
+    /// quota): stop keeping sends.
+    fn measure_over(&self, st: &mut State) {
+        if self.measuring.load(Ordering::Acquire) && !st.law.as_ref().is_some_and(Law::measuring) {
+            self.measuring.store(false, Ordering::Release);
             st.sends.clear();
             st.last_send = None;
         }
+    }
+
+    /// A push-back: the gaps start again after the pause (the first request after it tested
+    /// nothing), kept while the law measures (a guess is verified).
+    fn measure_anew(&self, st: &mut State) {
+        st.sends.clear();
+        st.last_send = None;
+        let measuring = st.law.as_ref().is_some_and(Law::measuring);
+        self.measuring.store(measuring, Ordering::Release);
     }
 
     /// A request succeeded; `stated`: the rate the server's quota fields give, if any;
@@ -355,10 +368,10 @@ impl Control {
     pub(crate) fn succeeded(&self, shared: &Shared, stated: Option<f64>, sent: Option<Instant>) {
         let mut st = self.lock();
         let now = Instant::now();
-        // Only the ramp weighs what a success tested.
-        let ramping = st.law.as_ref().is_some_and(Law::ramping);
+        // Only the ramp, a search and a verification weigh what a success tested.
+        let measuring = st.law.as_ref().is_some_and(Law::measuring);
         let tested = sent
-            .filter(|_| ramping)
+            .filter(|_| measuring)
             .map(|s| st.tested(s).unwrap_or_else(|| st.rate_at(s)));
         st.meter.record(now);
         // A stated rate is taken when it changes by a step or more (a pace read from
@@ -372,7 +385,7 @@ impl Control {
             Some(stated) => law.stated(stated),
             None => law.succeeded(now, tested),
         };
-        self.ramp_over(&mut st);
+        self.measure_over(&mut st);
         if stated.is_some() {
             st.stated = stated;
         }
@@ -395,7 +408,7 @@ impl Control {
             *law = Law::capped(ceiling, law.floor());
             self.fresh.store(true, Ordering::Release);
         }
-        self.ramping.store(false, Ordering::Release);
+        self.measuring.store(false, Ordering::Release);
         st.sends.clear();
         st.last_send = None;
         self.rate.store(ceiling.to_bits(), Ordering::Release);

@@ -45,6 +45,17 @@ pub(crate) const BURST_MIN: f64 = 2.0;
 /// above the server's rate through the whole window: a window for the estimate behind a
 /// burst.
 pub(crate) const WINDOW_SECS: f64 = 3.0;
+/// A push-back at least this long (seconds) after the end of a cooldown, of a request sent
+/// at a rate that has gone through since (below the estimate), from a server without a
+/// burst, is taken for a request delayed on its way: a late request followed by one on time
+/// reaches the server closer than the client sent them…
+pub(crate) const FORGIVE_AFTER_SECS: f64 = 2.0;
+/// …at most once in this many seconds: a server whose rate is just below the client's
+/// refuses now and then too, and must lower it.
+pub(crate) const FORGIVE_EVERY_SECS: f64 = 10.0;
+/// …a rate at most this factor above the hold: the probe has hardly moved it yet (0.2 % in
+/// the first 11 s), so the rate has been going through for seconds.
+pub(crate) const FORGIVE_ABOVE_HOLD: f64 = 1.002;
 /// Searching (no limit known yet), each success adds `min(rate, 1 / SEARCH_SECS)`: the
 /// rate doubles per success while low, then grows `e`-fold every `SEARCH_SECS`.
 pub(crate) const SEARCH_SECS: f64 = 0.35;
@@ -180,6 +191,8 @@ pub(crate) struct Law {
     phase: Phase,
     /// Push-backs before this instant answer requests sent before the last decrease.
     settled: Option<Instant>,
+    /// When a push-back was last taken for a request delayed on its way.
+    forgiven: Option<Instant>,
     /// Searching: the rate before the last increase (the highest that went through).
     passed: f64,
     /// Successes since the end of the last cooldown.
@@ -202,6 +215,7 @@ impl Law {
             burst: false,
             phase: Phase::Fresh,
             settled: None,
+            forgiven: None,
             passed: 0.0,
             count: 0.0,
             window: None,
@@ -236,6 +250,23 @@ impl Law {
     /// Whether the ramp of a configured rate runs.
     pub(crate) fn ramping(&self) -> bool {
         self.phase == Phase::Ramp
+    }
+
+    /// Whether what each request tested (the gap to the request sent before it) is weighed:
+    /// during the ramp of a configured rate, a search, and the verification of a guess,
+    /// until the rate reaches the ceiling (a server that never pushes back).
+    pub(crate) fn measuring(&self) -> bool {
+        match self.phase {
+            Phase::Ramp => true,
+            Phase::Search | Phase::Verify => self.rate < self.ceiling,
+            _ => false,
+        }
+    }
+
+    /// Whether a guess is being verified: its steps are finer than a gap's jitter, so a
+    /// refusal is read at the rate in force when the request went, not at its gap.
+    pub(crate) fn verifying(&self) -> bool {
+        self.phase == Phase::Verify
     }
 
     /// Whether the bucket must space its admissions from the instants they went (see
@@ -300,13 +331,19 @@ impl Law {
             // Below half the rate refused it contradicts the refusals themselves.
             .filter(|r| *r >= refused * DECREASE)
             .map(|r| r.min(refused));
+        let forgivable = self
+            .forgiven
+            .is_none_or(|f| now.saturating_duration_since(f).as_secs_f64() >= FORGIVE_EVERY_SECS);
         let (limit, deep) = match (self.phase, self.limit) {
             // The limit lies between the last rate that went through and the rate refused.
+            // Nothing went through at a rate it tested (the first request, or the first
+            // after a pause): a guess, verified upwards, as at a first push-back.
+            (Phase::Search | Phase::Verify, _) if self.passed <= 0.0 => {
+                return Some(self.guess(refused, measured, since));
+            }
             (Phase::Search | Phase::Verify, _) => {
                 let passed = self.passed.min(refused);
-                let limit = if passed <= 0.0 {
-                    refused * DECREASE
-                } else if passed >= refused * HOLD {
+                let limit = if passed >= refused * HOLD {
                     passed
                 } else {
                     (passed * refused).sqrt()
@@ -339,20 +376,27 @@ impl Law {
                 } else {
                     refused
                 };
-                let sent = measured.map_or(refused, |m| m.min(refused));
-                let guess = sent * DECREASE;
-                self.limit = Some(guess);
-                self.passed = 0.0;
-                self.phase = Phase::Verify;
-                let rate = self.set(guess * self.hold());
-                self.current = (Some(since), Window::at(rate));
-                return Some(rate);
+                return Some(self.guess(refused, measured, since));
             }
             // Two push-backs within seconds of the end of pauses: the server refilled the
             // same burst during each, the difference is its rate.
             (_, Some(_)) if estimate.is_some() => {
                 self.burst = true;
                 (estimate.unwrap_or(refused), false)
+            }
+            // Refused seconds after a pause at a rate that went through since, below the
+            // estimate, by a server without a burst: a request delayed on its way reached it
+            // too close behind the one before (its late timer, or the server's). The pause
+            // holds, the estimate too; refused again within seconds, the server did lower
+            // its rate.
+            (Phase::Recover { .. }, Some(limit))
+                if !self.burst
+                    && forgivable
+                    && after >= FORGIVE_AFTER_SECS
+                    && refused <= limit * self.hold() * FORGIVE_ABOVE_HOLD =>
+            {
+                self.forgiven = Some(now);
+                (limit, false)
             }
             // Refused soon after a pause: cut deep and come back fast, to measure.
             (_, Some(_)) if after < QUICK_SECS => (refused, true),
@@ -365,6 +409,23 @@ impl Law {
             limit * self.hold()
         };
         Some(self.cut(limit, from, since))
+    }
+
+    /// The limit guessed at half of what was sent (`refused`, or the rate of successes
+    /// `measured` when lower), then verified upwards from the end of the cooldown `since`.
+    /// A second without a success (requests failing, or a bucket only ever pushed back)
+    /// says nothing of the rate: it is not a rate of 0.
+    fn guess(&mut self, refused: f64, measured: Option<f64>, since: Instant) -> f64 {
+        let sent = measured
+            .filter(|m| *m > 0.0)
+            .map_or(refused, |m| m.min(refused));
+        let guess = sent * DECREASE;
+        self.limit = Some(guess);
+        self.passed = 0.0;
+        self.phase = Phase::Verify;
+        let rate = self.set(guess * self.hold());
+        self.current = (Some(since), Window::at(rate));
+        rate
     }
 
     fn cut(&mut self, limit: f64, from: f64, since: Instant) -> f64 {
@@ -445,12 +506,21 @@ impl Law {
                 if self.settled.is_some_and(|s| now < s) {
                     return self.rate;
                 }
-                self.passed = self.rate;
+                // A request sent more than two intervals behind the one before it (the
+                // first after the pause) tested nothing.
+                if tested.is_none_or(|t| t >= DECREASE * self.rate) {
+                    self.passed = self.rate;
+                }
                 self.set(self.rate + VERIFY_STEP)
             }
             Phase::Search => {
+                // The highest rate a request tested and went through: not the rate before
+                // the last increase, which the first request (a start hint) never tested.
+                self.passed = match tested {
+                    Some(t) => self.passed.max(t.min(self.rate)),
+                    None => self.rate,
+                };
                 let step = self.rate.min(1.0 / SEARCH_SECS);
-                self.passed = self.rate;
                 self.set(self.rate + step)
             }
             Phase::Recover { since, from } => {
@@ -534,6 +604,13 @@ mod tests {
         let rate = law.pushed_back(t0, secs(1.0), 100.0, Some(60.0)).unwrap();
         assert!(close(rate, 28.8), "{rate}");
         assert_eq!(law.limit(), Some(30.0));
+        // A whole second without a success is no rate at all: half the rate refused.
+        let mut law = Law::capped(100.0, 1.0);
+        assert_eq!(law.pushed_back(t0, secs(1.0), 100.0, Some(0.0)), Some(48.0));
+        // Nor is it when verifying: refused again with nothing through, half again.
+        let rate = law.pushed_back(t0 + secs(1.5), secs(1.0), 48.0, Some(0.0));
+        assert_eq!(rate, Some(23.04));
+        assert_eq!(law.limit(), Some(24.0));
     }
 
     #[tokio::test(start_paused = true)]
@@ -742,6 +819,39 @@ mod tests {
         let refused = law.succeeded(t0, None);
         law.pushed_back(t0, secs(1.0), refused, None);
         assert_eq!(law.limit(), Some(passed));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_search_weighs_the_gaps_it_tested_until_the_ceiling() {
+        // A start hint refused on the second request: the first tested nothing (0), so
+        // nothing went through, and the limit is guessed at half the rate refused.
+        let mut law = Law::search(10.0, 1000.0, 0.5);
+        let t0 = Instant::now();
+        assert!(law.measuring());
+        let refused = law.succeeded(t0, Some(0.0));
+        assert_eq!(
+            law.pushed_back(t0, secs(1.0), refused, None),
+            Some(0.96 * refused / 2.0)
+        );
+        assert!(law.measuring(), "the guess is verified");
+        // A success tested what its gap allowed, not the rate before the last increase.
+        let mut law = Law::search(10.0, 1000.0, 0.5);
+        law.succeeded(t0, Some(0.0));
+        law.succeeded(t0, Some(8.0));
+        let refused = law.rate();
+        law.pushed_back(t0, secs(1.0), refused, None);
+        let middle = (8.0 * refused).sqrt();
+        assert!(close(law.limit().unwrap(), middle), "{:?}", law.limit());
+        // At the ceiling nothing is left to measure.
+        let mut law = Law::search(10.0, 20.0, 0.5);
+        law.succeeded(t0, Some(0.0));
+        assert!(law.measuring());
+        for _ in 0..4 {
+            let tested = law.rate();
+            law.succeeded(t0, Some(tested));
+        }
+        assert_eq!(law.rate(), 20.0);
+        assert!(!law.measuring());
     }
 
     #[tokio::test(start_paused = true)]

@@ -58,9 +58,11 @@
 //! |---|---|---|
 //! | first request of a configured rate sent through [`RetryAfterLayer`] (or its first success reported) | | `0.45 × ceiling`, then `× 1.04` per success back to the ceiling: the ramp |
 //! | push-back during the ramp | between the highest rate that went through, `P`, and the rate refused, `U` (a request tests `1/gap` to the one sent before it, at most the ramp's rate then): `min(√(P·U), P/0.96)` | `0.96·L` |
-//! | first push-back of a configured rate (at the ceiling, or at the ramp's first step) | a guess: `U/2` (`M/2` if fewer successes came in the last second than `U`) | `0.96·L`, then verified upwards: `+0.2` per success after the cooldown, until a push-back, read as a search's |
-//! | first push-back of a search | between the last rate that went through, `P`, and `U`: `P` when `P ≥ 0.96·U`, else `√(P·U)` | `0.96·L` |
+//! | first push-back of a configured rate (at the ceiling, or at the ramp's first step) | a guess: `U/2` (`M/2` if fewer successes, but some, came in the last second than `U`) | `0.96·L`, then verified upwards: `+0.2` per success after the cooldown, until a push-back, read as a search's |
+//! | push-back of a search or a verification before anything went through at a rate it tested (the first request tests none, nor does the first after a pause) | a guess, as above | as above |
+//! | first push-back of a search | between the highest rate a request tested and went through, `P` (its gap to the one sent before, at most the rate then), and `U`: `P` when `P ≥ 0.96·U`, else `√(P·U)` | `0.96·L` |
 //! | a later push-back | `U` | `0.96·L` |
+//! | a later push-back at least 2 s after the end of a cooldown, at most 0.2 % above the hold (the probe has hardly moved it), from a server without a burst, at most once in 10 s | unchanged: a request delayed on its way | `0.96·L` again, the probe starts over |
 //! | a push-back within 0.5 s of the end of a cooldown | unchanged | `U/2`, back to `0.96·L` with a time constant of 0.5 s |
 //! | a push-back within 3 s of the end of a cooldown (or of the first success), when the one before was too, in a window `0.1 s` longer or shorter | `(n₂ + d₂ − n₁ − d₁)/(t₂ − t₁)`, within `[U/2, U]`, when the windows show a burst of 2 or more behind it (a search or a verification takes it when it is below 90 % of its own estimate) | `0.96·L` |
 //! | more push-backs before the cooldown ends | none: they answer requests sent at the old rate | |
@@ -114,8 +116,12 @@
 //! once more (`benches/RESULTS.md`).
 //!
 //! A search, which grows a few per cent per request
-//! at 50/s, brackets the limit between the last rate that went through and the rate
-//! refused. After that the rate is probed so slowly (4 % in 30 s, cubic) that a push-back
+//! at 50/s, brackets the limit between the highest rate that went through and the rate
+//! refused, each read from the gap at which its request went, as in the ramp: a start hint
+//! above the server's rate, refused on the second request, is then guessed at half and
+//! verified, where the rate before the last increase (the hint, which no request tested)
+//! was taken for a rate that went through, and held above the server (against a stand-in
+//! at a hidden 5/s with a hint of 10/s: three push-backs instead of four). After that the rate is probed so slowly (4 % in 30 s, cubic) that a push-back
 //! comes at the limit itself: the rate refused is the estimate. A server with a burst (nginx
 //! `burst=10`) lets a search through at more than twice its rate, and refills the burst
 //! during each cooldown, so that a rate above its own is refused only once the burst is
@@ -153,6 +159,17 @@
 //! the same rate every cycle; CUBIC (the AWS SDKs' adaptive mode, `β = 0.7`) returns to the
 //! refused rate itself after `∛(0.3·U/0.4)` s (3.3 s at 50/s) and is refused there again,
 //! every cycle.
+//!
+//! **A request delayed on its way.** A server without a burst measures each gap when the
+//! request reaches it. A request held up after it left the bucket (a busy core, the
+//! server's own event loop) and one on time behind it arrive closer than they were sent,
+//! and the second is refused, at a rate that has been going through for seconds. nginx
+//! did that about once every 10–20 s on this 2-core machine, with the client's gaps at
+//! 98 % of an interval or more. Taken as news, each such refusal lowered the estimate by
+//! 4 %, for good: three in a run left the client 12 % below the server. The cooldown is
+//! still honoured in full, and the estimate stays. Refused again within 2 s of the end of
+//! that pause, or twice within 10 s, the server did lower its rate, and the rate follows as
+//! before (one push-back more than without this).
 //!
 //! **Steady state.** Against a server whose real rate is `R`, the rate holds in
 //! `[0.96·R, R]` (`[0.98·R, R]` behind a burst) with no push-back for about 30 s, then the

@@ -83,6 +83,7 @@
 mod rate_limit;
 mod replay;
 mod retry_after;
+mod sent;
 
 pub use self::rate_limit::RateLimitMiddleware;
 pub use self::retry_after::RetryAfterMiddleware;

@@ -103,6 +103,7 @@ impl Middleware for RateLimitMiddleware {
             .acquire(n)
             .await
             .map_err(reqwest_middleware::Error::middleware)?;
+        super::sent::admitted(&self.bucket, extensions);
         next.run(req, extensions).await
     }
 }

@@ -8,6 +8,7 @@ use http::Extensions;
 use reqwest_middleware::{Error, Middleware, Next};
 use tokio::time::Instant;
 
+use super::sent::{Sending, Sent};
 use crate::retry_after::{Action, Attempt, Policy, RetryInfo};
 use crate::{Bucket, RetryAfterLayer};
 
@@ -104,8 +105,14 @@ impl Middleware for RetryAfterMiddleware {
         let mut previous_delay = Duration::ZERO;
         let mut req = req;
         loop {
+            // A rate limit of the same bucket inside tells when the request went; else it
+            // went now.
+            extensions.insert(Sending(policy.bucket.clone()));
+            extensions.remove::<Sent>();
             let sent = Instant::now();
             let result = next.clone().run(req, extensions).await;
+            let sent = extensions.remove::<Sent>().map_or(sent, |s| s.0);
+            extensions.remove::<Sending>();
             let attempt = Attempt {
                 method: &method,
                 retries,
