@@ -237,6 +237,31 @@ async fn a_request_delayed_on_its_way_costs_its_cooldown_not_the_rate() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn configured_right_a_delayed_request_holds_just_below_the_ceiling_not_at_half() {
+    // Configured at the server's own rate: the ramp goes through at the ceiling, and so
+    // does every request for seconds, until one delayed on its way is refused. The
+    // ceiling went through: the rate holds just below it, where a first push-back at the
+    // ceiling would guess half of it and verify upwards for seconds.
+    let server = StandIn::new(50);
+    *server.strays.lock().unwrap() = vec![Duration::from_secs(5)];
+    let bucket = Bucket::new(Quota::per_second(50).burst(1));
+    server
+        .run(&bucket, 50 * 15, 16, Duration::from_millis(2))
+        .await;
+    let seen = server.seen();
+    let end = *seen.ok.last().unwrap();
+    let after = rate_between(&seen.ok, Duration::from_secs(7), end);
+    println!(
+        "refused at {:?}; after 7 s {after:.1}/s, learned {:?}",
+        seen.refused,
+        bucket.learned_rate()
+    );
+    assert_eq!(seen.refused.len(), 1, "{:?}", seen.refused);
+    assert_eq!(bucket.learned_rate(), Some(50.0));
+    assert!(after >= 0.95 * 50.0, "{after}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn refused_again_soon_after_a_pause_taken_for_a_delayed_request_the_rate_follows() {
     // A delayed request at 5 s, then the server lowers its rate to 40/s: refused again
     // right after that pause, the rate does follow.

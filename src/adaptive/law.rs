@@ -193,6 +193,8 @@ pub(crate) struct Law {
     settled: Option<Instant>,
     /// When a push-back was last taken for a request delayed on its way.
     forgiven: Option<Instant>,
+    /// When the ramp of a configured rate went through at the ceiling.
+    through: Option<Instant>,
     /// Searching: the rate before the last increase (the highest that went through).
     passed: f64,
     /// Successes since the end of the last cooldown.
@@ -216,6 +218,7 @@ impl Law {
             phase: Phase::Fresh,
             settled: None,
             forgiven: None,
+            through: None,
             passed: 0.0,
             count: 0.0,
             window: None,
@@ -364,6 +367,18 @@ impl Law {
             // on a clock of its own (nginx: whole milliseconds) may have let it through at
             // its very limit.
             (Phase::Ramp, _) if self.passed > 0.0 => (self.passed.min(refused), false),
+            // The ramp went through at the ceiling, and the ceiling has gone through for
+            // seconds since: the server allows it. Refused now, a request was delayed on its
+            // way (or the server lowered its rate: refused again soon after the pause, the
+            // rate follows). Just below the ceiling, not at half of it.
+            (Phase::Hold, None)
+                if self.through.is_some_and(|t| {
+                    now.saturating_duration_since(t).as_secs_f64() >= FORGIVE_AFTER_SECS
+                }) =>
+            {
+                self.forgiven = Some(now);
+                (self.ceiling, false)
+            }
             // A first push-back at the configured rate (or at the ramp's first step): it may
             // be far above the server's, or just above it. Guess half (a rate up to twice
             // the server's lands just below it), then verify upwards in small steps: the next
@@ -496,6 +511,7 @@ impl Law {
                 // steps.
                 if self.passed >= self.ceiling {
                     self.phase = Phase::Hold;
+                    self.through = Some(now);
                     return self.set(self.ceiling);
                 }
                 self.set(self.rate * RAMP_STEP)
