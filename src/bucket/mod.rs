@@ -586,6 +586,43 @@ mod spaced_tests {
         assert!(closest(&times) < Duration::from_micros(19_600));
     }
 
+    /// Once spaced, the second waiter after a pause keeps 3 ms more from the first: the
+    /// first request after a silence leaves late. Once per pause, and only spaced.
+    #[tokio::test(start_paused = true)]
+    async fn once_spaced_the_second_waiter_after_a_pause_keeps_3_ms_more() {
+        for spaced in [true, false] {
+            let bucket = Bucket::new(Quota::per_second(50).burst(1));
+            bucket.shared.set_spaced(spaced);
+            bucket.acquire(1).await.unwrap();
+            bucket.pause(Duration::from_secs(1));
+            let end = Instant::now() + Duration::from_secs(1);
+            let times = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let tasks: Vec<_> = (0..4)
+                .map(|_| {
+                    let (bucket, times) = (bucket.clone(), times.clone());
+                    tokio::spawn(async move {
+                        bucket.acquire(1).await.unwrap();
+                        times.lock().unwrap().push(Instant::now() - end);
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            let mut times = times.lock().unwrap().clone();
+            times.sort();
+            let ms = |n: u64| Duration::from_millis(n);
+            // Spaced: 98 % of 20 ms and 3 ms more, on the timer's millisecond ticks; then
+            // the interval again.
+            let expected = if spaced {
+                [ms(0), ms(23), ms(43), ms(63)]
+            } else {
+                [ms(0), ms(20), ms(40), ms(60)]
+            };
+            assert_eq!(times, expected, "spaced {spaced}");
+        }
+    }
+
     /// A new rate during a pause neither shortens nor stretches it, spaced or not, whatever
     /// the burst: the first waiter goes at its end.
     #[tokio::test(start_paused = true)]
