@@ -125,9 +125,10 @@
 //! above the server's rate, refused on the second request, is then guessed at half and
 //! verified, where the rate before the last increase (the hint, which no request tested)
 //! was taken for a rate that went through, and held above the server (against a stand-in
-//! at a hidden 5/s with a hint of 10/s: three push-backs instead of four). After that the rate is probed so slowly (4 % in 30 s, cubic) that a push-back
-//! comes at the limit itself: the rate refused is the estimate. A server with a burst (nginx
-//! `burst=10`) lets a search through at more than twice its rate, and refills the burst
+//! at a hidden 5/s with a hint of 10/s: three push-backs instead of four). After that the
+//! rate is probed so slowly (4 % in 30 s, cubic) that a push-back comes at the limit itself:
+//! the rate refused is the estimate. A server with a burst (nginx `burst=10`) lets a search
+//! through at more than twice its rate, and refills the burst
 //! during each cooldown, so that a rate above its own is refused only once the burst is
 //! drained, soon after the pause: the two windows of two such push-backs each hold the same
 //! burst plus the server's rate times their length, and their difference is the rate. A
@@ -159,9 +160,9 @@
 //! `M` bounds the first estimate only: a client that sends at its rate measures that rate
 //! again, and during a search or a recovery `M` lags the rate. Spacing admissions from when
 //! they go took the configured 50 r/s no-burst row from 72–76 % to 84–90 % on a machine
-//! with a load average of about 1. AIMD (additive increase) climbs back linearly and is refused again at
-//! the same rate every cycle; CUBIC (the AWS SDKs' adaptive mode, `β = 0.7`) returns to the
-//! refused rate itself after `∛(0.3·U/0.4)` s (3.3 s at 50/s) and is refused there again,
+//! with a load average of about 1. AIMD (additive increase) climbs back linearly and is
+//! refused again at the same rate every cycle; CUBIC (the AWS SDKs' adaptive mode,
+//! `β = 0.7`) returns to the refused rate itself after `∛(0.3·U/0.4)` s (3.3 s at 50/s) and is refused there again,
 //! every cycle.
 //!
 //! **A request delayed on its way.** A server without a burst measures each gap when the
