@@ -162,8 +162,8 @@
 //! they go took the configured 50 r/s no-burst row from 72–76 % to 84–90 % on a machine
 //! with a load average of about 1. AIMD (additive increase) climbs back linearly and is
 //! refused again at the same rate every cycle; CUBIC (the AWS SDKs' adaptive mode,
-//! `β = 0.7`) returns to the refused rate itself after `∛(0.3·U/0.4)` s (3.3 s at 50/s) and is refused there again,
-//! every cycle.
+//! `β = 0.7`) returns to the refused rate itself after `∛(0.3·U/0.4)` s (3.3 s at 50/s)
+//! and is refused there again, every cycle.
 //!
 //! **A request delayed on its way.** A server without a burst measures each gap when the
 //! request reaches it. A request held up after it left the bucket (a busy core, the
