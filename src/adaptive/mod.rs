@@ -190,7 +190,7 @@
 //! `tests/pushback.rs`), a client configured at twice a hidden 5, 20 or 50 per second is
 //! refused once (a step of the ramp) and finishes 15 s of requests in 1.10–1.12× the ideal
 //! time, behind a burst of 10 twice (the guess, then its verification) in 1.13×; at 1.1× to
-//! 4× a hidden 40/s, 1.08–1.10× (1.03–1.11× behind a burst of 10); an adaptive one settles
+//! 4× a hidden 40/s, 1.08–1.10× (1.06–1.11× behind a burst of 10); an adaptive one settles
 //! at 94–100 % of a
 //! hidden 5, 50 or 200 per second with one to three push-backs in 45 s, and sees through a
 //! burst of 10 at 50/s with three.

@@ -25,7 +25,9 @@ use crate::{Bucket, RetryAfterLayer};
 ///
 /// Attach it **before** a [`RateLimitMiddleware`](super::RateLimitMiddleware) of the same
 /// bucket: the pause then holds every request of every clone, and each retry waits for a
-/// token like any other request.
+/// token like any other request. The rate limit also tells it when each attempt was
+/// admitted, which the bucket's rate control weighs (see [`adaptive`](crate::adaptive)), as
+/// through the tower layers.
 ///
 /// - A request is sent again from `reqwest::Request::try_clone`; a request with a streaming
 ///   body cannot be cloned and is sent once.
