@@ -233,7 +233,8 @@ async fn a_request_delayed_on_its_way_costs_its_cooldown_not_the_rate() {
     );
     assert_eq!(seen.refused.len(), 4, "{:?}", seen.refused);
     assert_eq!(bucket.learned_rate(), learned);
-    assert!(after >= 0.99 * rate, "{after} for {rate}");
+    // On millisecond ticks 48/s goes out at 47.6/s; one cut would leave at most 96 %.
+    assert!(after >= 0.98 * rate, "{after} for {rate}");
 }
 
 #[tokio::test(start_paused = true)]
