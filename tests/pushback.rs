@@ -263,6 +263,40 @@ async fn configured_right_a_delayed_request_holds_just_below_the_ceiling_not_at_
 }
 
 #[tokio::test(start_paused = true)]
+async fn configured_right_a_server_that_halves_its_rate_is_followed() {
+    // The ramp went through at the ceiling; 10 s later the server halves its rate. The
+    // first refusal is read as a request delayed on its way (just below the ceiling); the
+    // next ones, right after the pause, follow the server down.
+    let server = StandIn::new(50);
+    let bucket = Bucket::new(Quota::per_second(50).burst(1));
+    let halve = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            server.set_rate(25);
+        })
+    };
+    server
+        .run(&bucket, 50 * 10 + 25 * 20, 16, Duration::from_millis(2))
+        .await;
+    halve.await.unwrap();
+    let seen = server.seen();
+    let end = *seen.ok.last().unwrap();
+    let after = rate_between(&seen.ok, Duration::from_secs(18), end);
+    // Settled by 13 s: nothing refused until the probe crosses the rate again (30 s on).
+    let settled = Duration::from_secs(13)..Duration::from_secs(30);
+    let late = seen.refused.iter().filter(|t| settled.contains(t)).count();
+    println!(
+        "refused at {:?}; after 18 s {after:.1}/s, learned {:?}",
+        seen.refused,
+        bucket.learned_rate()
+    );
+    assert!((22.5..=25.0).contains(&after), "{after}");
+    assert_eq!(late, 0, "{:?}", seen.refused);
+    assert!(seen.refused.len() <= 5, "{:?}", seen.refused);
+}
+
+#[tokio::test(start_paused = true)]
 async fn refused_again_soon_after_a_pause_taken_for_a_delayed_request_the_rate_follows() {
     // A delayed request at 5 s, then the server lowers its rate to 40/s: refused again
     // right after that pause, the rate does follow.
