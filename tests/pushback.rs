@@ -58,6 +58,15 @@ impl StandIn {
             .store(1_000_000_000 / per_second, Ordering::SeqCst);
     }
 
+    /// Change the hidden rate to `per_second` at `at` from now, in the background.
+    fn set_rate_at(&self, at: Duration, per_second: u64) -> tokio::task::JoinHandle<()> {
+        let server = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(at).await;
+            server.set_rate(per_second);
+        })
+    }
+
     fn answer(&self) -> Response<String> {
         let now = Instant::now();
         let interval = Duration::from_nanos(self.interval.load(Ordering::SeqCst));
@@ -269,13 +278,7 @@ async fn configured_right_a_server_that_halves_its_rate_is_followed() {
     // next ones, right after the pause, follow the server down.
     let server = StandIn::new(50);
     let bucket = Bucket::new(Quota::per_second(50).burst(1));
-    let halve = {
-        let server = server.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(10)).await;
-            server.set_rate(25);
-        })
-    };
+    let halve = server.set_rate_at(Duration::from_secs(10), 25);
     server
         .run(&bucket, 50 * 10 + 25 * 20, 16, Duration::from_millis(2))
         .await;
@@ -303,13 +306,7 @@ async fn refused_again_soon_after_a_pause_taken_for_a_delayed_request_the_rate_f
     let server = StandIn::new(50);
     *server.strays.lock().unwrap() = vec![Duration::from_secs(5)];
     let bucket = Bucket::new(Quota::per_second(100).burst(1));
-    let lower = {
-        let server = server.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(6)).await;
-            server.set_rate(40);
-        })
-    };
+    let lower = server.set_rate_at(Duration::from_secs(6), 40);
     server
         .run(&bucket, 50 * 20, 16, Duration::from_millis(2))
         .await;
@@ -600,13 +597,7 @@ async fn adaptive_without_a_rate_sees_through_a_burst() {
 async fn a_server_that_halves_its_rate_mid_run_is_followed() {
     let server = StandIn::new(100);
     let bucket = Bucket::adaptive(Adaptive::new());
-    let halve = {
-        let server = server.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(20)).await;
-            server.set_rate(50);
-        })
-    };
+    let halve = server.set_rate_at(Duration::from_secs(20), 50);
     server
         .run(&bucket, 100 * 20 + 50 * 20, 16, Duration::from_millis(2))
         .await;

@@ -135,6 +135,12 @@ const HISTORY: usize = 64;
 const SENDS: usize = 256;
 
 impl State {
+    /// No send kept: the next one tests nothing.
+    fn forget_sends(&mut self) {
+        self.sends.clear();
+        self.last_send = None;
+    }
+
     /// The rate a request sent at `sent` during the ramp, a search or a verification tested:
     /// `1 / gap` to the request sent before it, at most the rate in force when it went (a
     /// gap shortened by the timer's ticks does not make the ramp go faster); `0` for the
@@ -349,16 +355,14 @@ impl Control {
     fn measure_over(&self, st: &mut State) {
         if self.measuring.load(Ordering::Acquire) && !st.law.as_ref().is_some_and(Law::measuring) {
             self.measuring.store(false, Ordering::Release);
-            st.sends.clear();
-            st.last_send = None;
+            st.forget_sends();
         }
     }
 
     /// A push-back: the gaps start again after the pause (the first request after it tested
     /// nothing), kept while the law measures (a guess is verified).
     fn measure_anew(&self, st: &mut State) {
-        st.sends.clear();
-        st.last_send = None;
+        st.forget_sends();
         let measuring = st.law.as_ref().is_some_and(Law::measuring);
         self.measuring.store(measuring, Ordering::Release);
     }
@@ -409,8 +413,7 @@ impl Control {
             self.fresh.store(true, Ordering::Release);
         }
         self.measuring.store(false, Ordering::Release);
-        st.sends.clear();
-        st.last_send = None;
+        st.forget_sends();
         self.rate.store(ceiling.to_bits(), Ordering::Release);
     }
 

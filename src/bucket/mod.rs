@@ -529,6 +529,34 @@ mod tests {
 #[cfg(test)]
 mod spaced_tests {
     use super::*;
+    use tokio::task::JoinHandle;
+
+    type Times = Arc<std::sync::Mutex<Vec<Duration>>>;
+
+    /// `n` waiters on `bucket`, each noting when it went, after `origin`.
+    fn waiters(bucket: &Bucket, n: usize, origin: Instant) -> (Vec<JoinHandle<()>>, Times) {
+        let times = Times::default();
+        let tasks = (0..n)
+            .map(|_| {
+                let (bucket, times) = (bucket.clone(), times.clone());
+                tokio::spawn(async move {
+                    bucket.acquire(1).await.unwrap();
+                    times.lock().unwrap().push(Instant::now() - origin);
+                })
+            })
+            .collect();
+        (tasks, times)
+    }
+
+    /// Every waiter done: the instants they went, in order.
+    async fn went(tasks: Vec<JoinHandle<()>>, times: Times) -> Vec<Duration> {
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let mut times = times.lock().unwrap().clone();
+        times.sort();
+        times
+    }
 
     /// 300 waiters on 50/s with a burst of 1, once a server's limit is known, on a runtime
     /// that runs on millisecond ticks whose phase a stall shifts now and then: each timer is
@@ -536,17 +564,7 @@ mod spaced_tests {
     async fn spaced_on_a_coarse_runtime(spaced: bool) -> Vec<Duration> {
         let bucket = Bucket::new(Quota::per_second(50).burst(1));
         bucket.shared.set_spaced(spaced);
-        let start = Instant::now();
-        let times = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let tasks: Vec<_> = (0..300)
-            .map(|_| {
-                let (bucket, times) = (bucket.clone(), times.clone());
-                tokio::spawn(async move {
-                    bucket.acquire(1).await.unwrap();
-                    times.lock().unwrap().push(Instant::now() - start);
-                })
-            })
-            .collect();
+        let (tasks, times) = waiters(&bucket, 300, Instant::now());
         let mut tick = 0u32;
         while times.lock().unwrap().len() < 300 {
             // tokio's millisecond ticks, and now and then a stall that shifts their phase.
@@ -557,12 +575,7 @@ mod spaced_tests {
                 tokio::task::yield_now().await;
             }
         }
-        for t in tasks {
-            t.await.unwrap();
-        }
-        let mut times = times.lock().unwrap().clone();
-        times.sort();
-        times
+        went(tasks, times).await
     }
 
     /// A server without a burst measures from the request it admitted last: a late request
@@ -595,22 +608,8 @@ mod spaced_tests {
             bucket.shared.set_spaced(spaced);
             bucket.acquire(1).await.unwrap();
             bucket.pause(Duration::from_secs(1));
-            let end = Instant::now() + Duration::from_secs(1);
-            let times = Arc::new(std::sync::Mutex::new(Vec::new()));
-            let tasks: Vec<_> = (0..4)
-                .map(|_| {
-                    let (bucket, times) = (bucket.clone(), times.clone());
-                    tokio::spawn(async move {
-                        bucket.acquire(1).await.unwrap();
-                        times.lock().unwrap().push(Instant::now() - end);
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await.unwrap();
-            }
-            let mut times = times.lock().unwrap().clone();
-            times.sort();
+            let (tasks, times) = waiters(&bucket, 4, Instant::now() + Duration::from_secs(1));
+            let times = went(tasks, times).await;
             let ms = |n: u64| Duration::from_millis(n);
             // Spaced: 98 % of 20 ms and 3 ms more, on the timer's millisecond ticks; then
             // the interval again.

@@ -158,8 +158,8 @@ struct State {
     credited_until: u64,
     /// GCRA engines: the instant the last waiter went (0: none yet).
     last_went: u64,
-    /// The end of the last pause, until a waiter went after it (see [`AFTER_PAUSE`]).
-    resumed: Option<u64>,
+    /// A pause was set and no waiter went after its end yet (see [`AFTER_PAUSE`]).
+    resumed: bool,
     window: Option<Box<dyn Window>>,
     /// Window engines, after a pause: no burst until the window's own bound takes over.
     ramp: Option<Ramp>,
@@ -252,7 +252,7 @@ impl Shared {
                 guard: 0,
                 credited_until: 0,
                 last_went: 0,
-                resumed: None,
+                resumed: false,
                 window: window_of(&quota, algorithm, clock.now_ns(), align),
                 ramp: None,
             }),
@@ -504,11 +504,14 @@ impl Shared {
         let permit = self.commit(st, tokens, from, now)?;
         st.guard = guard;
         st.last_went = now;
-        if let Some(end) = st.resumed.filter(|end| now >= *end) {
-            st.resumed = None;
+        if st.resumed {
+            let end = self.paused_until.load(Ordering::Acquire);
             // The first to go after the pause (not a waiter long after it).
-            if self.spaced.load(Ordering::Acquire) && now - end <= self.slack(st) {
-                st.guard = st.guard.saturating_add(AFTER_PAUSE);
+            if now >= end {
+                st.resumed = false;
+                if self.spaced.load(Ordering::Acquire) && now - end <= self.slack(st) {
+                    st.guard = st.guard.saturating_add(AFTER_PAUSE);
+                }
             }
         }
         Ok(permit)
@@ -650,7 +653,7 @@ impl Shared {
         // instant it was made) empties it too.
         let before = self.paused_until.fetch_max(end, Ordering::AcqRel);
         if before < end || before == 0 {
-            st.resumed = Some(end);
+            st.resumed = true;
             let interval = st.quota.interval_ns();
             match st.window.as_mut() {
                 None => self.gcra.restart_at(end),
