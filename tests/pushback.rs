@@ -32,6 +32,12 @@ struct StandIn {
     states_policy: bool,
     /// Requests admitted at once beyond the rate (nginx's `burst`).
     burst: u32,
+    /// The `Retry-After` of a refusal.
+    retry_after: &'static str,
+    /// Every request refused over `[from, to)` since the start: the quota ran out for a while.
+    outage: Option<(Duration, Duration)>,
+    /// Successes answered this much later than refusals (an application behind the limiter).
+    slow_success: Duration,
     /// The theoretical arrival time of the GCRA.
     tat: Arc<Mutex<Option<Instant>>>,
     /// Instants (since the start) after which the next request is refused whatever its gap,
@@ -47,6 +53,9 @@ impl StandIn {
             interval: Arc::new(AtomicU64::new(1_000_000_000 / per_second)),
             states_policy: false,
             burst: 0,
+            retry_after: "1",
+            outage: None,
+            slow_success: Duration::ZERO,
             tat: Default::default(),
             strays: Default::default(),
             seen: Default::default(),
@@ -78,7 +87,8 @@ impl StandIn {
         if stray {
             strays.pop();
         }
-        let admitted = !stray && due.duration_since(now) <= interval * self.burst;
+        let out = self.outage.is_some_and(|(from, to)| at >= from && at < to);
+        let admitted = !stray && !out && due.duration_since(now) <= interval * self.burst;
         let mut resp = Response::new(String::new());
         if admitted {
             *tat = Some(due + interval);
@@ -87,7 +97,7 @@ impl StandIn {
             self.seen.lock().unwrap().refused.push(at);
             *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
             resp.headers_mut()
-                .insert("retry-after", "1".parse().unwrap());
+                .insert("retry-after", self.retry_after.parse().unwrap());
         }
         if self.states_policy {
             let per_second = 1_000_000_000 / interval.as_nanos();
@@ -106,7 +116,11 @@ impl StandIn {
             let server = server.clone();
             async move {
                 tokio::time::sleep(latency).await;
-                Ok::<_, std::io::Error>(server.answer())
+                let resp = server.answer();
+                if resp.status() == StatusCode::OK {
+                    tokio::time::sleep(server.slow_success).await;
+                }
+                Ok::<_, std::io::Error>(resp)
             }
         });
         let client = ServiceBuilder::new()
@@ -332,6 +346,114 @@ async fn push_backs_with_no_success_in_the_last_second_halve_the_rate_not_floor_
     bucket.push_back(Duration::from_secs(1));
     assert_eq!(bucket.learned_rate(), Some(24.0));
     assert!((bucket.rate() - 23.04).abs() < 1e-9, "{}", bucket.rate());
+}
+
+/// `Retry-After: 0` with answers slower than the interval: the requests in flight when the
+/// rate was lowered went at the old rate, and their refusals, which come after the (empty)
+/// cooldown, lower it no further. Taken as news, each lowered it again, and the rate fell to
+/// about 1/s against a server at 20/s (27 successes in 20 s).
+#[tokio::test(start_paused = true)]
+async fn refusals_of_requests_sent_before_the_rate_was_lowered_lower_it_no_further() {
+    for adaptive in [false, true] {
+        let mut server = StandIn::new(20);
+        server.retry_after = "0";
+        let bucket = if adaptive {
+            Bucket::adaptive(Adaptive::new().start(Quota::per_second(100)))
+        } else {
+            Bucket::new(Quota::per_second(100).burst(1))
+        };
+        let start = Instant::now();
+        server
+            .run(&bucket, 300, 16, Duration::from_millis(200))
+            .await;
+        let took = start.elapsed().as_secs_f64();
+        let seen = server.seen();
+        let end = *seen.ok.last().unwrap();
+        let rate = rate_between(&seen.ok, Duration::from_secs(5), end);
+        println!(
+            "adaptive {adaptive}: 300 in {took:.1} s, {} refused, {rate:.1}/s from 5 s on, \
+             learned {:?}",
+            seen.refused.len(),
+            bucket.learned_rate(),
+        );
+        // 15 s at the server's rate at best.
+        assert!(took <= 1.2 * 15.0, "adaptive {adaptive}: {took:.1} s");
+        assert!(
+            (18.0..=20.0).contains(&rate),
+            "adaptive {adaptive}: {rate:.1}/s"
+        );
+    }
+}
+
+/// A server whose quota ran out for 30 s answers every request with `429` and
+/// `Retry-After: 1`. The first request after each pause, sent alone after a whole second of
+/// silence, tests no rate: its refusal holds the rate and the pause, and the client is back
+/// at the server's rate as soon as the server is. Each one read as a push-back lowered the
+/// rate again, and left it at 0.3/s for at least 30 s after the server came back.
+#[tokio::test(start_paused = true)]
+async fn an_outage_that_refuses_everything_holds_the_rate_for_when_it_ends() {
+    for adaptive in [false, true] {
+        let mut server = StandIn::new(50);
+        server.outage = Some((Duration::from_secs(5), Duration::from_secs(35)));
+        let bucket = if adaptive {
+            Bucket::adaptive(Adaptive::new())
+        } else {
+            Bucket::new(Quota::per_second(100).burst(1))
+        };
+        let run = server.run(&bucket, u64::MAX, 16, Duration::from_millis(2));
+        let _ = tokio::time::timeout(Duration::from_secs(55), run).await;
+        let seen = server.seen();
+        let during = |from: u64, to: u64| {
+            let (from, to) = (Duration::from_secs(from), Duration::from_secs(to));
+            seen.refused
+                .iter()
+                .filter(|t| **t >= from && **t < to)
+                .count()
+        };
+        let back = rate_between(&seen.ok, Duration::from_secs(36), Duration::from_secs(55));
+        println!(
+            "adaptive {adaptive}: {} refused during the outage, {} after it, {back:.1}/s \
+             after it, learned {:?}",
+            during(5, 35),
+            during(35, 55),
+            bucket.learned_rate(),
+        );
+        // About one request per cooldown while it lasts…
+        assert!(
+            during(5, 35) <= 32,
+            "adaptive {adaptive}: {}",
+            during(5, 35)
+        );
+        // …and the server's rate as soon as it ends.
+        assert!(back >= 0.9 * 50.0, "adaptive {adaptive}: {back:.1}/s");
+        assert!(
+            during(36, 55) <= 1,
+            "adaptive {adaptive}: {}",
+            during(36, 55)
+        );
+    }
+}
+
+/// Refusals answered at once and successes 100 ms later (an application behind the
+/// limiter): the second request after a pause is refused before the first one's success
+/// comes back, and still lowers the rate (it is not the first after the pause).
+#[tokio::test(start_paused = true)]
+async fn refusals_answered_before_the_successes_still_lower_the_rate() {
+    let mut server = StandIn::new(50);
+    server.slow_success = Duration::from_millis(100);
+    let bucket = Bucket::new(Quota::per_second(100).burst(1));
+    let start = Instant::now();
+    server.run(&bucket, 750, 16, Duration::from_millis(1)).await;
+    let took = start.elapsed().as_secs_f64();
+    let seen = server.seen();
+    println!(
+        "750 in {took:.2} s ({:.2} × ideal), {} refused, learned {:?}",
+        took / 15.0,
+        seen.refused.len(),
+        bucket.learned_rate()
+    );
+    assert!(took <= 1.2 * 15.0, "{took:.2} s");
+    assert!(seen.refused.len() <= 3, "{:?}", seen.refused);
 }
 
 /// A push-back on the very first request (no rate tested yet) is a first push-back at the

@@ -722,3 +722,79 @@ async fn a_dropped_waiter_gives_its_tokens_back() {
         "the next waiter did not get the dropped one's tokens: {took} µs"
     );
 }
+
+/// Six waiters book their instants 100 ms apart; at 150 ms this process pauses the bucket
+/// for 1 s (a `429` seen here). Those booked inside the pause must not go then: the pause
+/// empties Redis' bucket, which voids their bookings, and they book again after it. Before,
+/// they went at 200, 300, 400 and 500 ms, inside the pause. `which` pauses through the
+/// `Bucket` (as `RetryAfterLayer` does), through the `RedisBucket`, or a key of a
+/// `RedisKeyed`.
+async fn booked_waiters_wait_out_a_pause_made_here(which: &str) {
+    let quota = Quota::per_second(10).burst(1);
+    let prefix = unique_prefix("booked-pause");
+    let redis = RedisBucket::builder(quota)
+        .url(redis_url())
+        .key_prefix(&prefix)
+        .key("k")
+        .build()
+        .await
+        .unwrap();
+    let keyed = RedisKeyed::builder(quota)
+        .url(redis_url())
+        .key_prefix(&prefix)
+        .build()
+        .await
+        .unwrap();
+    let bucket = tower_throttle::Bucket::from(redis.clone());
+    let start = Instant::now();
+    let waiters: Vec<_> = (0..6)
+        .map(|_| {
+            let (bucket, keyed, keyed_waiter) = (bucket.clone(), keyed.clone(), which == "keyed");
+            tokio::spawn(async move {
+                if keyed_waiter {
+                    keyed.acquire("alice", 1).await.unwrap();
+                } else {
+                    bucket.acquire(1).await.unwrap();
+                }
+                start.elapsed()
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let cooldown = Duration::from_secs(1);
+    let paused = start.elapsed();
+    match which {
+        "bucket" => bucket.pause(cooldown),
+        "redis" => redis.pause(cooldown).await.unwrap(),
+        _ => keyed.pause("alice", cooldown).await.unwrap(),
+    }
+    let mut at = Vec::new();
+    for w in waiters {
+        at.push(w.await.unwrap());
+    }
+    at.sort();
+    // Those due before the pause (0 and 100 ms) went; the others after it, in turn.
+    let end = paused + cooldown - Duration::from_millis(10);
+    let before = at.iter().filter(|t| **t < end).count();
+    assert!(
+        before <= 2,
+        "{which}: admitted at {at:?}, the pause from {paused:?} on"
+    );
+    for pair in at[before..].windows(2) {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(90),
+            "{which}: {at:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn booked_waiters_wait_out_a_pause_of_the_bucket_made_here() {
+    booked_waiters_wait_out_a_pause_made_here("bucket").await;
+    booked_waiters_wait_out_a_pause_made_here("redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn booked_waiters_of_a_key_wait_out_its_pause_made_here() {
+    booked_waiters_wait_out_a_pause_made_here("keyed").await;
+}

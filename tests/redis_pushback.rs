@@ -267,3 +267,81 @@ async fn an_adaptive_window_on_redis_starts_at_its_start_rate() {
         );
     }
 }
+
+/// Two processes on one Redis limit against a server whose quota runs out for 3 s (every
+/// request answered with `429` and `Retry-After: 1`): the first refusal lowers the rate once,
+/// and the first request after each pause, sent alone after a whole second of silence,
+/// holds it, in either process. Read as push-backs, they lowered it again (learned 4.1 to
+/// 16.8/s). The first guess is half the shared rate: each process's own gaps, or its own
+/// successes, are only its share of it (they guessed 8.6 or 15.5/s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_lowers_the_shared_rate_once_on_redis() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use tower::{service_fn, ServiceBuilder, ServiceExt};
+    use tower_throttle::{RateLimitLayer, RetryAfterLayer};
+
+    let prefix = unique_prefix("pushback-outage");
+    let quota = Quota::per_second(40).burst(1);
+    let start = Instant::now();
+    let (from, to) = (Duration::from_millis(1_500), Duration::from_millis(4_500));
+    let refused = Arc::new(AtomicU64::new(0));
+    let server = {
+        let refused = refused.clone();
+        service_fn(move |_req: http::Request<String>| {
+            let refused = refused.clone();
+            async move {
+                let at = start.elapsed();
+                let mut resp = http::Response::new(String::new());
+                if at >= from && at < to {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                    *resp.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+                    resp.headers_mut()
+                        .insert("retry-after", http::HeaderValue::from_static("1"));
+                }
+                Ok::<_, std::io::Error>(resp)
+            }
+        })
+    };
+    let mut buckets = Vec::new();
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let (_, bucket) = process(&prefix, quota).await;
+        for _ in 0..4 {
+            let client = ServiceBuilder::new()
+                .layer(
+                    RetryAfterLayer::new(bucket.clone())
+                        .max_retries(u32::MAX)
+                        .budget(None),
+                )
+                .layer(RateLimitLayer::new(bucket.clone()))
+                .service(server.clone());
+            workers.push(tokio::spawn(async move {
+                while start.elapsed() < Duration::from_millis(6_000) {
+                    let resp = client
+                        .clone()
+                        .oneshot(http::Request::new(String::new()))
+                        .await
+                        .unwrap();
+                    assert_eq!(resp.status(), http::StatusCode::OK);
+                }
+            }));
+        }
+        buckets.push(bucket);
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    let learned: Vec<_> = buckets.iter().map(Bucket::learned_rate).collect();
+    let refused = refused.load(Ordering::SeqCst);
+    println!("learned after the outage {learned:?}, {refused} refused");
+    for learned in learned {
+        // Lowered once: the first refusal is a first push-back at 40/s, whose guess is
+        // half of it; none of the others lowered it further.
+        let learned = learned.unwrap();
+        assert!(learned >= 0.99 * 20.0, "{learned}");
+    }
+    // About one request per process per cooldown, plus those in flight at the first
+    // (booked before the pause, they went inside it: 16 to 18).
+    assert!(refused <= 10, "{refused}");
+}

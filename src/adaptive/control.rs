@@ -27,6 +27,8 @@ pub(crate) struct Control {
     /// The ramp of a configured rate, a search or a verification runs: the gaps between
     /// sends are kept.
     measuring: AtomicBool,
+    /// A pause began and the first request after it is not known yet: sends are looked at.
+    after_pause: AtomicBool,
     /// When this control last asked a remote limit what other processes learned (ns since
     /// `origin`; 0: never).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares it
@@ -62,6 +64,16 @@ struct State {
     sends: VecDeque<(Instant, Option<Duration>)>,
     /// The latest request sent, while they run.
     last_send: Option<Instant>,
+    /// When the last push-back was acted on (the rate lowered, here or in another process,
+    /// or held): a push-back of a request sent before it answers what was decided then, and
+    /// lowers nothing more.
+    decided: Option<Instant>,
+    /// The end of the latest pause (a push-back's cooldown).
+    resume: Option<Instant>,
+    /// The first request sent after the latest pause, and whether it went alone (no other
+    /// at the same instant): refused, the server refused a request after a whole cooldown
+    /// of silence, which no rate explains.
+    first_after: Option<(Instant, bool)>,
     /// The push-back this bucket acted on last, made or adopted, as processes read it back
     /// ([`Cut::shared`]): read back from a remote limit, it is no news. (Converting its
     /// wall-clock instant to this process's clock would place it a little later or earlier
@@ -196,11 +208,15 @@ impl Control {
                 meter: Meter::new(Instant::now()),
                 sends: VecDeque::new(),
                 last_send: None,
+                decided: None,
+                resume: None,
+                first_after: None,
                 acted: None,
             }),
             rate: AtomicU64::new(rate.to_bits()),
             fresh: AtomicBool::new(fresh),
             measuring: AtomicBool::new(matches!(mode, Mode::Search { .. })),
+            after_pause: AtomicBool::new(false),
             synced: AtomicU64::new(0),
             origin: Instant::now(),
         }
@@ -238,6 +254,15 @@ impl Control {
 
     /// A server pushed back for `cooldown` on a request sent at `sent`: lower the rate,
     /// before the bucket is paused. Returns the cut, for other processes, if it made one.
+    ///
+    /// A request sent before the last push-back was acted on went at the old rate: its
+    /// push-back is no news, however long after the cooldown it comes (a `Retry-After: 0`,
+    /// or answers slower than the cooldown). Each one taken as news would lower the rate
+    /// again, once per request in flight, down to the floor. And the first request after a
+    /// pause, sent alone, tests no rate: refused, the server's quota ran out for a while
+    /// (an outage answering `429` with `Retry-After: 1` for a minute), and each such refusal
+    /// taken as news would leave the rate at a fraction of a request per second when the
+    /// server comes back.
     pub(crate) fn pushed_back(
         &self,
         shared: &Shared,
@@ -246,19 +271,58 @@ impl Control {
     ) -> Option<Cut> {
         let mut st = self.lock();
         let now = Instant::now();
+        let first = st
+            .first_after
+            .is_some_and(|(first, alone)| alone && first == sent);
+        self.paused(&mut st, now.checked_add(cooldown).unwrap_or(now));
+        if st.decided.is_some_and(|decided| sent < decided) {
+            return None;
+        }
+        if first {
+            // Refused after a whole cooldown of silence: the server's quota ran out for a
+            // while (or another client took it), which no rate explains. The pause holds,
+            // the rate too; the requests sent meanwhile follow this decision.
+            st.decided = Some(now);
+            st.meter.from = st.meter.from.max(st.resume.unwrap_or(now));
+            trace_event!(
+                info,
+                "server refused the first request after a pause; holding the rate"
+            );
+            return None;
+        }
         let verifying = st.law.as_ref().is_some_and(Law::verifying);
+        // With a limit other processes share, the gap to this process's previous request
+        // is not what the limit saw (others sent in between): the rate in force then is.
+        let local = shared.remote().is_none();
         let refused = match st.tested(sent) {
-            Some(tested) if tested > 0.0 && !verifying => tested,
+            Some(tested) if tested > 0.0 && !verifying && local => tested,
             // The request that started the ramp went before it, at the configured rate.
-            Some(_) if st.law.as_ref().is_some_and(Law::ramping) => st.configured.per_second_f64(),
+            Some(tested) if tested == 0.0 && st.law.as_ref().is_some_and(Law::ramping) => {
+                st.configured.per_second_f64()
+            }
             _ => st.rate_at(sent),
         };
-        let measured = st.meter.rate(now);
+        // The successes of this process alone: with a limit other processes share, its
+        // share of the rate, not what the limit let through (half of it would guess the
+        // server's rate at a fraction of the shared one).
+        let measured = st.meter.rate(now).filter(|_| local);
+        if local && st.law.as_ref().is_some_and(Law::bracketing) {
+            let before = st
+                .sends
+                .iter()
+                .take_while(|(t, _)| *t < sent)
+                .filter_map(|(t, _)| st.tested(*t))
+                .fold(0.0, f64::max);
+            if let Some(law) = st.law.as_mut() {
+                law.sent_before(before);
+            }
+        }
         let rate = st
             .law
             .as_mut()
             .and_then(|l| l.pushed_back(now, cooldown, refused, measured));
         let rate = rate?;
+        st.decided = Some(now);
         self.measure_anew(&mut st);
         st.meter.from = now.checked_add(cooldown).unwrap_or(now);
         trace_event!(info, rate, "server pushed back; lowering the rate");
@@ -284,10 +348,14 @@ impl Control {
         if st.acted == Some(cut.shared()) {
             return;
         }
+        if since > now {
+            self.paused(&mut st, since);
+        }
         let rate = st.law.as_mut().and_then(|l| l.adopt(cut.limit, since));
         self.measure_over(&mut st);
         if let Some(rate) = rate {
             st.acted = Some(cut.shared());
+            st.decided = Some(now);
             st.meter.from = st.meter.from.max(since);
             trace_event!(
                 info,
@@ -295,6 +363,29 @@ impl Control {
                 "another process was pushed back; lowering the rate"
             );
             self.apply(&mut st, shared, rate, true);
+        }
+    }
+
+    /// A pause until `until` began: the first request sent after it is looked for.
+    fn paused(&self, st: &mut State, until: Instant) {
+        if st.resume.is_none_or(|r| until > r) {
+            st.resume = Some(until);
+            st.first_after = None;
+            self.after_pause.store(true, Ordering::Release);
+        }
+    }
+
+    /// Note a request sent at `sent` while the first one after a pause is looked for: the
+    /// first, another at the same instant, or the next one (the search ends).
+    fn after_pause_sent(&self, sent: Instant) {
+        let mut st = self.lock();
+        if !self.after_pause.load(Ordering::Acquire) || st.resume.is_some_and(|r| sent < r) {
+            return;
+        }
+        match st.first_after {
+            None => st.first_after = Some((sent, true)),
+            Some((first, _)) if first == sent => st.first_after = Some((first, false)),
+            Some(_) => self.after_pause.store(false, Ordering::Release),
         }
     }
 
@@ -330,6 +421,9 @@ impl Control {
                 self.apply(&mut st, shared, rate, true);
                 self.measuring.store(true, Ordering::Release);
             }
+        }
+        if self.after_pause.load(Ordering::Acquire) {
+            self.after_pause_sent(sent);
         }
         if !self.measuring.load(Ordering::Acquire) {
             return;
@@ -374,9 +468,12 @@ impl Control {
         let now = Instant::now();
         // Only the ramp, a search and a verification weigh what a success tested.
         let measuring = st.law.as_ref().is_some_and(Law::measuring);
-        let tested = sent
-            .filter(|_| measuring)
-            .map(|s| st.tested(s).unwrap_or_else(|| st.rate_at(s)));
+        let local = shared.remote().is_none();
+        let tested = sent.filter(|_| measuring).map(|s| {
+            st.tested(s)
+                .filter(|_| local)
+                .unwrap_or_else(|| st.rate_at(s))
+        });
         st.meter.record(now);
         // A stated rate is taken when it changes by a step or more (a pace read from
         // `Remaining / Reset` moves a little with every response).
@@ -414,6 +511,10 @@ impl Control {
         }
         self.measuring.store(false, Ordering::Release);
         st.forget_sends();
+        st.decided = None;
+        st.resume = None;
+        st.first_after = None;
+        self.after_pause.store(false, Ordering::Release);
         self.rate.store(ceiling.to_bits(), Ordering::Release);
     }
 

@@ -236,6 +236,23 @@ impl Law {
         }
     }
 
+    /// A push-back during the ramp or a search, of a request sent after one that tested
+    /// `tested` and has not been refused: it went through, or its refusal would have come
+    /// first (a limiter refuses at once, where a success may take the application's time).
+    pub(crate) fn sent_before(&mut self, tested: f64) {
+        match self.phase {
+            Phase::Ramp => self.passed = self.passed.max(tested.min(self.ceiling)),
+            Phase::Search => self.passed = self.passed.max(tested.min(self.rate)),
+            _ => {}
+        }
+    }
+
+    /// Whether a push-back now reads what went before it from the sends (see
+    /// [`sent_before`](Self::sent_before)).
+    pub(crate) fn bracketing(&self) -> bool {
+        matches!(self.phase, Phase::Ramp | Phase::Search)
+    }
+
     /// The rate now.
     pub(crate) fn rate(&self) -> f64 {
         self.rate

@@ -57,16 +57,17 @@
 //! | event | estimate `L` | rate |
 //! |---|---|---|
 //! | first request of a configured rate sent through [`RetryAfterLayer`] (or its first success reported) | | `0.45 × ceiling`, then `× 1.04` per success back to the ceiling: the ramp |
-//! | push-back during the ramp | between the highest rate that went through, `P`, and the rate refused, `U` (a request tests `1/gap` to the one sent before it, at most the ramp's rate then): `min(√(P·U), P/0.96)` | `0.96·L` |
+//! | push-back during the ramp | the highest rate that went through, `P` (a request tests `1/gap` to the one sent before it, at most the ramp's rate then; a request sent before the one refused and not refused counts as through: a limiter refuses at once, where a success may take the application's time), below the rate refused, `U` | `0.96·L` |
 //! | first push-back of a configured rate (at the ceiling, or at the ramp's first step) | a guess: `U/2` (`M/2` if fewer successes, but some, came in the last second than `U`) | `0.96·L`, then verified upwards: `+0.2` per success after the cooldown, until a push-back, read as a search's |
 //! | first push-back of a configured rate at least 2 s after its ramp went through at the ceiling | the ceiling (it went through for seconds: a request delayed on its way) | `0.96·L` |
 //! | push-back of a search or a verification before anything went through at a rate it tested (the first request tests none, nor does the first after a pause) | a guess, as above | as above |
-//! | first push-back of a search | between the highest rate a request tested and went through, `P` (its gap to the one sent before, at most the rate then), and `U`: `P` when `P ≥ 0.96·U`, else `√(P·U)` | `0.96·L` |
+//! | first push-back of a search | between the highest rate a request tested and went through, `P` (its gap to the one sent before, at most the rate then; counted as in the ramp), and `U`: `P` when `P ≥ 0.96·U`, else `√(P·U)` | `0.96·L` |
 //! | a later push-back | `U` | `0.96·L` |
 //! | a later push-back at least 2 s after the end of a cooldown, at most 0.2 % above the hold (the probe has hardly moved it), from a server without a burst, at most once in 10 s | unchanged: a request delayed on its way | `0.96·L` again, the probe starts over |
 //! | a push-back within 0.5 s of the end of a cooldown | unchanged | `U/2`, back to `0.96·L` with a time constant of 0.5 s |
 //! | a push-back within 3 s of the end of a cooldown (or of the first success), when the one before was too, in a window `0.1 s` longer or shorter | `(n₂ + d₂ − n₁ − d₁)/(t₂ − t₁)`, within `[U/2, U]`, when the windows show a burst of 2 or more behind it (a search or a verification takes it when it is below 90 % of its own estimate) | `0.96·L` |
-//! | more push-backs before the cooldown ends | none: they answer requests sent at the old rate | |
+//! | more push-backs before the cooldown ends, or of requests sent before the last push-back was acted on (however late they come: a `Retry-After: 0`, answers slower than the cooldown) | none: they answer requests sent at the old rate | |
+//! | push-back of the first request after a pause, sent alone | unchanged: after a whole cooldown of silence no rate explains it (the quota ran out for a while, or another client took it) | unchanged; the pause holds |
 //! | success, `t` s after the cooldown ended | | `h·L + (1 − h)·L·(t/30)³` (or the way back to `h·L`, whichever is higher), `h = 0.96`, or `0.98` once two windows showed a burst |
 //! | success while searching (no `L` yet) | | `rate + min(rate, 1/0.35)`: doubling while low, then `e`-fold every 0.35 s |
 //! | a newly stated quota | the stated rate | the stated rate, no probing above it until a push-back |
@@ -180,6 +181,20 @@
 //! for seconds, and it holds just below it instead of guessing half and verifying upwards
 //! for seconds (against nginx at 50 r/s without a burst: 85 %, 85 % and 79 % of its rate in
 //! three runs, where 74–79 % before).
+//!
+//! **Refusals that say nothing of the rate.** Two kinds of push-back pause the bucket and
+//! leave the rate alone. A push-back of a request sent before the last one was acted on
+//! answers the old rate: with a cooldown longer than the answers take it comes before the
+//! cooldown ends, but with `Retry-After: 0`, or answers slower than the cooldown, it comes
+//! after, and each request in flight lowered the rate once more (against a stand-in at 20/s
+//! answering in 200 ms with `Retry-After: 0`, a client configured at 100/s fell to 1.3/s;
+//! it now settles at 19.5/s). And the first request after a pause, sent alone after a whole
+//! cooldown of silence, tests no rate: refused, the server's quota ran out for a while (or
+//! another client took it). A server refusing everything for 30 s with `Retry-After: 1`
+//! left the rate at 0.3/s for at least 30 s after it came back; now the client polls once
+//! per cooldown meanwhile and is back at 47/s at once. A server whose interval is longer
+//! than its own `Retry-After` still lowers the rate: the first request after a long enough
+//! pause goes through, and the second one is refused.
 //!
 //! **Steady state.** Against a server whose real rate is `R`, the rate holds in
 //! `[0.96·R, R]` (`[0.98·R, R]` behind a burst) with no push-back for about 30 s, then the

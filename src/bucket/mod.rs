@@ -178,6 +178,34 @@ impl Bucket {
         self.pushed_back(cooldown, Instant::now(), None);
     }
 
+    /// [`push_back`](Self::push_back) answering a request sent at `sent`. A request sent
+    /// before the rate was last lowered went at the old rate, and its push-back lowers it no
+    /// further (the pause still holds): with a `Retry-After: 0`, or answers slower than the
+    /// cooldown, the refusals of the requests in flight at a push-back would otherwise lower
+    /// the rate once each.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tower_throttle::{Bucket, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let bucket = Bucket::new(Quota::per_second(100));
+    /// let (first, second) = (Instant::now(), Instant::now());
+    /// tokio::time::advance(Duration::from_millis(50)).await;
+    /// bucket.push_back_sent(Duration::ZERO, first);
+    /// let lowered = bucket.rate();
+    /// assert!(lowered < 100.0);
+    /// // Sent before that push-back: no news.
+    /// bucket.push_back_sent(Duration::ZERO, second);
+    /// assert_eq!(bucket.rate(), lowered);
+    /// # }
+    /// ```
+    pub fn push_back_sent(&self, cooldown: Duration, sent: Instant) {
+        self.pushed_back(cooldown, sent, None);
+    }
+
     /// [`push_back`](Self::push_back) of a request sent at `sent`: the rate refused is the
     /// rate in force then. `stated`: the rate the server's quota fields give, if any.
     pub(crate) fn pushed_back(&self, cooldown: Duration, sent: Instant, stated: Option<f64>) {

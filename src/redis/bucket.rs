@@ -481,6 +481,19 @@ impl RedisBucket {
                     continue;
                 }
             }
+            // Booked before a pause of this process reached Redis, an instant would fall
+            // inside it.
+            // (Past the end of the pause held here, it books: a pause that long on its way
+            // has ended anyway.)
+            if inner.hint.pause_pending() && inner.hint.pauses_landed().await {
+                continue;
+            }
+            // Listened to before booking: a pause this process makes while the booking is
+            // on its way voids it too.
+            let pauses = inner.hint.pauses_made();
+            let paused = inner.hint.paused();
+            tokio::pin!(paused);
+            paused.as_mut().enable();
             match inner.backend.reserve(&inner.key, n).await {
                 Ok(t) => {
                     let reply = self.learn(&t, n);
@@ -488,9 +501,21 @@ impl RedisBucket {
                         if !reply.wait.is_zero() {
                             // The script ran before the reply came: never early.
                             let booked = Booked::new(self, n, t.at_us);
-                            tokio::time::sleep_until(t.received + reply.wait).await;
-                            booked.used();
+                            let at = t.received + reply.wait;
                             slept = true;
+                            let voided = inner.hint.pauses_made() != pauses
+                                || tokio::select! {
+                                    () = tokio::time::sleep_until(at) => false,
+                                    () = &mut paused => true,
+                                };
+                            booked.used();
+                            if voided {
+                                // Booked before this process's pause reached Redis (or
+                                // just after it: a slot lost, never one too many): the
+                                // pause emptied the bucket there, so nothing to give back.
+                                // Book again once the pause is there.
+                                continue;
+                            }
                         }
                         let waited = if slept {
                             asked.elapsed()
@@ -537,12 +562,23 @@ impl RedisBucket {
     /// log restarts empty). A
     /// shorter pause never shortens a longer one. Pauses longer than
     /// [`max_pause`](RedisBucketBuilder::max_pause) are cut to it. This process holds its
-    /// own decisions at once, whatever Redis does.
+    /// own decisions at once, whatever Redis does; its waiters already asleep on an instant
+    /// booked inside the pause book again once the pause has reached Redis (the pause
+    /// emptied the bucket there, voiding their bookings). A waiter of another process that
+    /// booked before the pause reached Redis still goes at its instant, within the booking
+    /// horizon (1 s).
     ///
     /// # Errors
     /// [`Denied::Backend`] when Redis fails and the policy is
     /// [`FailurePolicy::Closed`].
     pub async fn pause(&self, cooldown: Duration) -> Result<(), Denied> {
+        let cooldown = self.hold_here(cooldown);
+        self.pause_in_redis(cooldown).await
+    }
+
+    /// The part of [`pause`](Self::pause) this process does at once: hold its own
+    /// decisions and waiters. Returns the cooldown, capped at `max_pause`.
+    pub(crate) fn hold_here(&self, cooldown: Duration) -> Duration {
         let inner = &*self.inner;
         let backend = &inner.backend;
         let cooldown = cooldown.min(backend.max_pause());
@@ -561,7 +597,17 @@ impl RedisBucket {
         if let Some(lease) = &inner.lease {
             lease.clear();
         }
-        match backend.pause(&inner.key, cooldown).await {
+        inner.hint.pause_made();
+        cooldown
+    }
+
+    /// The part of [`pause`](Self::pause) that holds every process: in Redis.
+    pub(crate) async fn pause_in_redis(&self, cooldown: Duration) -> Result<(), Denied> {
+        let inner = &*self.inner;
+        let backend = &inner.backend;
+        let result = backend.pause(&inner.key, cooldown).await;
+        inner.hint.pause_done();
+        match result {
             Ok(t) => {
                 if backend.is_gcra() {
                     inner.hint.observe(&t);

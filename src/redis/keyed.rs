@@ -234,6 +234,17 @@ impl RedisKeyed {
                     continue;
                 }
             }
+            // As for a `RedisBucket`: never book before this process's pause of the key
+            // reached Redis, and a pause while asleep on a booked instant voids it.
+            // (Past the end of the pause held here, it books: a pause that long on its way
+            // has ended anyway.)
+            if hint.pause_pending() && hint.pauses_landed().await {
+                continue;
+            }
+            let pauses = hint.pauses_made();
+            let paused = hint.paused();
+            tokio::pin!(paused);
+            paused.as_mut().enable();
             match backend.reserve(&rkey, n).await {
                 Ok(t) => {
                     if gcra {
@@ -246,12 +257,19 @@ impl RedisKeyed {
                             // The script ran before the reply came: never early.
                             let booked = Booked {
                                 keyed: Some(self.clone()),
-                                key: rkey,
+                                key: rkey.clone(),
                                 n,
                                 at_us: t.at_us,
                             };
-                            tokio::time::sleep_until(t.received + t.reply.wait).await;
+                            let voided = hint.pauses_made() != pauses
+                                || tokio::select! {
+                                    () = tokio::time::sleep_until(t.received + t.reply.wait) => false,
+                                    () = &mut paused => true,
+                                };
                             booked.used();
+                            if voided {
+                                continue;
+                            }
                         }
                         return Ok(());
                     }
@@ -285,7 +303,22 @@ impl RedisKeyed {
             local.bucket(&id).pause(cooldown);
         }
         let rkey = keyed_key(&backend.options.prefix, &id);
-        match backend.pause(&rkey, cooldown).await {
+        // The key's waiters in this process asleep on a booked instant book again once the
+        // pause is in Redis.
+        let entered = inner.lanes.enter(id);
+        let refill = if backend.is_gcra() {
+            Duration::from_nanos(backend.tolerance_ns() - backend.interval_ns())
+        } else {
+            Duration::ZERO
+        };
+        entered
+            .lane()
+            .hold(Instant::now(), cooldown.saturating_add(refill));
+        entered.lane().pause_made();
+        let result = backend.pause(&rkey, cooldown).await;
+        entered.lane().pause_done();
+        drop(entered);
+        match result {
             Ok(_) => Ok(()),
             Err(e) => pause_fallback(backend.policy(), e),
         }

@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::backend::Timed;
@@ -37,6 +39,13 @@ pub(crate) struct Hint {
     hi: AtomicU64,
     /// Windows: the last refusal.
     refusal: Mutex<Refusal>,
+    /// Pauses this process made, and those that reached Redis (or failed to).
+    pauses: (AtomicU64, AtomicU64),
+    /// Wakes the waiters asleep on a booked instant when this process pauses: the pause
+    /// restarts Redis' bucket as empty, which voids their bookings.
+    paused: Notify,
+    /// Wakes the waiters that wait for the pause to reach Redis before booking again.
+    landed: Notify,
 }
 
 /// A refusal of `tokens`: they should fit from `hi`, ns since `origin` (from the instant
@@ -60,7 +69,60 @@ impl Hint {
             lo: AtomicU64::new(0),
             hi: AtomicU64::new(0),
             refusal: Mutex::new(Refusal::default()),
+            pauses: (AtomicU64::new(0), AtomicU64::new(0)),
+            paused: Notify::new(),
+            landed: Notify::new(),
         }
+    }
+
+    /// This process is pausing the bucket (its pause is on its way to Redis): the waiters
+    /// asleep on a booked instant book again once it is there.
+    pub(crate) fn pause_made(&self) {
+        self.pauses.0.fetch_add(1, Ordering::AcqRel);
+        self.paused.notify_waiters();
+    }
+
+    /// A pause this process made reached Redis, or failed to.
+    pub(crate) fn pause_done(&self) {
+        self.pauses.1.fetch_add(1, Ordering::AcqRel);
+        self.landed.notify_waiters();
+    }
+
+    /// Resolves when this process pauses the bucket; enable it before booking, so that a
+    /// pause made while the booking is on its way is seen too.
+    pub(crate) fn paused(&self) -> Notified<'_> {
+        self.paused.notified()
+    }
+
+    /// Until every pause this process made reached Redis (or failed to), at most until the
+    /// bucket is full again as far as this process knows (the end of the pause held here):
+    /// booked before a pause lands, an instant would fall inside it, voided in Redis, and
+    /// be used all the same. Returns whether they landed (else the pause is over anyway).
+    pub(crate) async fn pauses_landed(&self) -> bool {
+        let made = self.pauses.0.load(Ordering::Acquire);
+        let until = self.at(self.hi.load(Ordering::Acquire));
+        loop {
+            let landed = self.landed.notified();
+            tokio::pin!(landed);
+            landed.as_mut().enable();
+            if self.pauses.1.load(Ordering::Acquire) >= made {
+                return true;
+            }
+            if tokio::time::timeout_at(until, landed).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// How many pauses this process made so far: a booking made after reading it is void
+    /// when the count has moved by the time its instant comes.
+    pub(crate) fn pauses_made(&self) -> u64 {
+        self.pauses.0.load(Ordering::Acquire)
+    }
+
+    /// Whether a pause this process made has not reached Redis yet.
+    pub(crate) fn pause_pending(&self) -> bool {
+        self.pauses.1.load(Ordering::Acquire) < self.pauses.0.load(Ordering::Acquire)
     }
 
     fn refusal(&self) -> MutexGuard<'_, Refusal> {

@@ -83,8 +83,10 @@ impl Remote for RedisBucket {
     }
 
     fn pause(&self, cooldown: Duration) {
+        // This process's waiters are held at once, not when the task runs.
+        let cooldown = self.hold_here(cooldown);
         let this = self.clone();
-        detach(async move { this.pause(cooldown).await });
+        detach(async move { this.pause_in_redis(cooldown).await });
     }
 
     fn set_rate(&self, quota: Quota) {
