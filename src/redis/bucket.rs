@@ -504,10 +504,7 @@ impl RedisBucket {
                             let at = t.received + reply.wait;
                             slept = true;
                             let voided = inner.hint.pauses_made() != pauses
-                                || tokio::select! {
-                                    () = tokio::time::sleep_until(at) => false,
-                                    () = &mut paused => true,
-                                };
+                                || tokio::time::timeout_at(at, paused.as_mut()).await.is_ok();
                             booked.used();
                             if voided {
                                 // Booked before this process's pause reached Redis (or

@@ -262,10 +262,12 @@ impl RedisKeyed {
                                 at_us: t.at_us,
                             };
                             let voided = hint.pauses_made() != pauses
-                                || tokio::select! {
-                                    () = tokio::time::sleep_until(t.received + t.reply.wait) => false,
-                                    () = &mut paused => true,
-                                };
+                                || tokio::time::timeout_at(
+                                    t.received + t.reply.wait,
+                                    paused.as_mut(),
+                                )
+                                .await
+                                .is_ok();
                             booked.used();
                             if voided {
                                 continue;
