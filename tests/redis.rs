@@ -727,9 +727,10 @@ async fn a_dropped_waiter_gives_its_tokens_back() {
 /// for 1 s (a `429` seen here). Those booked inside the pause must not go then: the pause
 /// empties Redis' bucket, which voids their bookings, and they book again after it. Before,
 /// they went at 200, 300, 400 and 500 ms, inside the pause. `which` pauses through the
-/// `Bucket` (as `RetryAfterLayer` does), through the `RedisBucket`, or a key of a
-/// `RedisKeyed`.
-async fn booked_waiters_wait_out_a_pause_made_here(which: &str) {
+/// `Bucket` (as `RetryAfterLayer` does), through the `RedisBucket`, from another process
+/// (which tells this one over pub/sub), or a key of a `RedisKeyed`, here or in another
+/// process.
+async fn booked_waiters_wait_out_a_pause(which: &str) {
     let quota = Quota::per_second(10).burst(1);
     let prefix = unique_prefix("booked-pause");
     let redis = RedisBucket::builder(quota)
@@ -746,10 +747,25 @@ async fn booked_waiters_wait_out_a_pause_made_here(which: &str) {
         .await
         .unwrap();
     let bucket = tower_throttle::Bucket::from(redis.clone());
+    // Another process on the same limit, for `which == "elsewhere"`.
+    let other = RedisBucket::builder(quota)
+        .url(redis_url())
+        .key_prefix(&prefix)
+        .key("k")
+        .build()
+        .await
+        .unwrap();
+    let other_keyed = RedisKeyed::builder(quota)
+        .url(redis_url())
+        .key_prefix(&prefix)
+        .build()
+        .await
+        .unwrap();
     let start = Instant::now();
     let waiters: Vec<_> = (0..6)
         .map(|_| {
-            let (bucket, keyed, keyed_waiter) = (bucket.clone(), keyed.clone(), which == "keyed");
+            let keyed_waiter = which.starts_with("keyed");
+            let (bucket, keyed) = (bucket.clone(), keyed.clone());
             tokio::spawn(async move {
                 if keyed_waiter {
                     keyed.acquire("alice", 1).await.unwrap();
@@ -766,6 +782,8 @@ async fn booked_waiters_wait_out_a_pause_made_here(which: &str) {
     match which {
         "bucket" => bucket.pause(cooldown),
         "redis" => redis.pause(cooldown).await.unwrap(),
+        "elsewhere" => tower_throttle::Bucket::from(other).pause(cooldown),
+        "keyed elsewhere" => other_keyed.pause("alice", cooldown).await.unwrap(),
         _ => keyed.pause("alice", cooldown).await.unwrap(),
     }
     let mut at = Vec::new();
@@ -790,11 +808,17 @@ async fn booked_waiters_wait_out_a_pause_made_here(which: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn booked_waiters_wait_out_a_pause_of_the_bucket_made_here() {
-    booked_waiters_wait_out_a_pause_made_here("bucket").await;
-    booked_waiters_wait_out_a_pause_made_here("redis").await;
+    booked_waiters_wait_out_a_pause("bucket").await;
+    booked_waiters_wait_out_a_pause("redis").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn booked_waiters_of_a_key_wait_out_its_pause_made_here() {
-    booked_waiters_wait_out_a_pause_made_here("keyed").await;
+    booked_waiters_wait_out_a_pause("keyed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn booked_waiters_wait_out_a_pause_made_in_another_process() {
+    booked_waiters_wait_out_a_pause("elsewhere").await;
+    booked_waiters_wait_out_a_pause("keyed elsewhere").await;
 }

@@ -747,6 +747,14 @@ impl Backend {
             .await
     }
 
+    /// Publish `message` on `channel`, best effort (within the timeout; errors ignored).
+    pub(crate) async fn publish(&self, channel: &str, message: &str) {
+        let mut conn = self.conn.clone();
+        let mut cmd = ::redis::cmd("PUBLISH");
+        cmd.arg(channel).arg(message);
+        let _ = tokio::time::timeout(self.options.timeout, cmd.query_async::<i64>(&mut conn)).await;
+    }
+
     /// Pause the bucket at `key` for `d` (capped at `max_pause`).
     pub(crate) async fn pause(&self, key: &str, d: Duration) -> Result<Timed, RedisError> {
         // Rounded up: never end a pause early.

@@ -15,6 +15,7 @@ use super::failure::{acquire_fallback, pause_fallback, try_acquire_fallback, Fai
 use super::lane::Hint;
 use super::lease::Lease;
 use super::script::Reply;
+use super::told;
 use crate::bucket::Outcome;
 use crate::observe::Observer;
 use crate::{Algorithm, Bucket, Denied, ExceedsBurst, Quota, Throttled};
@@ -82,6 +83,10 @@ struct Inner {
     /// Wakes the waiters asleep before booking when the quota changes: they check their
     /// request against it again.
     quota_changed: Notify,
+    /// This handle, in the pauses it tells the other processes (see [`told`](super::told)).
+    id: u64,
+    /// Listens for the pauses of the other processes; stopped when the last handle goes.
+    listener: std::sync::OnceLock<tokio::task::AbortHandle>,
 }
 
 impl RedisBucket {
@@ -113,19 +118,39 @@ impl RedisBucket {
             .local_quota(quota)?
             .map(|q| Bucket::with_algorithm(q, algorithm));
         let lease = options.lease.map(|(max, period)| Lease::new(max, period));
+        // One server: the other processes' pauses come over a connection of its own. (A
+        // cluster's pub/sub is left out: its waiters learn another process's pause when
+        // they book again.)
+        let listen = options
+            .url
+            .clone()
+            .filter(|_| options.cluster.is_none())
+            .map(|url| (url, options.lazy, options.connect_timeout));
         let backend = Arc::new(Backend::connect(options, quota).await?);
-        Ok(RedisBucket {
-            inner: Arc::new(Inner {
-                backend,
-                key,
-                lease,
-                hint: Hint::new(),
-                local,
-                local_outage: AtomicU64::new(0),
-                observer,
-                quota_changed: Notify::new(),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            backend,
+            key,
+            lease,
+            hint: Hint::new(),
+            local,
+            local_outage: AtomicU64::new(0),
+            observer,
+            quota_changed: Notify::new(),
+            id: told::handle_id(),
+            listener: std::sync::OnceLock::new(),
+        });
+        if let Some((url, lazy, connect_timeout)) = listen {
+            let wait = if lazy {
+                Duration::ZERO
+            } else {
+                connect_timeout
+            };
+            let channel = told::channel(&inner.key);
+            if let Some(listener) = told::start(url, channel, inner.id, &inner, wait).await {
+                let _ = inner.listener.set(listener);
+            }
+        }
+        Ok(RedisBucket { inner })
     }
 
     /// The quota this bucket enforces: the one it was built with, or the one set since on a
@@ -561,9 +586,12 @@ impl RedisBucket {
     /// [`max_pause`](RedisBucketBuilder::max_pause) are cut to it. This process holds its
     /// own decisions at once, whatever Redis does; its waiters already asleep on an instant
     /// booked inside the pause book again once the pause has reached Redis (the pause
-    /// emptied the bucket there, voiding their bookings). A waiter of another process that
-    /// booked before the pause reached Redis still goes at its instant, within the booking
-    /// horizon (1 s).
+    /// emptied the bucket there, voiding their bookings). The other processes hear of the
+    /// pause on the limit's channel (`<key>:paused`, Redis pub/sub: each handle listens on a
+    /// connection of its own, so the Redis user needs `PUBLISH` and `SUBSCRIBE`), and their
+    /// waiters booked inside it book again too. Best effort: with Redis Cluster, or while a
+    /// listener reconnects, such a waiter goes at its instant, within the booking horizon
+    /// (1 s).
     ///
     /// # Errors
     /// [`Denied::Backend`] when Redis fails and the policy is
@@ -577,23 +605,8 @@ impl RedisBucket {
     /// decisions and waiters. Returns the cooldown, capped at `max_pause`.
     pub(crate) fn hold_here(&self, cooldown: Duration) -> Duration {
         let inner = &*self.inner;
-        let backend = &inner.backend;
-        let cooldown = cooldown.min(backend.max_pause());
-        let refill = if backend.is_gcra() {
-            Duration::from_nanos(backend.tolerance_ns() - backend.interval_ns())
-        } else {
-            Duration::ZERO
-        };
-        inner
-            .hint
-            .hold(Instant::now(), cooldown.saturating_add(refill));
-        if let Some(local) = &inner.local {
-            local.pause(cooldown);
-        }
-        // The lease's tokens are charged in Redis, which the pause holds: nothing to give back.
-        if let Some(lease) = &inner.lease {
-            lease.clear();
-        }
+        let cooldown = cooldown.min(inner.backend.max_pause());
+        inner.hold(cooldown);
         inner.hint.pause_made();
         cooldown
     }
@@ -606,6 +619,9 @@ impl RedisBucket {
         inner.hint.pause_done();
         match result {
             Ok(t) => {
+                // The other processes' waiters booked inside it book again.
+                let told = told::message(inner.id, t.reply.wait, None);
+                backend.publish(&told::channel(&inner.key), &told).await;
                 if backend.is_gcra() {
                     inner.hint.observe(&t);
                 }
@@ -654,9 +670,42 @@ impl Drop for Booked<'_> {
     }
 }
 
+impl Inner {
+    /// Hold this process's decisions and waiters for `cooldown`.
+    fn hold(&self, cooldown: Duration) {
+        let backend = &self.backend;
+        let refill = if backend.is_gcra() {
+            Duration::from_nanos(backend.tolerance_ns() - backend.interval_ns())
+        } else {
+            Duration::ZERO
+        };
+        self.hint
+            .hold(Instant::now(), cooldown.saturating_add(refill));
+        if let Some(local) = &self.local {
+            local.pause(cooldown);
+        }
+        // The lease's tokens are charged in Redis, which the pause holds: nothing to give back.
+        if let Some(lease) = &self.lease {
+            lease.clear();
+        }
+    }
+}
+
+impl told::Told for Inner {
+    /// Another process paused the limit, in Redis already: this one's waiters asleep on an
+    /// instant inside the pause book again (at once: Redis gives them instants after it).
+    fn paused_elsewhere(&self, remaining: Duration, _key: Option<&str>) {
+        self.hold(remaining.min(self.backend.max_pause()));
+        self.hint.pause_seen();
+    }
+}
+
 impl Drop for Inner {
     /// The last handle is gone: give back the lease's unused tokens.
     fn drop(&mut self) {
+        if let Some(listener) = self.listener.get() {
+            listener.abort();
+        }
         let back = self.lease.as_ref().map_or(0, Lease::clear);
         if back == 0 {
             return;

@@ -14,6 +14,7 @@ use super::failure::{
 };
 use super::key::keyed_key;
 use super::lane::Lanes;
+use super::told;
 use crate::keyed::StableKey;
 use crate::{Algorithm, Denied, ExceedsBurst, Quota, Throttled};
 
@@ -63,6 +64,37 @@ struct Inner {
     backend: Backend,
     lanes: Lanes,
     local: Option<LocalTable>,
+    /// This handle, in the pauses it tells the other processes (see [`told`](super::told)).
+    id: u64,
+    /// Listens for the pauses of the other processes; stopped when the last handle goes.
+    listener: std::sync::OnceLock<tokio::task::AbortHandle>,
+}
+
+impl told::Told for Inner {
+    /// Another process paused a key, in Redis already: this one's waiters for it asleep on
+    /// an instant inside the pause book again.
+    fn paused_elsewhere(&self, remaining: Duration, key: Option<&str>) {
+        let Some(lane) = key.and_then(|key| self.lanes.find(key)) else {
+            return;
+        };
+        let backend = &self.backend;
+        let refill = if backend.is_gcra() {
+            Duration::from_nanos(backend.tolerance_ns() - backend.interval_ns())
+        } else {
+            Duration::ZERO
+        };
+        let remaining = remaining.min(backend.max_pause());
+        lane.hold(Instant::now(), remaining.saturating_add(refill));
+        lane.pause_seen();
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.get() {
+            listener.abort();
+        }
+    }
 }
 
 impl RedisKeyed {
@@ -96,14 +128,33 @@ impl RedisKeyed {
             .policy
             .local_quota(quota)?
             .map(|q| LocalTable::new(q, algorithm, local_capacity));
+        // One server: the other processes' pauses come over a connection of its own (as
+        // for a `RedisBucket`).
+        let listen = options
+            .url
+            .clone()
+            .filter(|_| options.cluster.is_none())
+            .map(|url| (url, options.lazy, options.connect_timeout));
         let backend = Backend::connect(options, quota).await?;
-        Ok(RedisKeyed {
-            inner: Arc::new(Inner {
-                backend,
-                lanes: Lanes::default(),
-                local,
-            }),
-        })
+        let inner = Arc::new(Inner {
+            backend,
+            lanes: Lanes::default(),
+            local,
+            id: told::handle_id(),
+            listener: std::sync::OnceLock::new(),
+        });
+        if let Some((url, lazy, connect_timeout)) = listen {
+            let wait = if lazy {
+                Duration::ZERO
+            } else {
+                connect_timeout
+            };
+            let channel = told::keyed_channel(&inner.backend.options.prefix);
+            if let Some(listener) = told::start(url, channel, inner.id, &inner, wait).await {
+                let _ = inner.listener.set(listener);
+            }
+        }
+        Ok(RedisKeyed { inner })
     }
 
     /// The quota of every key.
@@ -321,7 +372,14 @@ impl RedisKeyed {
         entered.lane().pause_done();
         drop(entered);
         match result {
-            Ok(_) => Ok(()),
+            Ok(t) => {
+                // The other processes' waiters for the key booked inside it book again.
+                let digest = id.to_string();
+                let told = told::message(inner.id, t.reply.wait, Some(&digest));
+                let channel = told::keyed_channel(&backend.options.prefix);
+                backend.publish(&channel, &told).await;
+                Ok(())
+            }
             Err(e) => pause_fallback(backend.policy(), e),
         }
     }

@@ -82,6 +82,12 @@ impl Hint {
         self.paused.notify_waiters();
     }
 
+    /// Another process paused the bucket, in Redis already: the waiters asleep on a booked
+    /// instant book again.
+    pub(crate) fn pause_seen(&self) {
+        self.paused.notify_waiters();
+    }
+
     /// A pause this process made reached Redis, or failed to.
     pub(crate) fn pause_done(&self) {
         self.pauses.1.fetch_add(1, Ordering::AcqRel);
@@ -245,6 +251,16 @@ impl Lanes {
             id,
             lane,
         }
+    }
+
+    /// The lane of the key whose digest reads `digest`, if anyone in this process waits
+    /// for it. (Held past its last waiter, the lane stays listed, dead, until the table is
+    /// swept.)
+    pub(crate) fn find(&self, digest: &str) -> Option<Arc<Lane>> {
+        self.lock()
+            .iter()
+            .find(|(id, _)| id.to_string() == digest)
+            .and_then(|(_, lane)| lane.upgrade())
     }
 
     #[cfg(test)]

@@ -290,6 +290,7 @@ mod lease;
 mod rate;
 mod remote;
 mod script;
+mod told;
 
 pub use self::backend::RedisStats;
 pub use self::bucket::RedisBucket;

@@ -1,0 +1,161 @@
+//! Pauses told to every process sharing a limit.
+//!
+//! A pause empties the limit's bucket in Redis, which voids the instants waiters booked
+//! inside it; the process that pauses wakes its own such waiters at once, and publishes the
+//! pause on the limit's channel (`{key}:paused`, Redis pub/sub) for the others, each of which
+//! listens on a connection of its own and wakes theirs: they book again, after the pause.
+//! Best effort: a process that misses a message (its listener reconnecting) lets waiters it
+//! booked before the pause go at their instants, within the booking horizon (1 s).
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use ::redis::aio::PubSub;
+use futures_core::Stream;
+
+/// The channel a limit stored at `key` tells its pauses on.
+pub(crate) fn channel(key: &str) -> String {
+    format!("{key}:paused")
+}
+
+/// The channel a keyed limit under `prefix` tells the pauses of its keys on.
+pub(crate) fn keyed_channel(prefix: &str) -> String {
+    format!("{prefix}:keyed:paused")
+}
+
+/// A pause of `remaining` (from when Redis applied it) made by the handle `from`, of the
+/// key `key` of a keyed limit (its digest).
+pub(crate) fn message(from: u64, remaining: Duration, key: Option<&str>) -> String {
+    match key {
+        Some(key) => format!("{from} {} {key}", remaining.as_micros()),
+        None => format!("{from} {}", remaining.as_micros()),
+    }
+}
+
+/// The handle a message comes from, the pause it tells and the key paused, if any; `None`
+/// for anything else.
+fn parse(payload: &str) -> Option<(u64, Duration, Option<&str>)> {
+    let mut parts = payload.split(' ');
+    let from = parts.next()?.parse().ok()?;
+    let us = parts.next()?.parse().ok()?;
+    let key = parts.next();
+    parts
+        .next()
+        .is_none()
+        .then_some((from, Duration::from_micros(us), key))
+}
+
+/// How long the listener waits before connecting again after losing its connection.
+const RECONNECT: Duration = Duration::from_millis(200);
+
+/// Something paused elsewhere, by another handle than `me`.
+pub(crate) trait Told: Send + Sync + 'static {
+    /// Another process paused the limit (the key `key` of a keyed one) for `remaining`
+    /// from now.
+    fn paused_elsewhere(&self, remaining: Duration, key: Option<&str>);
+}
+
+/// Listen on `channel` at `url` for the pauses of other handles than `me`, until `target`
+/// is gone. `subscribed` hears when the subscription is first in place.
+pub(crate) async fn listen<T: Told>(
+    url: String,
+    channel: String,
+    me: u64,
+    target: Weak<T>,
+    subscribed: tokio::sync::oneshot::Sender<()>,
+) {
+    let Ok(client) = ::redis::Client::open(url) else {
+        return;
+    };
+    let mut subscribed = Some(subscribed);
+    while target.strong_count() > 0 {
+        if let Ok(mut pubsub) = subscribe(&client, &channel).await {
+            if let Some(first) = subscribed.take() {
+                let _ = first.send(());
+            }
+            while let Some(msg) = next(&mut pubsub).await {
+                let Some(target) = target.upgrade() else {
+                    return;
+                };
+                let told = msg.get_payload::<String>().ok();
+                if let Some((from, remaining, key)) = told.as_deref().and_then(parse) {
+                    if from != me {
+                        target.paused_elsewhere(remaining, key);
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(RECONNECT).await;
+    }
+}
+
+/// Start listening for `target` (in the background, while a runtime runs), and wait until
+/// the subscription is in place, at most `wait` (zero: not at all). Returns the listener,
+/// to stop when `target` goes.
+pub(crate) async fn start<T: Told>(
+    url: String,
+    channel: String,
+    me: u64,
+    target: &std::sync::Arc<T>,
+    wait: Duration,
+) -> Option<tokio::task::AbortHandle> {
+    let rt = tokio::runtime::Handle::try_current().ok()?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = rt.spawn(listen(
+        url,
+        channel,
+        me,
+        std::sync::Arc::downgrade(target),
+        tx,
+    ));
+    if !wait.is_zero() {
+        // Built when the others' pauses can be heard (or not within `wait`: the listener
+        // keeps trying).
+        let _ = tokio::time::timeout(wait, rx).await;
+    }
+    Some(task.abort_handle())
+}
+
+/// A number for a handle, apart from every other's (in this process and, almost surely, in
+/// any other).
+pub(crate) fn handle_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(now);
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+async fn subscribe(client: &::redis::Client, channel: &str) -> ::redis::RedisResult<PubSub> {
+    let mut pubsub = client.get_async_pubsub().await?;
+    pubsub.subscribe(channel).await?;
+    Ok(pubsub)
+}
+
+/// The next message, or `None` once the connection is lost.
+async fn next(pubsub: &mut PubSub) -> Option<::redis::Msg> {
+    let mut stream = std::pin::pin!(pubsub.on_message());
+    std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_says_who_paused_and_for_how_long() {
+        let m = message(42, Duration::from_millis(1_500), None);
+        assert_eq!(parse(&m), Some((42, Duration::from_millis(1_500), None)));
+        let m = message(7, Duration::from_micros(3), Some("ab12"));
+        assert_eq!(parse(&m), Some((7, Duration::from_micros(3), Some("ab12"))));
+        assert_eq!(parse("garbage"), None);
+        assert_eq!(parse("1 -5"), None);
+        assert_eq!(parse("1 2 k extra"), None);
+        assert_eq!(parse(""), None);
+        assert_eq!(channel("tt:{api}"), "tt:{api}:paused");
+        assert_eq!(keyed_channel("tt"), "tt:keyed:paused");
+    }
+}
