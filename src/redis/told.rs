@@ -45,8 +45,10 @@ fn parse(payload: &str) -> Option<(u64, Duration, Option<&str>)> {
         .then_some((from, Duration::from_micros(us), key))
 }
 
-/// How long the listener waits before connecting again after losing its connection.
-const RECONNECT: Duration = Duration::from_millis(200);
+/// How long the listener waits before connecting again after losing its connection (or
+/// failing to subscribe): doubling from the first to the last, back to the first once
+/// subscribed (a Redis user without `SUBSCRIBE` costs an attempt every 30 s).
+const RECONNECT: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(30));
 
 /// Something paused elsewhere, by another handle than `me`.
 pub(crate) trait Told: Send + Sync + 'static {
@@ -56,23 +58,26 @@ pub(crate) trait Told: Send + Sync + 'static {
 }
 
 /// Listen on `channel` at `url` for the pauses of other handles than `me`, until `target`
-/// is gone. `subscribed` hears when the subscription is first in place.
+/// is gone. `tried` hears when the first attempt to subscribe is over, whatever its outcome.
 pub(crate) async fn listen<T: Told>(
     url: String,
     channel: String,
     me: u64,
     target: Weak<T>,
-    subscribed: tokio::sync::oneshot::Sender<()>,
+    tried: tokio::sync::oneshot::Sender<()>,
 ) {
     let Ok(client) = ::redis::Client::open(url) else {
         return;
     };
-    let mut subscribed = Some(subscribed);
+    let mut tried = Some(tried);
+    let mut backoff = RECONNECT.0;
     while target.strong_count() > 0 {
-        if let Ok(mut pubsub) = subscribe(&client, &channel).await {
-            if let Some(first) = subscribed.take() {
-                let _ = first.send(());
-            }
+        let subscribed = subscribe(&client, &channel).await;
+        if let Some(first) = tried.take() {
+            let _ = first.send(());
+        }
+        if let Ok(mut pubsub) = subscribed {
+            backoff = RECONNECT.0;
             while let Some(msg) = next(&mut pubsub).await {
                 let Some(target) = target.upgrade() else {
                     return;
@@ -85,12 +90,13 @@ pub(crate) async fn listen<T: Told>(
                 }
             }
         }
-        tokio::time::sleep(RECONNECT).await;
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RECONNECT.1);
     }
 }
 
 /// Start listening for `target` (in the background, while a runtime runs), and wait until
-/// the subscription is in place, at most `wait` (zero: not at all). Returns the listener,
+/// the first attempt to subscribe is over, at most `wait` (zero: not at all). Returns the listener,
 /// to stop when `target` goes.
 pub(crate) async fn start<T: Told>(
     url: String,
@@ -109,8 +115,8 @@ pub(crate) async fn start<T: Told>(
         tx,
     ));
     if !wait.is_zero() {
-        // Built when the others' pauses can be heard (or not within `wait`: the listener
-        // keeps trying).
+        // Built when the others' pauses can be heard (or the first attempt failed, or
+        // took longer than `wait`: the listener keeps trying).
         let _ = tokio::time::timeout(wait, rx).await;
     }
     Some(task.abort_handle())
