@@ -857,3 +857,58 @@ async fn a_push_back_after_set_quota_lowers_the_rate_below_the_new_ceiling() {
     assert_eq!(bucket.rate(), 40.0);
     assert_eq!(bucket.quota(), Quota::per_second(40).burst(1));
 }
+
+/// A window bucket pushed back once and then raised step by step by its successes (the
+/// verification of a guess): each step changes the window's period. The sliding window
+/// used to count what it held at each step again in a window ending later, so that it never
+/// faded: from the third second on it admitted 0 to 3 requests a second at a rate of 62.
+#[tokio::test(start_paused = true)]
+async fn a_window_raised_step_by_step_after_a_push_back_keeps_admitting() {
+    use tower_throttle::Algorithm;
+    for algorithm in [
+        Algorithm::SlidingWindow,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let bucket = Bucket::with_algorithm(Quota::per_second(100).burst(1), algorithm);
+        let start = Instant::now();
+        let admitted = Arc::new(Mutex::new(Vec::new()));
+        let workers: Vec<_> = (0..16)
+            .map(|_| {
+                let (bucket, admitted) = (bucket.clone(), admitted.clone());
+                tokio::spawn(async move {
+                    while start.elapsed() < Duration::from_secs(6) {
+                        bucket.acquire(1).await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        bucket.record_success();
+                        admitted.lock().unwrap().push(start.elapsed());
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(8)).await;
+        bucket.push_back(Duration::from_secs(1));
+        for w in workers {
+            w.await.unwrap();
+        }
+        let admitted = admitted.lock().unwrap();
+        let per_second: Vec<f64> = (2..6)
+            .map(|s| {
+                rate_between(
+                    &admitted,
+                    Duration::from_secs(s),
+                    Duration::from_secs(s + 1),
+                )
+            })
+            .collect();
+        println!(
+            "{algorithm:?}: {per_second:?} a second from 2 s on, rate {:.1}",
+            bucket.rate()
+        );
+        // The guess holds 48/s and grows from there.
+        assert!(
+            per_second.iter().all(|n| *n >= 40.0),
+            "{algorithm:?}: {per_second:?}"
+        );
+    }
+}

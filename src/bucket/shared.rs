@@ -675,6 +675,12 @@ impl Shared {
 
     /// Change the quota of the live bucket, never raising the tokens available now.
     pub(crate) fn set_quota(&self, quota: Quota) {
+        self.enforce(quota, false);
+    }
+
+    /// Enforce `quota` from now on; `rate`: a rate control's new rate (see
+    /// [`Window::follow_rate`]).
+    fn enforce(&self, quota: Quota, rate: bool) {
         let mut st = self.lock();
         let now = self.clock.now_ns();
         st.quota = quota;
@@ -697,6 +703,7 @@ impl Shared {
                     self.guard_behind(self.gcra.tat())
                 };
             }
+            Some(w) if rate => w.follow_rate(u64::from(quota.count()), quota.period_ns(), now),
             Some(w) => w.set_limit(u64::from(quota.count()), quota.period_ns(), now),
         }
         if let Some(r) = st.ramp.as_mut() {
@@ -730,7 +737,7 @@ impl Shared {
     /// The hook of a rate control ([`crate::adaptive`]): enforce `quota` from now on, as
     /// [`set_quota`](Self::set_quota) does.
     pub(crate) fn set_rate(&self, quota: Quota) {
-        self.set_quota(quota);
+        self.enforce(quota, true);
         if let Some(remote) = &self.remote {
             remote.set_rate(quota);
         }

@@ -42,6 +42,19 @@ impl Aligned {
         a
     }
 
+    /// As [`reset`](Self::reset), but a new width is laid out so that the window of `now`
+    /// ends where it ended under the old width (or at the first boundary before that, if the
+    /// new width is shorter than what was left of it).
+    pub(crate) fn reset_keeping_end(&self, limit: u64, width: u64, now: u64, keep: u64) -> Self {
+        let mut a = self.reset(limit, width, now, keep);
+        if width != self.width {
+            let end = self.start(self.index(now) + 1);
+            a.phase = (width - end % width) % width;
+            a.base = a.index(now).saturating_sub(keep);
+        }
+        a
+    }
+
     pub(crate) fn index(&self, t: u64) -> u64 {
         ((u128::from(t) + u128::from(self.phase)) / u128::from(self.width)) as u64
     }

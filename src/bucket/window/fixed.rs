@@ -67,6 +67,12 @@ impl Window for Fixed {
         self.0 = self.0.reset(limit, width, now, 0);
         self.0.commit(limit - available, now);
     }
+
+    fn follow_rate(&mut self, limit: u64, width: u64, now: u64) {
+        let available = self.available(now).min(limit);
+        self.0 = self.0.reset_keeping_end(limit, width, now, 0);
+        self.0.commit(limit - available, now);
+    }
 }
 
 #[cfg(test)]

@@ -42,6 +42,14 @@ pub(crate) trait Window: Send + std::fmt::Debug {
     fn slack(&self) -> u64 {
         0
     }
+    /// A rate control's new rate, as a new limit and period: as
+    /// [`set_limit`](Window::set_limit), but what counts at `now` stops counting no later
+    /// than it would have under the old windows. A rate control changes the period many
+    /// times a second; re-aligned each time, the tokens counted at `now` would count again
+    /// in a window ending later, and never fade.
+    fn follow_rate(&mut self, limit: u64, width: u64, now: u64) {
+        self.set_limit(limit, width, now);
+    }
     /// Change the limit and the period; never raise what is available at `now`.
     fn set_limit(&mut self, limit: u64, width: u64, now: u64);
 }

@@ -123,9 +123,54 @@ impl Window for Sliding {
     }
 
     fn set_limit(&mut self, limit: u64, width: u64, now: u64) {
-        let available = self.available(now).min(limit);
-        self.0 = self.0.reset(limit, width, now, 1);
-        self.0.commit(limit - available, now);
+        let next = self.0.reset(limit, width, now, 1);
+        self.carry_into(next, now);
+    }
+
+    fn follow_rate(&mut self, limit: u64, width: u64, now: u64) {
+        let next = self.0.reset_keeping_end(limit, width, now, 1);
+        self.carry_into(next, now);
+    }
+}
+
+impl Sliding {
+    /// Move to the emptied windows `next` with what counts at `now` (at most their limit).
+    fn carry_into(&mut self, mut next: Aligned, now: u64) {
+        let limit = next.limit;
+        let w = self.0.index(now);
+        let current = self.0.count(w);
+        let used = limit - self.available(now).min(limit);
+        // What counts now, split as it was: the current window's own tokens stay in the
+        // current window, and the share carried from the one before is carried again,
+        // fading out over what is left of the new current window. Folded into the current
+        // window, the carried share would count in full until its end and then be carried
+        // once more: a rate control changes the limit many times a second, and each change
+        // would carry the same tokens again, never letting them fade (a sliding window
+        // paused once and then raised step by step admitted 2 a second at a rate of 62).
+        let own = current.min(used);
+        next.commit(own, now);
+        let carried = used - own;
+        if carried > 0 {
+            let w = next.index(now);
+            let left = next.start(w + 1).saturating_sub(now);
+            // `carried(prev, left, width) ≥ carried` at `now`, then falling to 0 by the end
+            // of the window.
+            let prev = if left == 0 {
+                0
+            } else {
+                (u128::from(carried) * u128::from(next.width)).div_ceil(u128::from(left))
+            };
+            match (w.checked_sub(1), u64::try_from(prev)) {
+                (Some(p), Ok(prev)) if left > 0 => {
+                    if let Some(c) = next.slot(p) {
+                        *c = prev;
+                    }
+                }
+                // No window before (the clock's first) or no time left: count it now.
+                _ => next.commit(carried, now),
+            }
+        }
+        self.0 = next;
     }
 }
 
