@@ -179,10 +179,10 @@ impl Bucket {
     }
 
     /// [`push_back`](Self::push_back) answering a request sent at `sent`. A request sent
-    /// before the rate was last lowered went at the old rate, and its push-back lowers it no
-    /// further (the pause still holds): with a `Retry-After: 0`, or answers slower than the
-    /// cooldown, the refusals of the requests in flight at a push-back would otherwise lower
-    /// the rate once each.
+    /// before the last push-back was acted on went at the rate of then, and its push-back
+    /// lowers the rate no further (the pause still holds): with a `Retry-After: 0`, or
+    /// answers slower than the cooldown, the refusals of the requests in flight at a
+    /// push-back would otherwise lower the rate once each.
     ///
     /// ```
     /// use std::time::Duration;

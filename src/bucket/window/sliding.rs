@@ -146,7 +146,8 @@ impl Sliding {
         // window, the carried share would count in full until its end and then be carried
         // once more: a rate control changes the limit many times a second, and each change
         // would carry the same tokens again, never letting them fade (a sliding window
-        // paused once and then raised step by step admitted 2 a second at a rate of 62).
+        // pushed back once and then raised step by step admitted 0 to 6 a second at a rate
+        // of 60).
         let own = current.min(used);
         next.commit(own, now);
         let carried = used - own;
