@@ -733,34 +733,27 @@ async fn a_dropped_waiter_gives_its_tokens_back() {
 async fn booked_waiters_wait_out_a_pause(which: &str) {
     let quota = Quota::per_second(10).burst(1);
     let prefix = unique_prefix("booked-pause");
-    let redis = RedisBucket::builder(quota)
-        .url(redis_url())
-        .key_prefix(&prefix)
-        .key("k")
-        .build()
-        .await
-        .unwrap();
-    let keyed = RedisKeyed::builder(quota)
-        .url(redis_url())
-        .key_prefix(&prefix)
-        .build()
-        .await
-        .unwrap();
+    // This process's handles, and another process's on the same limits.
+    let bucket_handle = || async {
+        RedisBucket::builder(quota)
+            .url(redis_url())
+            .key_prefix(&prefix)
+            .key("k")
+            .build()
+            .await
+            .unwrap()
+    };
+    let keyed_handle = || async {
+        RedisKeyed::builder(quota)
+            .url(redis_url())
+            .key_prefix(&prefix)
+            .build()
+            .await
+            .unwrap()
+    };
+    let (redis, keyed) = (bucket_handle().await, keyed_handle().await);
+    let (other, other_keyed) = (bucket_handle().await, keyed_handle().await);
     let bucket = tower_throttle::Bucket::from(redis.clone());
-    // Another process on the same limit, for `which == "elsewhere"`.
-    let other = RedisBucket::builder(quota)
-        .url(redis_url())
-        .key_prefix(&prefix)
-        .key("k")
-        .build()
-        .await
-        .unwrap();
-    let other_keyed = RedisKeyed::builder(quota)
-        .url(redis_url())
-        .key_prefix(&prefix)
-        .build()
-        .await
-        .unwrap();
     let start = Instant::now();
     let waiters: Vec<_> = (0..6)
         .map(|_| {
@@ -821,4 +814,63 @@ async fn booked_waiters_of_a_key_wait_out_its_pause_made_here() {
 async fn booked_waiters_wait_out_a_pause_made_in_another_process() {
     booked_waiters_wait_out_a_pause("elsewhere").await;
     booked_waiters_wait_out_a_pause("keyed elsewhere").await;
+}
+
+/// As [`booked_waiters_wait_out_a_pause`], for every algorithm, with one token per 100 ms
+/// (so that the windows book their turns too), paused here and from another process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn booked_waiters_of_every_algorithm_wait_out_a_pause() {
+    use tower_throttle::{Algorithm, Bucket};
+    let quota = Quota::new(1, Duration::from_millis(100));
+    for algorithm in [
+        Algorithm::TokenBucket,
+        Algorithm::leaky_bucket(64),
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        for elsewhere in [false, true] {
+            let prefix = unique_prefix("booked-pause-algorithm");
+            let handle = || async {
+                RedisBucket::builder(quota)
+                    .url(redis_url())
+                    .key_prefix(&prefix)
+                    .key("k")
+                    .algorithm(algorithm)
+                    .build()
+                    .await
+                    .unwrap()
+            };
+            let (here, other) = (Bucket::from(handle().await), Bucket::from(handle().await));
+            let start = Instant::now();
+            let waiters: Vec<_> = (0..6)
+                .map(|_| {
+                    let bucket = here.clone();
+                    tokio::spawn(async move {
+                        bucket.acquire(1).await.unwrap();
+                        start.elapsed()
+                    })
+                })
+                .collect();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let paused = start.elapsed();
+            let cooldown = Duration::from_secs(1);
+            if elsewhere {
+                other.pause(cooldown);
+            } else {
+                here.pause(cooldown);
+            }
+            let mut at = Vec::new();
+            for w in waiters {
+                at.push(w.await.unwrap());
+            }
+            // Those due before the pause (0 and 100 ms at most) went; the others after it.
+            let end = paused + cooldown - Duration::from_millis(10);
+            let before = at.iter().filter(|t| **t < end).count();
+            assert!(
+                before <= 2,
+                "{algorithm:?}, elsewhere {elsewhere}: admitted at {at:?}, paused at {paused:?}"
+            );
+        }
+    }
 }

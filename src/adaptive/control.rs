@@ -159,8 +159,12 @@ impl State {
     /// first request. `None` when it was not sent then.
     fn tested(&self, sent: Instant) -> Option<f64> {
         let i = self.sends.binary_search_by_key(&sent, |(t, _)| *t).ok()?;
-        let (_, gap) = self.sends[i];
-        Some(gap.map_or(0.0, |gap| (1.0 / gap.as_secs_f64()).min(self.rate_at(sent))))
+        Some(self.tested_by(self.sends[i]))
+    }
+
+    /// The rate the send `(sent, gap)` tested (see [`tested`](Self::tested)).
+    fn tested_by(&self, (sent, gap): (Instant, Option<Duration>)) -> f64 {
+        gap.map_or(0.0, |gap| (1.0 / gap.as_secs_f64()).min(self.rate_at(sent)))
     }
 
     /// The rate in force at `at`; the oldest remembered when `at` is older still.
@@ -311,7 +315,7 @@ impl Control {
                 .sends
                 .iter()
                 .take_while(|(t, _)| *t < sent)
-                .filter_map(|(t, _)| st.tested(*t))
+                .map(|send| st.tested_by(*send))
                 .fold(0.0, f64::max);
             if let Some(law) = st.law.as_mut() {
                 law.sent_before(before);

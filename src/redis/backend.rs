@@ -683,6 +683,16 @@ impl Backend {
         self.rates.lock().tolerance_us * 1000
     }
 
+    /// How long after a pause ends the bucket is full again, beyond its first token (token
+    /// and leaky bucket; nothing for the windows).
+    pub(crate) fn refill(&self) -> Duration {
+        if self.is_gcra() {
+            Duration::from_nanos(self.tolerance_ns() - self.interval_ns())
+        } else {
+            Duration::ZERO
+        }
+    }
+
     /// Whether the algorithm is the token or leaky bucket (the state is "full again at").
     pub(crate) fn is_gcra(&self) -> bool {
         self.algorithm.is_gcra()

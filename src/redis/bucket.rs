@@ -83,10 +83,9 @@ struct Inner {
     /// Wakes the waiters asleep before booking when the quota changes: they check their
     /// request against it again.
     quota_changed: Notify,
-    /// This handle, in the pauses it tells the other processes (see [`told`](super::told)).
-    id: u64,
-    /// Listens for the pauses of the other processes; stopped when the last handle goes.
-    listener: std::sync::OnceLock<tokio::task::AbortHandle>,
+    /// Listens for the pauses of the other processes (see [`told`](super::told)); stopped
+    /// when the last handle goes.
+    listener: told::Listener,
 }
 
 impl RedisBucket {
@@ -118,14 +117,7 @@ impl RedisBucket {
             .local_quota(quota)?
             .map(|q| Bucket::with_algorithm(q, algorithm));
         let lease = options.lease.map(|(max, period)| Lease::new(max, period));
-        // One server: the other processes' pauses come over a connection of its own. (A
-        // cluster's pub/sub is left out: its waiters learn another process's pause when
-        // they book again.)
-        let listen = options
-            .url
-            .clone()
-            .filter(|_| options.cluster.is_none())
-            .map(|url| (url, options.lazy, options.connect_timeout));
+        let subscribe = told::Subscribe::of(&options);
         let backend = Arc::new(Backend::connect(options, quota).await?);
         let inner = Arc::new(Inner {
             backend,
@@ -136,20 +128,9 @@ impl RedisBucket {
             local_outage: AtomicU64::new(0),
             observer,
             quota_changed: Notify::new(),
-            id: told::handle_id(),
-            listener: std::sync::OnceLock::new(),
+            listener: told::Listener::new(),
         });
-        if let Some((url, lazy, connect_timeout)) = listen {
-            let wait = if lazy {
-                Duration::ZERO
-            } else {
-                connect_timeout
-            };
-            let channel = told::channel(&inner.key);
-            if let Some(listener) = told::start(url, channel, inner.id, &inner, wait).await {
-                let _ = inner.listener.set(listener);
-            }
-        }
+        told::start(subscribe, told::channel(&inner.key), &inner).await;
         Ok(RedisBucket { inner })
     }
 
@@ -507,18 +488,13 @@ impl RedisBucket {
                 }
             }
             // Booked before a pause of this process reached Redis, an instant would fall
-            // inside it.
-            // (Past the end of the pause held here, it books: a pause that long on its way
-            // has ended anyway.)
+            // inside it. (Past the end of the pause held here, it books: a pause that long
+            // on its way has ended anyway.)
             if inner.hint.pause_pending() && inner.hint.pauses_landed().await {
                 continue;
             }
-            // Listened to before booking: a pause this process makes while the booking is
-            // on its way voids it too.
-            let pauses = inner.hint.pauses_made();
-            let paused = inner.hint.paused();
-            tokio::pin!(paused);
-            paused.as_mut().enable();
+            // A pause made (or heard of) while the booking is on its way voids it too.
+            let voids = inner.hint.voids();
             match inner.backend.reserve(&inner.key, n).await {
                 Ok(t) => {
                     let reply = self.learn(&t, n);
@@ -528,8 +504,7 @@ impl RedisBucket {
                             let booked = Booked::new(self, n, t.at_us);
                             let at = t.received + reply.wait;
                             slept = true;
-                            let voided = inner.hint.pauses_made() != pauses
-                                || tokio::time::timeout_at(at, paused.as_mut()).await.is_ok();
+                            let voided = inner.hint.voided_before(voids, at).await;
                             booked.used();
                             if voided {
                                 // Booked before this process's pause reached Redis (or
@@ -620,7 +595,7 @@ impl RedisBucket {
         match result {
             Ok(t) => {
                 // The other processes' waiters booked inside it book again.
-                let told = told::message(inner.id, t.reply.wait, None);
+                let told = told::message(inner.listener.id(), t.reply.wait, None);
                 backend.publish(&told::channel(&inner.key), &told).await;
                 if backend.is_gcra() {
                     inner.hint.observe(&t);
@@ -673,14 +648,10 @@ impl Drop for Booked<'_> {
 impl Inner {
     /// Hold this process's decisions and waiters for `cooldown`.
     fn hold(&self, cooldown: Duration) {
-        let backend = &self.backend;
-        let refill = if backend.is_gcra() {
-            Duration::from_nanos(backend.tolerance_ns() - backend.interval_ns())
-        } else {
-            Duration::ZERO
-        };
-        self.hint
-            .hold(Instant::now(), cooldown.saturating_add(refill));
+        self.hint.hold(
+            Instant::now(),
+            cooldown.saturating_add(self.backend.refill()),
+        );
         if let Some(local) = &self.local {
             local.pause(cooldown);
         }
@@ -692,6 +663,10 @@ impl Inner {
 }
 
 impl told::Told for Inner {
+    fn listener(&self) -> &told::Listener {
+        &self.listener
+    }
+
     /// Another process paused the limit, in Redis already: this one's waiters asleep on an
     /// instant inside the pause book again (at once: Redis gives them instants after it).
     fn paused_elsewhere(&self, remaining: Duration, _key: Option<&str>) {
@@ -703,9 +678,6 @@ impl told::Told for Inner {
 impl Drop for Inner {
     /// The last handle is gone: give back the lease's unused tokens.
     fn drop(&mut self) {
-        if let Some(listener) = self.listener.get() {
-            listener.abort();
-        }
         let back = self.lease.as_ref().map_or(0, Lease::clear);
         if back == 0 {
             return;

@@ -64,13 +64,16 @@ struct Inner {
     backend: Backend,
     lanes: Lanes,
     local: Option<LocalTable>,
-    /// This handle, in the pauses it tells the other processes (see [`told`](super::told)).
-    id: u64,
-    /// Listens for the pauses of the other processes; stopped when the last handle goes.
-    listener: std::sync::OnceLock<tokio::task::AbortHandle>,
+    /// Listens for the pauses of the other processes (see [`told`](super::told)); stopped
+    /// when the last handle goes.
+    listener: told::Listener,
 }
 
 impl told::Told for Inner {
+    fn listener(&self) -> &told::Listener {
+        &self.listener
+    }
+
     /// Another process paused a key, in Redis already: this one's waiters for it asleep on
     /// an instant inside the pause book again.
     fn paused_elsewhere(&self, remaining: Duration, key: Option<&str>) {
@@ -78,22 +81,9 @@ impl told::Told for Inner {
             return;
         };
         let backend = &self.backend;
-        let refill = if backend.is_gcra() {
-            Duration::from_nanos(backend.tolerance_ns() - backend.interval_ns())
-        } else {
-            Duration::ZERO
-        };
         let remaining = remaining.min(backend.max_pause());
-        lane.hold(Instant::now(), remaining.saturating_add(refill));
+        lane.hold(Instant::now(), remaining.saturating_add(backend.refill()));
         lane.pause_seen();
-    }
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        if let Some(listener) = self.listener.get() {
-            listener.abort();
-        }
     }
 }
 
@@ -128,32 +118,16 @@ impl RedisKeyed {
             .policy
             .local_quota(quota)?
             .map(|q| LocalTable::new(q, algorithm, local_capacity));
-        // One server: the other processes' pauses come over a connection of its own (as
-        // for a `RedisBucket`).
-        let listen = options
-            .url
-            .clone()
-            .filter(|_| options.cluster.is_none())
-            .map(|url| (url, options.lazy, options.connect_timeout));
+        let subscribe = told::Subscribe::of(&options);
         let backend = Backend::connect(options, quota).await?;
         let inner = Arc::new(Inner {
             backend,
             lanes: Lanes::default(),
             local,
-            id: told::handle_id(),
-            listener: std::sync::OnceLock::new(),
+            listener: told::Listener::new(),
         });
-        if let Some((url, lazy, connect_timeout)) = listen {
-            let wait = if lazy {
-                Duration::ZERO
-            } else {
-                connect_timeout
-            };
-            let channel = told::keyed_channel(&inner.backend.options.prefix);
-            if let Some(listener) = told::start(url, channel, inner.id, &inner, wait).await {
-                let _ = inner.listener.set(listener);
-            }
-        }
+        let channel = told::keyed_channel(&inner.backend.options.prefix);
+        told::start(subscribe, channel, &inner).await;
         Ok(RedisKeyed { inner })
     }
 
@@ -292,10 +266,7 @@ impl RedisKeyed {
             if hint.pause_pending() && hint.pauses_landed().await {
                 continue;
             }
-            let pauses = hint.pauses_made();
-            let paused = hint.paused();
-            tokio::pin!(paused);
-            paused.as_mut().enable();
+            let voids = hint.voids();
             match backend.reserve(&rkey, n).await {
                 Ok(t) => {
                     if gcra {
@@ -312,13 +283,8 @@ impl RedisKeyed {
                                 n,
                                 at_us: t.at_us,
                             };
-                            let voided = hint.pauses_made() != pauses
-                                || tokio::time::timeout_at(
-                                    t.received + t.reply.wait,
-                                    paused.as_mut(),
-                                )
-                                .await
-                                .is_ok();
+                            let at = t.received + t.reply.wait;
+                            let voided = hint.voided_before(voids, at).await;
                             booked.used();
                             if voided {
                                 continue;
@@ -359,14 +325,9 @@ impl RedisKeyed {
         // The key's waiters in this process asleep on a booked instant book again once the
         // pause is in Redis.
         let entered = inner.lanes.enter(id);
-        let refill = if backend.is_gcra() {
-            Duration::from_nanos(backend.tolerance_ns() - backend.interval_ns())
-        } else {
-            Duration::ZERO
-        };
         entered
             .lane()
-            .hold(Instant::now(), cooldown.saturating_add(refill));
+            .hold(Instant::now(), cooldown.saturating_add(backend.refill()));
         entered.lane().pause_made();
         let result = backend.pause(&rkey, cooldown).await;
         entered.lane().pause_done();
@@ -375,7 +336,7 @@ impl RedisKeyed {
             Ok(t) => {
                 // The other processes' waiters for the key booked inside it book again.
                 let digest = id.to_string();
-                let told = told::message(inner.id, t.reply.wait, Some(&digest));
+                let told = told::message(inner.listener.id(), t.reply.wait, Some(&digest));
                 let channel = told::keyed_channel(&backend.options.prefix);
                 backend.publish(&channel, &told).await;
                 Ok(())

@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -41,6 +40,9 @@ pub(crate) struct Hint {
     refusal: Mutex<Refusal>,
     /// Pauses this process made, and those that reached Redis (or failed to).
     pauses: (AtomicU64, AtomicU64),
+    /// Pauses made here or heard of from other processes: each voids the bookings made
+    /// before it.
+    voids: AtomicU64,
     /// Wakes the waiters asleep on a booked instant when this process pauses: the pause
     /// restarts Redis' bucket as empty, which voids their bookings.
     paused: Notify,
@@ -70,6 +72,7 @@ impl Hint {
             hi: AtomicU64::new(0),
             refusal: Mutex::new(Refusal::default()),
             pauses: (AtomicU64::new(0), AtomicU64::new(0)),
+            voids: AtomicU64::new(0),
             paused: Notify::new(),
             landed: Notify::new(),
         }
@@ -79,12 +82,13 @@ impl Hint {
     /// asleep on a booked instant book again once it is there.
     pub(crate) fn pause_made(&self) {
         self.pauses.0.fetch_add(1, Ordering::AcqRel);
-        self.paused.notify_waiters();
+        self.pause_seen();
     }
 
     /// Another process paused the bucket, in Redis already: the waiters asleep on a booked
     /// instant book again.
     pub(crate) fn pause_seen(&self) {
+        self.voids.fetch_add(1, Ordering::AcqRel);
         self.paused.notify_waiters();
     }
 
@@ -94,10 +98,14 @@ impl Hint {
         self.landed.notify_waiters();
     }
 
-    /// Resolves when this process pauses the bucket; enable it before booking, so that a
-    /// pause made while the booking is on its way is seen too.
-    pub(crate) fn paused(&self) -> Notified<'_> {
-        self.paused.notified()
+    /// Until a pause is made here or heard of, from `voids` (as [`voids`](Self::voids) read
+    /// before booking) on, at most until `at`: whether one was (the booking is void).
+    pub(crate) async fn voided_before(&self, voids: u64, at: Instant) -> bool {
+        let paused = self.paused.notified();
+        tokio::pin!(paused);
+        // Listened to first: a pause after this read wakes it.
+        paused.as_mut().enable();
+        self.voids() != voids || tokio::time::timeout_at(at, paused).await.is_ok()
     }
 
     /// Until every pause this process made reached Redis (or failed to), at most until the
@@ -120,10 +128,10 @@ impl Hint {
         }
     }
 
-    /// How many pauses this process made so far: a booking made after reading it is void
-    /// when the count has moved by the time its instant comes.
-    pub(crate) fn pauses_made(&self) -> u64 {
-        self.pauses.0.load(Ordering::Acquire)
+    /// How many pauses were made here or heard of so far: a booking made after reading it is
+    /// void when the count has moved by the time its instant comes.
+    pub(crate) fn voids(&self) -> u64 {
+        self.voids.load(Ordering::Acquire)
     }
 
     /// Whether a pause this process made has not reached Redis yet.

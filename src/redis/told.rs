@@ -7,11 +7,14 @@
 //! Best effort: a process that misses a message (its listener reconnecting) lets waiters it
 //! booked before the pause go at their instants, within the booking horizon (1 s).
 
-use std::sync::Weak;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use ::redis::aio::PubSub;
 use futures_core::Stream;
+use tokio::task::AbortHandle;
+
+use super::backend::Options;
 
 /// The channel a limit stored at `key` tells its pauses on.
 pub(crate) fn channel(key: &str) -> String {
@@ -52,6 +55,9 @@ const RECONNECT: (Duration, Duration) = (Duration::from_millis(200), Duration::f
 
 /// Something paused elsewhere, by another handle than `me`.
 pub(crate) trait Told: Send + Sync + 'static {
+    /// Its listener.
+    fn listener(&self) -> &Listener;
+
     /// Another process paused the limit (the key `key` of a keyed one) for `remaining`
     /// from now.
     fn paused_elsewhere(&self, remaining: Duration, key: Option<&str>);
@@ -95,36 +101,84 @@ pub(crate) async fn listen<T: Told>(
     }
 }
 
-/// Start listening for `target` (in the background, while a runtime runs), and wait until
-/// the first attempt to subscribe is over, at most `wait` (zero: not at all). Returns the listener,
-/// to stop when `target` goes.
-pub(crate) async fn start<T: Told>(
+/// Where a handle listens, and how long its build waits for the first attempt: one
+/// server's URL (a cluster's pub/sub is left out: its waiters learn another process's
+/// pause when they book again); the connect timeout, or nothing when connecting lazily.
+pub(crate) struct Subscribe {
     url: String,
-    channel: String,
-    me: u64,
-    target: &std::sync::Arc<T>,
     wait: Duration,
-) -> Option<tokio::task::AbortHandle> {
-    let rt = tokio::runtime::Handle::try_current().ok()?;
+}
+
+impl Subscribe {
+    pub(crate) fn of(options: &Options) -> Option<Self> {
+        let url = options.url.clone().filter(|_| options.cluster.is_none())?;
+        let wait = if options.lazy {
+            Duration::ZERO
+        } else {
+            options.connect_timeout
+        };
+        Some(Subscribe { url, wait })
+    }
+}
+
+/// A handle's listener: its number in the messages, and the task, stopped with the handle.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    id: u64,
+    task: OnceLock<AbortHandle>,
+}
+
+impl Listener {
+    pub(crate) fn new() -> Self {
+        Listener {
+            id: handle_id(),
+            task: OnceLock::new(),
+        }
+    }
+
+    /// This handle, in the pauses it tells the other processes.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.get() {
+            task.abort();
+        }
+    }
+}
+
+/// Start listening on `channel` for `target` (in the background, while a runtime runs),
+/// and wait until the first attempt to subscribe is over, at most as long as `subscribe`
+/// says.
+pub(crate) async fn start<T: Told>(subscribe: Option<Subscribe>, channel: String, target: &Arc<T>) {
+    let (Some(Subscribe { url, wait }), Ok(rt)) =
+        (subscribe, tokio::runtime::Handle::try_current())
+    else {
+        return;
+    };
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let listener = target.listener();
     let task = rt.spawn(listen(
         url,
         channel,
-        me,
-        std::sync::Arc::downgrade(target),
+        listener.id,
+        Arc::downgrade(target),
         tx,
     ));
+    let _ = listener.task.set(task.abort_handle());
     if !wait.is_zero() {
         // Built when the others' pauses can be heard (or the first attempt failed, or
         // took longer than `wait`: the listener keeps trying).
         let _ = tokio::time::timeout(wait, rx).await;
     }
-    Some(task.abort_handle())
 }
 
 /// A number for a handle, apart from every other's (in this process and, almost surely, in
 /// any other).
-pub(crate) fn handle_id() -> u64 {
+fn handle_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     let now = std::time::SystemTime::now()

@@ -48,7 +48,7 @@ impl Aligned {
     pub(crate) fn reset_keeping_end(&self, limit: u64, width: u64, now: u64, keep: u64) -> Self {
         let mut a = self.reset(limit, width, now, keep);
         if width != self.width {
-            let end = self.start(self.index(now) + 1);
+            let end = self.start(self.index(now).saturating_add(1));
             a.phase = (width - end % width) % width;
             a.base = a.index(now).saturating_sub(keep);
         }

@@ -153,7 +153,7 @@ impl Sliding {
         let carried = used - own;
         if carried > 0 {
             let w = next.index(now);
-            let left = next.start(w + 1).saturating_sub(now);
+            let left = next.start(w.saturating_add(1)).saturating_sub(now);
             // `carried(prev, left, width) ≥ carried` at `now`, then falling to 0 by the end
             // of the window.
             let prev = if left == 0 {
