@@ -19,7 +19,7 @@ use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::grpc::{GrpcRetry, RetryThrottle};
 use tower_throttle::keyed::{HeaderKey, KeyedBucket};
 use tower_throttle::observe::Observer;
-use tower_throttle::retry_after::Jitter;
+use tower_throttle::retry_after::{Jitter, RetryInfo};
 use tower_throttle::{Bucket, Quota, RateLimit, RateLimitLayer, RetryAfterLayer};
 
 /// Serves `echo` behind `server` (a `Server` builder, layered or not) on a free port.
@@ -70,6 +70,11 @@ fn push_back(ms: &str) -> Status {
     let mut meta = tonic::metadata::MetadataMap::new();
     meta.insert("grpc-retry-pushback-ms", ms.parse().unwrap());
     Status::with_metadata(Code::ResourceExhausted, "slow down", meta)
+}
+
+/// An echo service that pushes its first call back for `ms` milliseconds.
+fn pushed_back_once(ms: &'static str) -> Echo {
+    Echo::answering(move |n, _| if n == 0 { Err(push_back(ms)) } else { Ok(()) })
 }
 
 /// A tonic client on `channel` behind the retry layer and the rate limit of `bucket`,
@@ -261,13 +266,7 @@ async fn plain_http_keeps_its_429_and_grpc_gets_a_trailers_only_answer() {
 async fn twenty_workers_hold_for_one_push_back_then_all_succeed() {
     const WORKERS: usize = 20;
     const CALLS: usize = 10;
-    let echo = Echo::answering(|n, _| {
-        if n == 0 {
-            Err(push_back("1000"))
-        } else {
-            Ok(())
-        }
-    });
+    let echo = pushed_back_once("1000");
     let channel = serve!(Server::builder(), echo.clone());
     let reports = Arc::new(Reports::default());
     let bucket = Bucket::builder(Quota::per_second(200).burst(20))
@@ -483,7 +482,14 @@ async fn retry_throttling_stops_retries_while_the_server_fails_and_resumes_after
     );
 }
 
-type Calls = Arc<Mutex<Vec<tokio::time::Instant>>>;
+/// A call that reached a [`scripted`] server: when, and the `grpc-timeout` it carried.
+#[derive(Debug, Clone, PartialEq)]
+struct Call {
+    at: tokio::time::Instant,
+    timeout: Option<String>,
+}
+
+type Calls = Arc<Mutex<Vec<Call>>>;
 
 /// An in-process gRPC server answering call `n` (from 0) with the trailers-only status
 /// `answer(n)` returns (`None`: a normal response, with headers), recording each call in
@@ -498,10 +504,13 @@ fn scripted(
     Future = impl Send,
 > + Clone {
     let calls = calls.clone();
-    service_fn(move |_: http::Request<Body>| {
+    service_fn(move |req: http::Request<Body>| {
         let n = {
             let mut calls = calls.lock().unwrap();
-            calls.push(tokio::time::Instant::now());
+            calls.push(Call {
+                at: tokio::time::Instant::now(),
+                timeout: grpc_timeout(req.headers()),
+            });
             calls.len() - 1
         };
         let answer = answer(n);
@@ -527,6 +536,18 @@ fn grpc_call() -> http::Request<Body> {
         .unwrap()
 }
 
+fn grpc_call_within(timeout: &str) -> http::Request<Body> {
+    let mut call = grpc_call();
+    call.headers_mut()
+        .insert("grpc-timeout", timeout.parse().unwrap());
+    call
+}
+
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<String> {
+    let value = headers.get("grpc-timeout")?;
+    Some(value.to_str().unwrap().to_owned())
+}
+
 #[tokio::test(start_paused = true)]
 async fn unavailable_with_a_push_back_is_retried_exactly_after_it() {
     let calls = Calls::default();
@@ -546,7 +567,7 @@ async fn unavailable_with_a_push_back_is_retried_exactly_after_it() {
     assert!(res.headers().get("grpc-status").is_none());
     let calls = calls.lock().unwrap();
     assert_eq!(calls.len(), 2);
-    assert_eq!(calls[1] - calls[0], Duration::from_millis(200));
+    assert_eq!(calls[1].at - calls[0].at, Duration::from_millis(200));
 }
 
 #[tokio::test(start_paused = true)]
@@ -626,4 +647,251 @@ async fn a_grpc_call_without_a_key_is_invalid_argument_not_400() {
     );
     let plain = send(&mut svc, http::Request::new(Body::empty())).await;
     assert_eq!(plain.status(), 400);
+}
+
+/// A tonic client call of `Say` with a deadline, as tonic writes it (`grpc-timeout`).
+async fn say_within(
+    client: &mut Client,
+    message: &str,
+    timeout: Option<Duration>,
+) -> Result<tonic::Response<String>, Status> {
+    let mut req = tonic::Request::new(message.to_string());
+    if let Some(timeout) = timeout {
+        req.set_timeout(timeout);
+    }
+    client.ready().await.unwrap();
+    client
+        .unary(req, PathAndQuery::from_static(SAY), StringCodec)
+        .await
+}
+
+/// The retry layer, without jitter on push-backs, over the rate limit of `bucket`, over
+/// `server`.
+fn retrying_in_process<S>(
+    bucket: &Bucket,
+    retry: RetryAfterLayer,
+    server: S,
+) -> GrpcRetry<RateLimit<S>> {
+    ServiceBuilder::new()
+        .layer(retry.retry_after_jitter(Duration::ZERO).grpc())
+        .layer(RateLimitLayer::new(bucket.clone()))
+        .service(server)
+}
+
+/// A retry layer on `bucket` whose backoff is `every`, without jitter.
+fn backoff_of(bucket: &Bucket, every: Duration) -> RetryAfterLayer {
+    RetryAfterLayer::new(bucket.clone()).backoff(every, every, Jitter::None)
+}
+
+#[tokio::test]
+async fn over_a_channel_a_push_back_past_the_deadline_comes_back_before_it_would_end() {
+    let echo = pushed_back_once("1000");
+    let channel = serve!(Server::builder(), echo.clone());
+    let bucket = Bucket::new(Quota::per_second(100));
+    let retry = RetryAfterLayer::new(bucket.clone()).retry_after_jitter(Duration::ZERO);
+    let mut client = retrying(channel, &bucket, retry);
+
+    let start = Instant::now();
+    let status = say_within(&mut client, "hi", Some(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(echo.arrivals().len(), 1, "not retried");
+    // Bounded, not fast: a retry would have gone after the whole second of push-back.
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    println!("300 ms deadline, 1000 ms push-back: RESOURCE_EXHAUSTED after {took:?}");
+}
+
+#[tokio::test]
+async fn over_a_channel_a_retry_carries_the_time_left_to_the_server() {
+    // Each call's first attempt is pushed back for 200 ms.
+    let echo = Echo::answering(|n, _| {
+        if n % 2 == 0 {
+            Err(push_back("200"))
+        } else {
+            Ok(())
+        }
+    });
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = tower::util::MapRequestLayer::new({
+        let seen = seen.clone();
+        move |req: http::Request<Body>| {
+            seen.lock().unwrap().push(grpc_timeout(req.headers()));
+            req
+        }
+    });
+    let channel = serve!(Server::builder().layer(record), echo.clone());
+    let bucket = Bucket::new(Quota::per_second(100));
+    let retry = RetryAfterLayer::new(bucket.clone()).retry_after_jitter(Duration::ZERO);
+    let mut client = retrying(channel, &bucket, retry);
+
+    let deadline = Duration::from_secs(2);
+    let start = Instant::now();
+    let reply = say_within(&mut client, "hi", Some(deadline)).await.unwrap();
+    let took = start.elapsed();
+    assert_eq!(reply.into_inner(), "hi");
+    // A call without a deadline: retried as before, with no deadline on either attempt.
+    say_within(&mut client, "no deadline", None).await.unwrap();
+    assert_eq!(echo.arrivals().len(), 4);
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen[0].as_deref(),
+        Some("2000000u"),
+        "the first as the caller wrote it"
+    );
+    let second = seen[1].as_deref().unwrap();
+    let left = match second.split_at(second.len() - 1) {
+        (us, "u") => Duration::from_micros(us.parse().unwrap()),
+        (ns, "n") => Duration::from_nanos(ns.parse().unwrap()), // under 100 ms left
+        _ => panic!("{second}: more than the deadline's unit"),
+    };
+    // The retry left at least 200 ms after the call began, and before it ended.
+    assert!(left <= deadline - Duration::from_millis(200), "{second}");
+    assert!(
+        left >= deadline.saturating_sub(took),
+        "{second}, call took {took:?}"
+    );
+    assert_eq!(seen[2..], [None, None], "no deadline, none added");
+    println!("2 s deadline, 200 ms push-back: the retry carried {second} (call took {took:?})");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_carries_the_time_left_until_the_deadline() {
+    // Pushed back for 300 ms, 400 ms, then `third`, within a deadline of 1 s: 300 ms are left
+    // at the third push-back, so 299 ms is retried (with 1 ms left) and 300 ms is not.
+    for (third, retried) in [("299", true), ("300", false)] {
+        let calls = Calls::default();
+        let server = scripted(&calls, move |n| {
+            ["300", "400", third]
+                .get(n)
+                .map(|ms| (Code::ResourceExhausted, Some(*ms)))
+        });
+        let bucket = Bucket::new(Quota::per_second(100));
+        let client = retrying_in_process(&bucket, RetryAfterLayer::new(bucket.clone()), server);
+        let start = tokio::time::Instant::now();
+        let res = client.oneshot(grpc_call_within("1S")).await.unwrap();
+
+        let seen: Vec<_> = calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| (c.at - start, c.timeout.clone().unwrap()))
+            .collect();
+        let ms = Duration::from_millis;
+        let mut expected = vec![(ms(0), "1S"), (ms(300), "700000u"), (ms(700), "300000u")];
+        if retried {
+            expected.push((ms(999), "1000000n"));
+        }
+        let expected: Vec<_> = expected
+            .into_iter()
+            .map(|(at, t)| (at, t.to_string()))
+            .collect();
+        assert_eq!(seen, expected, "third push-back {third} ms");
+        let attempts = res.extensions().get::<RetryInfo>().unwrap().attempts();
+        if retried {
+            assert!(res.headers().get("grpc-status").is_none());
+            assert_eq!(attempts, 4);
+        } else {
+            assert_eq!(res.headers()["grpc-status"], "8");
+            assert_eq!(attempts, 3);
+            assert_eq!(start.elapsed(), ms(700), "returned at once");
+        }
+    }
+}
+
+// A malformed `grpc-timeout` is no deadline (as tonic's server reads it), and goes on as it is.
+#[tokio::test(start_paused = true)]
+async fn a_push_back_past_the_deadline_goes_back_at_once_and_a_call_without_one_waits_it_out() {
+    let no_deadline = [
+        None,
+        Some("300"),
+        Some("-300m"),
+        Some("123456789u"),
+        Some("5x"),
+    ];
+    for deadline in [Some("300m")].into_iter().chain(no_deadline) {
+        let calls = Calls::default();
+        let server = scripted(&calls, |n| {
+            (n == 0).then_some((Code::ResourceExhausted, Some("1000")))
+        });
+        let bucket = Bucket::new(Quota::per_second(100));
+        let client = retrying_in_process(&bucket, RetryAfterLayer::new(bucket.clone()), server);
+        let call = deadline.map_or_else(grpc_call, grpc_call_within);
+        let start = tokio::time::Instant::now();
+        let res = client.oneshot(call).await.unwrap();
+        let calls = calls.lock().unwrap();
+        if deadline == Some("300m") {
+            assert_eq!(res.headers()["grpc-status"], "8");
+            assert_eq!(start.elapsed(), Duration::ZERO, "at once");
+            assert_eq!(calls.len(), 1, "no retry");
+            assert!(
+                bucket.snapshot().paused_until.is_some(),
+                "the push-back still holds every worker"
+            );
+        } else {
+            assert!(res.headers().get("grpc-status").is_none(), "{deadline:?}");
+            assert_eq!(start.elapsed(), Duration::from_secs(1), "{deadline:?}");
+            let timeouts: Vec<_> = calls.iter().map(|c| c.timeout.as_deref()).collect();
+            assert_eq!(timeouts, [deadline, deadline]);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_already_past_gets_no_retry() {
+    // UNAVAILABLE, without push-back, 400 ms into a 300 ms deadline.
+    let calls = Calls::default();
+    let server = scripted(&calls, |n| (n == 0).then_some((Code::Unavailable, None)));
+    let slow = ServiceExt::<http::Request<Body>>::and_then(server, |res| async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        Ok::<_, std::convert::Infallible>(res)
+    });
+    let bucket = Bucket::new(Quota::per_second(100));
+    let retry = backoff_of(&bucket, Duration::from_millis(10));
+    let start = tokio::time::Instant::now();
+    let res = retrying_in_process(&bucket, retry, slow)
+        .oneshot(grpc_call_within("300m"))
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["grpc-status"], "14");
+    assert_eq!(start.elapsed(), Duration::from_millis(400), "at once");
+    assert_eq!(calls.lock().unwrap().len(), 1);
+
+    // A deadline of zero: past as the call begins, even for a push-back of zero.
+    let calls = Calls::default();
+    let server = scripted(&calls, |n| {
+        (n == 0).then_some((Code::ResourceExhausted, Some("0")))
+    });
+    let bucket = Bucket::new(Quota::per_second(100));
+    let res = retrying_in_process(&bucket, RetryAfterLayer::new(bucket.clone()), server)
+        .oneshot(grpc_call_within("0n"))
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["grpc-status"], "8");
+    assert_eq!(calls.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_still_waiting_for_a_token_at_the_deadline_is_not_sent() {
+    // One token a second: the retry, due 100 ms in, would get the next token at 1 s, past the
+    // deadline of 500 ms.
+    let calls = Calls::default();
+    let server = scripted(&calls, |n| (n == 0).then_some((Code::Unavailable, None)));
+    let bucket = Bucket::new(Quota::per_second(1));
+    let retry = backoff_of(&bucket, Duration::from_millis(100));
+    let start = tokio::time::Instant::now();
+    let res = retrying_in_process(&bucket, retry, server)
+        .oneshot(grpc_call_within("500m"))
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["grpc-status"], "14");
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(500),
+        "returned at the deadline, not when the token comes"
+    );
+    assert_eq!(calls.lock().unwrap().len(), 1);
+    assert_eq!(res.extensions().get::<RetryInfo>().unwrap().attempts(), 1);
 }

@@ -62,7 +62,15 @@ impl RetryAfterLayer {
 /// - a negative or malformed push-back means "do not retry": the status goes to the caller;
 /// - a response with headers is committed (its status comes in the trailers): never retried;
 /// - retries stop while the [retry throttle](RetryAfterLayer::grpc_retry_throttle) is low;
-/// - a retry carries `grpc-previous-rpc-attempts` (A6), so the server can tell it apart.
+/// - a retry carries `grpc-previous-rpc-attempts` (A6), so the server can tell it apart;
+/// - a call's deadline, its `grpc-timeout`, covers every attempt (A6). A retry carries the
+///   time left as its `grpc-timeout` (rounded down: the server never gets more time than the
+///   call has). No attempt goes out at or after the deadline: when the push-back or backoff
+///   would end there or later, the last status goes to the caller at once, and a retry
+///   still waiting for its turn at the rate limit when the deadline comes is dropped, the
+///   last status going to the caller then. The deadline counts from the call (the wait for
+///   the first attempt's token comes before it). A malformed `grpc-timeout` is no deadline,
+///   and is sent on as it is.
 ///
 /// Put it outside the rate limit of the same bucket, on a tonic `Channel`; cloning this layer
 /// does not create a new bucket:
@@ -160,7 +168,8 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let req = GrpcRequest::new(req.map(Body::new), self.buffer_limit);
-        self.inner.call(req)
+        let deadline = req.deadline();
+        self.inner.call_until(req, deadline)
     }
 }
 

@@ -19,7 +19,9 @@
 //! `Channel`: a trailers-only `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a push-back pauses
 //! the shared bucket for it — every worker holds — and the call is retried after it; a
 //! negative or malformed push-back is not retried; without one, the exponential backoff
-//! applies; the [`RetryThrottle`] stops retries while the server keeps failing.
+//! applies; the [`RetryThrottle`] stops retries while the server keeps failing. A call's
+//! deadline (`grpc-timeout`) covers every attempt: a retry carries the time left, and none
+//! is made that could not go out before the deadline.
 //!
 //! ```
 //! use std::time::Duration;
@@ -88,6 +90,10 @@
 //!   [`max_retry_after`](crate::RetryAfterLayer::max_retry_after)). A retryable code without a
 //!   push-back gets the exponential backoff (A6's rule) and pauses no one: it says the server
 //!   failed, not that the client is too fast.
+//! - **One deadline for all attempts.** As A6 says, a call's `grpc-timeout` bounds the call,
+//!   not each attempt: a retry carries what is left of it, so the server gives up when the
+//!   caller does. A push-back that ends at or after the deadline still pauses the shared
+//!   bucket; only the retry is dropped.
 //!
 //! [gRFC A6]: https://github.com/grpc/proposal/blob/master/A6-client-retries.md
 

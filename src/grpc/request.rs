@@ -8,6 +8,9 @@
 //! whole by then (a client or bidirectional stream still producing), that holds more than one
 //! message, or that outgrows the limit, is sent once and never resent: its messages may have
 //! reached the server, and the stream cannot be replayed faithfully.
+//!
+//! A call's `grpc-timeout` sets its deadline, which covers every attempt (gRFC A6): a retry
+//! carries the time left until it, not the caller's whole timeout again.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -19,8 +22,10 @@ use std::task::{Context, Poll, Wake, Waker};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Method, Request};
 use http_body::{Body as _, Frame, SizeHint};
+use tokio::time::Instant;
 use tonic::body::Body;
 
+use super::wire::{timeout, timeout_value, GRPC_TIMEOUT};
 use crate::retry_after::Replay;
 
 /// A gRPC request inside [`GrpcRetry`](super::GrpcRetry): the head, and the body either kept
@@ -30,6 +35,8 @@ pub struct GrpcRequest {
     payload: Payload,
     /// Attempts sent so far, shared by the request and its copies.
     sent: Arc<AtomicU32>,
+    /// When the call's `grpc-timeout` runs out, counted from the call.
+    deadline: Option<Instant>,
 }
 
 enum Payload {
@@ -47,6 +54,7 @@ impl GrpcRequest {
     pub(crate) fn new(req: Request<Body>, limit: usize) -> Self {
         let (parts, mut body) = req.into_parts();
         let head = Request::from_parts(parts, ());
+        let deadline = timeout(head.headers()).and_then(|t| Instant::now().checked_add(t));
         let mut chunks = VecDeque::new();
         let mut trailers = None;
         let mut size = 0usize;
@@ -76,6 +84,7 @@ impl GrpcRequest {
                     head,
                     payload: Payload::Whole { data, trailers },
                     sent: Arc::default(),
+                    deadline,
                 };
             }
         }
@@ -93,6 +102,7 @@ impl GrpcRequest {
                 trailers,
             }),
             sent: Arc::default(),
+            deadline,
         }
     }
 
@@ -101,14 +111,25 @@ impl GrpcRequest {
         matches!(self.payload, Payload::Whole { .. })
     }
 
-    /// The request to send. A retry carries A6's `grpc-previous-rpc-attempts`: the attempts
-    /// sent before it.
+    /// When the call's deadline (its `grpc-timeout`) passes; `None` without one, or with a
+    /// malformed one.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// The request to send. A retry carries A6's `grpc-previous-rpc-attempts` (the attempts
+    /// sent before it) and, for a call with a deadline, the time left until it as its
+    /// `grpc-timeout`.
     pub(crate) fn into_http(self) -> Request<Body> {
         let mut head = self.head;
         let previous = self.sent.fetch_add(1, Ordering::AcqRel);
         if previous > 0 {
-            head.headers_mut()
-                .insert(PREVIOUS_ATTEMPTS, HeaderValue::from(previous));
+            let headers = head.headers_mut();
+            headers.insert(PREVIOUS_ATTEMPTS, HeaderValue::from(previous));
+            if let Some(deadline) = self.deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                headers.insert(GRPC_TIMEOUT, timeout_value(left));
+            }
         }
         let body = match self.payload {
             Payload::Whole { data, trailers } => Resumed {
@@ -134,6 +155,7 @@ impl Replay for GrpcRequest {
                     trailers: trailers.clone(),
                 },
                 sent: Arc::clone(&self.sent),
+                deadline: self.deadline,
             }),
             Payload::Streaming(_) => None,
         }

@@ -32,6 +32,11 @@ pin_project! {
         started: Instant,
         sent: Instant,
         previous_delay: Duration,
+        // The request's own deadline: no attempt goes out at or after it.
+        deadline: Option<Instant>,
+        // With a deadline, the result a retry is to replace, returned instead if the
+        // deadline passes before the retry can go.
+        last: Option<(Result<S::Response, BoxError>, Option<Duration>)>,
     }
 }
 
@@ -40,7 +45,7 @@ pin_project! {
     enum State<F> {
         Called { #[pin] future: F },
         Waiting { #[pin] sleep: Sleep },
-        Readying,
+        Readying { #[pin] expiry: Option<Sleep> },
     }
 }
 
@@ -52,6 +57,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         method: Method,
         policy: Arc<Policy>,
         sent: Instant,
+        deadline: Option<Instant>,
     ) -> Self {
         ResponseFuture {
             state: State::Called { future },
@@ -63,6 +69,8 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             started: sent,
             sent,
             previous_delay: Duration::ZERO,
+            deadline,
+            last: None,
         }
     }
 }
@@ -99,33 +107,49 @@ where
                         }
                         Err(e) => (this.policy.on_error(&**e, &attempt), None),
                     };
-                    match action {
+                    let delay = match action {
+                        Action::Retry(delay) if !expires_within(*this.deadline, delay) => delay,
+                        Action::Retry(_) => {
+                            trace_event!(debug, "the deadline comes first; returning the result");
+                            return Poll::Ready(finish(result, *this.retries + 1, cooldown));
+                        }
                         Action::Return => {
-                            let attempts = *this.retries + 1;
-                            return Poll::Ready(result.map(|mut resp| {
-                                resp.extensions_mut()
-                                    .insert(RetryInfo::new(attempts, cooldown));
-                                resp
-                            }));
+                            return Poll::Ready(finish(result, *this.retries + 1, cooldown));
                         }
-                        Action::Retry(delay) => {
-                            trace_event!(info, ?delay, retry = *this.retries + 1, "retrying");
-                            *this.retries += 1;
-                            *this.previous_delay = delay;
-                            drop(result);
-                            this.state.set(State::Waiting {
-                                sleep: tokio::time::sleep(delay),
-                            });
-                        }
+                    };
+                    trace_event!(info, ?delay, retry = *this.retries + 1, "retrying");
+                    *this.retries += 1;
+                    *this.previous_delay = delay;
+                    if this.deadline.is_some() {
+                        *this.last = Some((result, cooldown));
+                    } else {
+                        drop(result);
                     }
+                    this.state.set(State::Waiting {
+                        sleep: tokio::time::sleep(delay),
+                    });
                 }
                 StateProj::Waiting { sleep } => {
                     ready!(sleep.poll(cx));
-                    this.state.set(State::Readying);
+                    this.state.set(State::Readying {
+                        expiry: this.deadline.map(tokio::time::sleep_until),
+                    });
                 }
-                StateProj::Readying => {
-                    // Through the layers below: a rate limit makes every attempt wait its turn.
-                    ready!(this.svc.poll_ready(cx)).map_err(Into::into)?;
+                StateProj::Readying { expiry } => {
+                    // Through the layers below: a rate limit makes every attempt wait its turn,
+                    // until the deadline at most.
+                    let readiness = this.svc.poll_ready(cx).map_err(Into::into)?;
+                    if let Some(expiry) = expiry.as_pin_mut() {
+                        let _ = expiry.poll(cx); // wakes this task at the deadline
+                    }
+                    if expires_within(*this.deadline, Duration::ZERO) {
+                        if let Some((result, cooldown)) = this.last.take() {
+                            trace_event!(debug, "the deadline passed; returning the result");
+                            return Poll::Ready(finish(result, *this.retries, cooldown));
+                        }
+                    }
+                    ready!(readiness);
+                    *this.last = None;
                     let req = match this.copy.as_ref().and_then(Replay::replay) {
                         Some(req) => req,
                         None => this.copy.take().expect("retry without a request copy"),
@@ -138,6 +162,25 @@ where
             }
         }
     }
+}
+
+/// Whether `deadline` comes within `wait` from now: an attempt after `wait` would go out at
+/// or after it.
+fn expires_within(deadline: Option<Instant>, wait: Duration) -> bool {
+    deadline.is_some_and(|d| d.saturating_duration_since(Instant::now()) <= wait)
+}
+
+/// The result for the caller, with the [`RetryInfo`] of the call.
+fn finish<R: HttpResponse>(
+    result: Result<R, BoxError>,
+    attempts: u32,
+    cooldown: Option<Duration>,
+) -> Result<R, BoxError> {
+    result.map(|mut resp| {
+        resp.extensions_mut()
+            .insert(RetryInfo::new(attempts, cooldown));
+        resp
+    })
 }
 
 impl<S: Service<Req>, Req> fmt::Debug for ResponseFuture<S, Req> {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use tokio::time::Instant;
 use tower_service::Service;
 
 use super::future::ResponseFuture;
@@ -45,6 +46,22 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
+        self.call_until(req, None)
+    }
+}
+
+impl<S> RetryAfter<S> {
+    /// [`call`](Service::call), for a request with a deadline of its own (a gRPC call's
+    /// `grpc-timeout`): no attempt goes out at or after it.
+    pub(crate) fn call_until<Req>(
+        &mut self,
+        req: Req,
+        deadline: Option<Instant>,
+    ) -> ResponseFuture<S, Req>
+    where
+        S: Service<Req> + Clone,
+        Req: Replay,
+    {
         if let Some(budget) = &self.policy.budget {
             budget.deposit();
         }
@@ -60,6 +77,14 @@ where
         let sent = tokio::time::Instant::now();
         self.policy.bucket.sending(sent);
         let future = ready.call(req);
-        ResponseFuture::new(future, ready, copy, method, self.policy.clone(), sent)
+        ResponseFuture::new(
+            future,
+            ready,
+            copy,
+            method,
+            self.policy.clone(),
+            sent,
+            deadline,
+        )
     }
 }
