@@ -21,7 +21,9 @@
 //! With `--json` the last line of stdout is a JSON object: `requests`, `ok` (2xx), `status_429`
 //! (429 responses seen, retried ones included), `failed` (requests that ended without a 2xx),
 //! `elapsed_s`, `achieved_rps`, `ok_rps` (2xx per second), `allowed_rps` (the ceiling),
-//! `rate_rps` (the rate in force at the end), `learned_rps` (or `null`), `p50_ms`, `p99_ms`.
+//! `rate_rps` (the rate in force at the end), `learned_rps` (or `null`), `p50_ms`, `p99_ms`,
+//! and `series`: `bin_s` (0.1) and, per bin of that length from the start, `ok` (2xx responses
+//! received in it) and `status_429` (429 responses received in it).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -124,18 +126,67 @@ async fn local_server() -> SocketAddr {
     addr
 }
 
+/// 2xx and 429 responses per [`Series::BIN`] from the start.
+struct Series {
+    start: Instant,
+    bins: Mutex<Vec<[u64; 2]>>,
+}
+
+impl Series {
+    const BIN: Duration = Duration::from_millis(100);
+
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            bins: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn record(&self, status: http::StatusCode) {
+        let column = match status {
+            s if s.is_success() => 0,
+            http::StatusCode::TOO_MANY_REQUESTS => 1,
+            _ => return,
+        };
+        let bin = (self.start.elapsed().as_nanos() / Self::BIN.as_nanos()) as usize;
+        let mut bins = self.bins.lock().unwrap();
+        if bins.len() <= bin {
+            bins.resize(bin + 1, [0, 0]);
+        }
+        bins[bin][column] += 1;
+    }
+
+    /// The 429s received so far.
+    fn status_429(&self) -> u64 {
+        self.bins.lock().unwrap().iter().map(|b| b[1]).sum()
+    }
+
+    /// `{"bin_s":…,"ok":[…],"status_429":[…]}`.
+    fn json(&self) -> String {
+        let bins = self.bins.lock().unwrap();
+        let column = |c: usize| {
+            let counts: Vec<String> = bins.iter().map(|b| b[c].to_string()).collect();
+            counts.join(",")
+        };
+        format!(
+            "{{\"bin_s\":{},\"ok\":[{}],\"status_429\":[{}]}}",
+            Self::BIN.as_secs_f64(),
+            column(0),
+            column(1)
+        )
+    }
+}
+
 type Svc =
     BoxCloneService<http::Request<Full<Bytes>>, http::Response<hyper::body::Incoming>, BoxError>;
 
-/// The client stack. Every attempt that comes back 429 is counted, retried ones included.
-fn client(bucket: &Bucket, throttle: bool, concurrency: usize, seen_429: Arc<AtomicU64>) -> Svc {
+/// The client stack. Every attempt's response is recorded, retried 429s included.
+fn client(bucket: &Bucket, throttle: bool, concurrency: usize, series: Arc<Series>) -> Svc {
     let hyper = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let counted = ServiceBuilder::new()
         .layer(ConcurrencyLimitLayer::new(concurrency))
         .map_response(move |resp: http::Response<hyper::body::Incoming>| {
-            if resp.status() == http::StatusCode::TOO_MANY_REQUESTS {
-                seen_429.fetch_add(1, Ordering::Relaxed);
-            }
+            series.record(resp.status());
             resp
         })
         .service(hyper);
@@ -198,8 +249,8 @@ async fn main() {
         (true, None) => Bucket::adaptive(Adaptive::new()),
         (true, Some(_)) => Bucket::adaptive(Adaptive::new().start(quota)),
     };
-    let seen_429 = Arc::new(AtomicU64::new(0));
-    let svc = client(&bucket, o.throttle, o.concurrency, seen_429.clone());
+    let series = Arc::new(Series::new());
+    let svc = client(&bucket, o.throttle, o.concurrency, series.clone());
 
     let bar = if o.json {
         ProgressBar::hidden()
@@ -214,7 +265,7 @@ async fn main() {
     let next = Arc::new(AtomicU64::new(0));
     let ok = Arc::new(AtomicU64::new(0));
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(o.requests as usize)));
-    let start = Instant::now();
+    let start = series.start;
     // With --duration: no request starts after the deadline (those started finish).
     let deadline = o.duration.map(|d| start + d);
     let requests = if deadline.is_some() {
@@ -225,7 +276,7 @@ async fn main() {
     let workers: Vec<_> = (0..o.concurrency)
         .map(|_| {
             let (svc, url, next, ok) = (svc.clone(), url.clone(), next.clone(), ok.clone());
-            let (latencies, bar, seen) = (latencies.clone(), bar.clone(), seen_429.clone());
+            let (latencies, bar, series) = (latencies.clone(), bar.clone(), series.clone());
             let bucket = bucket.clone();
             tokio::spawn(async move {
                 while deadline.is_none_or(|d| Instant::now() < d)
@@ -248,7 +299,7 @@ async fn main() {
                         "rate {:.1}/s, learned {}, 429s: {}",
                         bucket.rate(),
                         learned(&bucket),
-                        seen.load(Ordering::Relaxed)
+                        series.status_429()
                     ));
                     bar.inc(1);
                 }
@@ -265,7 +316,7 @@ async fn main() {
     lat.sort();
     let (p50, p99) = (percentile(&lat, 0.50), percentile(&lat, 0.99));
     let ok = ok.load(Ordering::Relaxed);
-    let status_429 = seen_429.load(Ordering::Relaxed);
+    let status_429 = series.status_429();
     let sent = lat.len() as u64;
     let failed = sent - ok;
     let achieved = sent as f64 / elapsed;
@@ -303,13 +354,14 @@ async fn main() {
     );
     if o.json {
         println!(
-            "{{\"requests\":{sent},\"ok\":{ok},\"status_429\":{status_429},\"failed\":{failed},\"elapsed_s\":{elapsed:.3},\"achieved_rps\":{achieved:.3},\"ok_rps\":{ok_rps:.3},\"allowed_rps\":{allowed:.3},\"rate_rps\":{:.3},\"learned_rps\":{},\"p50_ms\":{:.3},\"p99_ms\":{:.3}}}",
+            "{{\"requests\":{sent},\"ok\":{ok},\"status_429\":{status_429},\"failed\":{failed},\"elapsed_s\":{elapsed:.3},\"achieved_rps\":{achieved:.3},\"ok_rps\":{ok_rps:.3},\"allowed_rps\":{allowed:.3},\"rate_rps\":{:.3},\"learned_rps\":{},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"series\":{}}}",
             bucket.rate(),
             bucket
                 .learned_rate()
                 .map_or("null".to_string(), |r| format!("{r:.3}")),
             p50.as_secs_f64() * 1e3,
-            p99.as_secs_f64() * 1e3
+            p99.as_secs_f64() * 1e3,
+            series.json()
         );
     }
 }

@@ -6,7 +6,9 @@ a throttling error. Retries follow the SDK's standard mode: exponential backoff 
 jitter for throttling errors (base 1 s, doubling, at most 20 s); `Retry-After` is not read
 (the SDKs read only `x-amz-retry-after`). 16 threads, each with a keep-alive session.
 
-Prints one JSON line: requests, ok, status_429, failed, elapsed_s, ok_rps.
+Prints one JSON line: requests, ok, status_429, failed, elapsed_s, ok_rps, and series: bin_s
+(0.1) and, per bin of that length from the start, ok (2xx responses received in it) and
+status_429 (429 responses received in it), as the demo's `--json` prints them.
 """
 
 import json
@@ -17,6 +19,8 @@ import time
 
 import requests
 from botocore.retries import adaptive, bucket, throttling
+
+BIN_S = 0.1  # the series' bin, in seconds
 
 
 class Is429:
@@ -42,8 +46,18 @@ def main():
     )
     lock = threading.Lock()
     counts = {"requests": 0, "ok": 0, "status_429": 0}
+    bins = []  # [2xx, 429] per BIN_S from the start
     start = time.monotonic()
     deadline = start + duration
+
+    def record(status):
+        column = 0 if 200 <= status < 300 else 1 if status == 429 else None
+        if column is None:
+            return
+        i = int((time.monotonic() - start) / BIN_S)
+        with lock:
+            bins.extend([0, 0] for _ in range(i + 1 - len(bins)))
+            bins[i][column] += 1
 
     def worker():
         session = requests.Session()
@@ -54,6 +68,7 @@ def main():
                 limiter.on_sending_request(request=None)
                 status = session.get(url).status_code
                 limiter.on_receiving_response(status=status)
+                record(status)
                 if status != 429:
                     if 200 <= status < 300:
                         with lock:
@@ -73,6 +88,11 @@ def main():
     counts["failed"] = counts["requests"] - counts["ok"]
     counts["elapsed_s"] = round(elapsed, 3)
     counts["ok_rps"] = round(counts["ok"] / elapsed, 3)
+    counts["series"] = {
+        "bin_s": BIN_S,
+        "ok": [b[0] for b in bins],
+        "status_429": [b[1] for b in bins],
+    }
     print(json.dumps(counts))
 
 

@@ -5,16 +5,26 @@
 #   - the demo (release build) configured at twice the server's rate (`--rate 2R --burst 1`);
 #   - the demo with `--adaptive` and no rate;
 #   - botocore's adaptive `ClientRateLimiter` (benches/pushback/botocore_client.py).
-# Prints a Markdown table. Needs nginx (`apt-get install -y nginx-light`) and
+# Prints a Markdown table, and writes every run's 2xx and 429 per 100 ms into one JSON file
+# (OUT, path printed on stderr) that benches/pushback/plot.py draws; with `--svg PATH` it draws
+# it there too. Needs nginx (`apt-get install -y nginx-light`) and
 # `pip install botocore requests`.
 #
 #   bash benches/pushback/run.sh            # DURATION=20 WORKERS=16 PORT=18080
+#   bash benches/pushback/run.sh --svg docs/pushback.svg
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=benches/pushback
 DURATION=${DURATION:-20}
 WORKERS=${WORKERS:-16}
 PORT=${PORT:-18080}
+OUT=${OUT:-${CARGO_TARGET_DIR:-target}/pushback.json}
+svg=
+case "${1:-}" in
+    --svg) svg=${2:?--svg needs a path} ;;
+    "") ;;
+    *) echo "usage: run.sh [--svg PATH]" >&2 && exit 2 ;;
+esac
 
 prefix=$(mktemp -d)
 chmod 755 "$prefix" && mkdir -p "$prefix/www" && echo ok >"$prefix/www/ok.txt"
@@ -24,21 +34,27 @@ trap 'kill "$(cat "$prefix/nginx.pid")" 2>/dev/null || true; rm -rf "$prefix"' E
 
 cargo build --quiet --release --example demo
 demo="${CARGO_TARGET_DIR:-target}/release/examples/demo"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
-# run NAME SERVER_RATE COMMAND...: one run, one table row.
+# row SERVER SERVER_RATE CLIENT_ID CLIENT COMMAND...: one run, one table row, one line of
+# $prefix/runs.jsonl.
 row() {
-    local server=$1 rate=$2 client=$3
-    shift 3
+    local server=$1 rate=$2 id=$3 client=$4
+    shift 4
     sleep 2 # let the server's limit recover from the previous run
     local json
     json=$("$@" | tail -n 1)
-    python3 - "$server" "$rate" "$client" "$json" <<'PY'
+    python3 - "$server" "$rate" "$id" "$client" "$json" "$prefix/runs.jsonl" <<'PY'
 import json, sys
-server, rate, client, j = sys.argv[1], float(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+server, rate, cid, client, j, runs = sys.argv[1:]
+rate, j = float(rate), json.loads(j)
 ok, r429, failed = j["ok"], j["status_429"], j["failed"]
 ok_rps = ok / j["elapsed_s"]
 share = 100.0 * r429 / max(1, ok + r429)
 print(f"| {server} | {client} | {ok_rps:.1f} | {100 * ok_rps / rate:.0f} % | {share:.2f} % | {failed} |")
+with open(runs, "a") as f:
+    run = {"server": server, "server_rps": rate, "client_id": cid, "client": client}
+    f.write(json.dumps(run | j) + "\n")
 PY
 }
 
@@ -47,11 +63,31 @@ echo "|---|---|---:|---:|---:|---:|"
 for spec in "r50b0 50 50 r/s, burst 0" "r50b10 50 50 r/s, burst 10" "r5 5 5 r/s"; do
     read -r path rate label <<<"$spec"
     url="http://127.0.0.1:$PORT/$path"
-    row "$label" "$rate" "configured at $((2 * rate))/s" \
+    row "$label" "$rate" configured "configured at $((2 * rate))/s" \
         "$demo" --url "$url" --rate $((2 * rate)) --burst 1 --concurrency "$WORKERS" \
         --duration "$DURATION" --json
-    row "$label" "$rate" "adaptive, no rate" \
+    row "$label" "$rate" adaptive "adaptive, no rate" \
         "$demo" --url "$url" --adaptive --concurrency "$WORKERS" --duration "$DURATION" --json
-    row "$label" "$rate" "botocore adaptive" \
+    row "$label" "$rate" botocore "botocore adaptive" \
         python3 "$here/botocore_client.py" "$url" "$DURATION" "$WORKERS"
 done
+
+mkdir -p "$(dirname "$OUT")"
+python3 - "$prefix/runs.jsonl" "$OUT" "$DURATION" "$WORKERS" "$load_before" <<'PY'
+import json, platform, os, sys
+runs, out, duration, workers, load_before = sys.argv[1:]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
+doc = {
+    "duration_s": float(duration),
+    "workers": int(workers),
+    "machine": {"cpu": cpu, "cores": os.cpu_count(), "os": platform.platform(),
+                "load_before": load_before, "load_after": " ".join(open("/proc/loadavg").read().split()[:3])},
+    "runs": [json.loads(l) for l in open(runs)],
+}
+json.dump(doc, open(out, "w"))
+m = doc["machine"]
+print(f"{out}: {m['cpu']}, {m['cores']} cores, load average {m['load_before']} before, {m['load_after']} after", file=sys.stderr)
+PY
+if [ -n "$svg" ]; then
+    python3 "$here/plot.py" "$OUT" "$svg"
+fi
