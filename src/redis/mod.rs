@@ -240,8 +240,9 @@
 //!   ones (README "Semantics" item 3): one token when the pause ends, then one per interval
 //!   (`R<ramp>:<until>`: when the ramp lets the next request through, and when it hands
 //!   over to the window's own bound: a window after the pause, for the fixed window the
-//!   first boundary a whole period after it); the log restarts empty. A release never moves
-//!   the ramp back.
+//!   first boundary a whole period after it). The log keeps its entries: admissions from
+//!   before the pause count until they leave the window, so no window of length `period`
+//!   holds more than `count`, across the pause too. A release never moves the ramp back.
 //! - **Release** ([`RedisKeyed::release`], used when a global ceiling refuses after the key
 //!   admitted): the token and leaky bucket move their instant back, the windows lower the
 //!   current window's count, the log removes the newest entry of that cost; never below

@@ -6,8 +6,9 @@
 -- clock), member = "<seq>:<tokens>" (unique). An entry at x counts at t while x > t − W.
 -- Both keys are written together, with the same TTL.
 -- Work per decision: an admission costs O(log N) plus the entries that left the window
--- since the last decision (each leaves once); a refusal, a pause or a release reads the
--- entries in the window, O(N). N ≤ L (an entry holds ≥ 1 token; a pause empties the log).
+-- since the last decision (each leaves once); a refusal or a release reads the entries in
+-- the window, O(N); a pause is O(1). N: the entries of the last W µs (at most L,
+-- an entry holds ≥ 1 token) and those booked ahead (within HW).
 local log = KEYS[2]
 local seq, total, pause, dirty = 0, 0, 0, false
 local ours = false
@@ -147,12 +148,9 @@ end
 local function admit(n, at)
   add(at, n)
 end
--- Restart after a pause ending at `e` with an empty log: admissions from before the pause
--- must not expire into a burst after it (bookings still ahead stay: they will go). The ramp
--- hands over a window after `e`.
+-- Restart after a pause ending at `e`: the log keeps its entries, which count until they
+-- leave the window (at most L in any W µs, across the pause too); the ramp spaces what goes
+-- as they leave, and hands over a window after `e`.
 local function restart_at(e)
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', fmt(now))
-  total = sum(redis.call('ZRANGE', log, 0, -1))
-  find_newest()
   return e + W
 end

@@ -34,10 +34,11 @@ local function ramp_start(e, h)
   ramp_tat, ramp_until = e, h
 end
 -- The earliest instant >= `nb` at which the window model (`earliest`) and the ramp let
--- n tokens through: while the ramp runs, not before its `tat`.
+-- n tokens through: while the ramp runs, not before its `tat`; from `until` on, the
+-- window's bound alone.
 local function ramp_earliest(earliest, n, nb)
   local at = earliest(n, nb)
-  if at < ramp_until then at = earliest(n, math.max(ramp_tat, at)) end
+  if at < ramp_until then at = earliest(n, math.min(math.max(ramp_tat, at), ramp_until)) end
   return at
 end
 -- Count n tokens admitted at `at`.
