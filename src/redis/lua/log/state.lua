@@ -25,11 +25,11 @@ if raw then
   end
 end
 -- Entries without our state are not ours either (or from a state that has just expired).
-if not ours then redis.call('DEL', log) end
+if not ours then redis.call('DEL', log) else stray_set() end
 if pause > now + P then pause = now + P; dirty = true end
 if pause <= now then pause = 0 end
 local base = math.max(now, pause)
-if ramp_clamp(base) then dirty = true end
+if ramp_clamp(pause) then dirty = true end
 local function tokens_of(m)
   local t = tonumber(string.match(m, '^%d+:(%d+)$')) or 1
   if t < 1 then t = 1 end
@@ -49,10 +49,11 @@ if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', log, '-inf', cut)
   dirty = true -- the total must follow the entries, on a refusal too
 end
--- Entries after `base` + HW (bookings lie at most HW ahead) no legitimate state holds (a
--- clock stepped back after a failover, a stray write): they are moved there, at most L
--- tokens, and the clamp is written.
-local far = base + HW
+-- Entries after the instant the state reaches (`reach`: bookings lie at most HW ahead, a
+-- change of quota charges the end of a pause) no legitimate state holds (a clock stepped
+-- back after a failover, a stray write): they are moved there, at most L tokens, and the
+-- clamp is written.
+local far = reach(pause)
 local late = redis.call('ZRANGEBYSCORE', log, '(' .. fmt(far), '+inf')
 if #late > 0 then
   local t = sum(late)
