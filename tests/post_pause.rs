@@ -8,7 +8,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::{settle, Recorder};
+use support::{most_in_a_window, settle, Recorder};
+use tokio::task::JoinHandle;
 use tokio::time::{advance, Instant};
 use tower_throttle::{Algorithm, Bucket, Quota};
 
@@ -22,6 +23,21 @@ fn all() -> Vec<(&'static str, Algorithm)> {
         ("sliding", Algorithm::SlidingWindow),
         ("log", Algorithm::SlidingLog),
     ]
+}
+
+/// Waiters of `costs` tokens each, queued in this order; each records its admission.
+fn waiters(bucket: &Bucket, rec: &Recorder, costs: &[u32]) -> Vec<JoinHandle<()>> {
+    costs
+        .iter()
+        .enumerate()
+        .map(|(id, &cost)| {
+            let (b, rec) = (bucket.clone(), rec.clone());
+            tokio::spawn(async move {
+                b.acquire(cost).await.unwrap();
+                rec.record(cost, id);
+            })
+        })
+        .collect()
 }
 
 /// Fills the window at 0, queues 30 waiters, pauses at `pause_at` for `cooldown`; returns
@@ -38,15 +54,7 @@ async fn scenario(
         .build();
     let rec = Recorder::new();
     while bucket.try_acquire(1).is_ok() {}
-    let tasks: Vec<_> = (0..30)
-        .map(|id| {
-            let (b, rec) = (bucket.clone(), rec.clone());
-            tokio::spawn(async move {
-                b.acquire(1).await.unwrap();
-                rec.record(1, id);
-            })
-        })
-        .collect();
+    let tasks = waiters(&bucket, &rec, &[1; 30]);
     settle().await;
     advance(pause_at).await;
     settle().await;
@@ -150,22 +158,6 @@ async fn any_pause_length_is_constant_work_for_every_algorithm() {
     }
 }
 
-/// Tokens admitted in every window `[a, a + period)` that starts at an admission, at most.
-fn most_in_a_window(admissions: &[(Duration, u32)], period: Duration) -> u32 {
-    let mut a = admissions.to_vec();
-    a.sort();
-    (0..a.len())
-        .map(|i| {
-            a[i..]
-                .iter()
-                .take_while(|x| x.0 < a[i].0 + period)
-                .map(|x| x.1)
-                .sum()
-        })
-        .max()
-        .unwrap_or(0)
-}
-
 /// The sliding log keeps its bound across a pause: admissions from before it still count
 /// until they leave the window, so no window of length `period` ever holds more than
 /// `count`, weighted costs included; and the end of the pause still ramps (one token when
@@ -199,17 +191,7 @@ async fn the_sliding_log_counts_the_window_before_a_pause() {
             bucket.try_acquire(1).unwrap();
             rec.record(1, usize::MAX);
         }
-        let tasks: Vec<_> = costs
-            .iter()
-            .enumerate()
-            .map(|(id, &cost)| {
-                let (b, rec) = (bucket.clone(), rec.clone());
-                tokio::spawn(async move {
-                    b.acquire(cost).await.unwrap();
-                    rec.record(cost, id);
-                })
-            })
-            .collect();
+        let tasks = waiters(&bucket, &rec, costs);
         settle().await;
         let elapsed = rec.start().elapsed();
         advance(Duration::from_millis(pause_at).saturating_sub(elapsed)).await;
@@ -269,15 +251,7 @@ async fn the_sliding_log_counts_the_window_before_a_pause_with_late_timers() {
             while bucket.try_acquire(1).is_ok() {
                 rec.record(1, usize::MAX);
             }
-            let tasks: Vec<_> = (0..60)
-                .map(|id| {
-                    let (b, rec) = (bucket.clone(), rec.clone());
-                    tokio::spawn(async move {
-                        b.acquire(1).await.unwrap();
-                        rec.record(1, id);
-                    })
-                })
-                .collect();
+            let tasks = waiters(&bucket, &rec, &[1; 60]);
             settle().await;
             let mut paused = None;
             while rec.entries().len() < 70 {

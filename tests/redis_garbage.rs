@@ -7,13 +7,15 @@
 //! panics, and nothing locks a key out.
 #![cfg(feature = "redis")]
 
+#[path = "redis_support/limit.rs"]
+mod limit;
 mod redis_support;
 
 use std::time::Duration;
 
+use limit::Limit;
 use redis::aio::MultiplexedConnection;
 use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
-use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisKeyed};
 use tower_throttle::{Algorithm, Denied, Quota};
 
 /// The booking horizon of every quota here: `max(1 s, burst × interval, period)`.
@@ -44,89 +46,30 @@ fn algorithms() -> [(Algorithm, Quota, u64); 5] {
     ]
 }
 
-/// One limit: a `RedisBucket`, or one key of a `RedisKeyed`; built fresh, so that nothing
-/// this process learnt before decides for it.
-enum Limit {
-    One(RedisBucket),
-    PerKey(RedisKeyed),
-}
-
-impl Limit {
-    async fn new(prefix: &str, quota: Quota, algorithm: Algorithm, per_key: bool) -> Self {
-        if per_key {
-            let k = RedisKeyed::builder(quota)
-                .url(redis_url())
-                .key_prefix(prefix)
-                .algorithm(algorithm)
-                .max_pause(Duration::from_micros(P))
-                .failure_policy(FailurePolicy::Closed)
-                .timeout(Duration::from_secs(5))
-                .build()
-                .await
-                .expect("connect to the test Redis");
-            Limit::PerKey(k)
-        } else {
-            let b = RedisBucket::builder(quota)
-                .url(redis_url())
-                .key_prefix(prefix)
-                .key("k")
-                .algorithm(algorithm)
-                .max_pause(Duration::from_micros(P))
-                .failure_policy(FailurePolicy::Closed)
-                .timeout(Duration::from_secs(5))
-                .build()
-                .await
-                .expect("connect to the test Redis");
-            Limit::One(b)
-        }
-    }
-
-    fn key(&self) -> String {
-        match self {
-            Limit::One(b) => b.redis_key().to_owned(),
-            Limit::PerKey(k) => k.redis_key("user"),
-        }
-    }
-
-    async fn try_acquire(&self, n: u32) -> Result<(), Denied> {
-        match self {
-            Limit::One(b) => b.try_acquire(n).await,
-            Limit::PerKey(k) => k.try_acquire("user", n).await,
-        }
-    }
-
-    async fn acquire(&self, n: u32) -> Result<(), Denied> {
-        match self {
-            Limit::One(b) => b.acquire(n).await,
-            Limit::PerKey(k) => k.acquire("user", n).await,
-        }
-    }
-
-    /// After a first answer `first`: a refusal hints at most `bound`, and once its hint
-    /// has passed the key admits again (each refusal says how long to wait).
-    async fn admits_again(&self, first: Result<(), Denied>, bound: Duration, case: &str) {
-        let mut wait = match first {
+/// After a first answer `first` of `limit`: a refusal hints at most `bound`, and once its
+/// hint has passed the key admits again (each refusal says how long to wait).
+async fn admits_again(limit: &Limit, first: Result<(), Denied>, bound: Duration, case: &str) {
+    let mut wait = match first {
+        Ok(()) => return,
+        Err(Denied::Throttled(t)) => t.wait(),
+        Err(e) => panic!("{case}: {e:?}"),
+    };
+    assert!(
+        wait <= bound,
+        "{case}: a refusal hints {wait:?}, at most {bound:?}"
+    );
+    let deadline = tokio::time::Instant::now() + bound + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(wait).await;
+        match limit.try_acquire(1).await {
             Ok(()) => return,
-            Err(Denied::Throttled(t)) => t.wait(),
+            Err(Denied::Throttled(t)) => wait = t.wait(),
             Err(e) => panic!("{case}: {e:?}"),
-        };
-        assert!(
-            wait <= bound,
-            "{case}: a refusal hints {wait:?}, at most {bound:?}"
-        );
-        let deadline = tokio::time::Instant::now() + bound + Duration::from_secs(5);
-        loop {
-            tokio::time::sleep(wait).await;
-            match self.try_acquire(1).await {
-                Ok(()) => return,
-                Err(Denied::Throttled(t)) => wait = t.wait(),
-                Err(e) => panic!("{case}: {e:?}"),
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{case}: still refused"
-            );
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{case}: still refused"
+        );
     }
 }
 
@@ -176,7 +119,9 @@ async fn clamped(per_key: bool, algorithm: Algorithm, quota: Quota, far: u64, pa
     let (_, _, extra) = algorithms().into_iter().find(|a| a.0 == algorithm).unwrap();
     let mut conn = raw(&redis_url()).await;
     let prefix = unique_prefix("beyond-reach");
-    let key = Limit::new(&prefix, quota, algorithm, per_key).await.key();
+    let key = Limit::new(&prefix, quota, algorithm, Duration::from_micros(P), per_key)
+        .await
+        .key();
     let now = redis_now_us(&mut conn).await;
     let pause = paused.then_some(now + far);
     let (value, entry) = full_at(algorithm, now + far, pause);
@@ -192,7 +137,7 @@ async fn clamped(per_key: bool, algorithm: Algorithm, quota: Quota, far: u64, pa
         if per_key { "per key" } else { "one key" },
         if paused { ", paused" } else { "" }
     );
-    let limit = Limit::new(&prefix, quota, algorithm, per_key).await;
+    let limit = Limit::new(&prefix, quota, algorithm, Duration::from_micros(P), per_key).await;
     let first = limit.try_acquire(1).await;
     match &first {
         Err(Denied::Throttled(t)) => println!("{case}: the first refusal hints {:?}", t.wait()),
@@ -200,7 +145,7 @@ async fn clamped(per_key: bool, algorithm: Algorithm, quota: Quota, far: u64, pa
     }
     // The clamp is written, with a TTL no longer than the state it keeps.
     assert_ttls(&mut conn, &key, bound, &case).await;
-    limit.admits_again(first, bound, &case).await;
+    admits_again(&limit, first, bound, &case).await;
 }
 
 /// Every key of the state carries a TTL, at most `bound` and two windows.
@@ -300,17 +245,19 @@ async fn garbage_at_the_key(per_key: bool) {
         let mut cases = Vec::new();
         for value in garbage() {
             let prefix = unique_prefix("garbage");
-            let limit = Limit::new(&prefix, quota, algorithm, per_key).await;
+            let limit =
+                Limit::new(&prefix, quota, algorithm, Duration::from_micros(P), per_key).await;
             let key = limit.key();
             set(&mut conn, &key, &value).await;
             cases.push(tokio::spawn(async move {
                 let case = format!("{algorithm:?} per key {per_key}: {value:.40?}");
                 let bound = reach_of(algorithm);
-                let limit = Limit::new(&prefix, quota, algorithm, per_key).await;
+                let limit =
+                    Limit::new(&prefix, quota, algorithm, Duration::from_micros(P), per_key).await;
                 let first = limit.try_acquire(1).await;
                 let mut conn = raw(&redis_url()).await;
                 assert_ttls(&mut conn, &key, bound, &case).await;
-                limit.admits_again(first, bound, &case).await;
+                admits_again(&limit, first, bound, &case).await;
             }));
         }
         for c in cases {
@@ -370,7 +317,8 @@ async fn garbage_beside_the_key(per_key: bool) {
         let mut cases = Vec::new();
         for which in 0..9 {
             let prefix = unique_prefix("garbage-set");
-            let limit = Limit::new(&prefix, quota, algorithm, per_key).await;
+            let limit =
+                Limit::new(&prefix, quota, algorithm, Duration::from_micros(P), per_key).await;
             let key = limit.key();
             let log = format!("{key}:log");
             let now = redis_now_us(&mut conn).await;
@@ -389,7 +337,8 @@ async fn garbage_beside_the_key(per_key: bool) {
             write_second(&mut conn, &log, which, now).await;
             cases.push(tokio::spawn(async move {
                 let case = format!("{algorithm:?} per key {per_key}: {state} and garbage {which}");
-                let limit = Limit::new(&prefix, quota, algorithm, per_key).await;
+                let limit =
+                    Limit::new(&prefix, quota, algorithm, Duration::from_micros(P), per_key).await;
                 let bound = reach_of(algorithm);
                 let went = tokio::time::timeout(bound, limit.acquire(1)).await;
                 assert!(

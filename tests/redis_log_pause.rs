@@ -7,83 +7,18 @@
 //! result: a slower run admits less, never more.
 #![cfg(feature = "redis")]
 
+#[path = "redis_support/limit.rs"]
+mod limit;
 mod redis_support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use limit::Limit;
 use redis::aio::MultiplexedConnection;
 use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
-use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisKeyed};
-use tower_throttle::{Algorithm, Denied, Quota};
-
-/// A sliding log of 10 per second, on one key or per key.
-#[derive(Clone)]
-enum Limit {
-    One(RedisBucket),
-    PerKey(RedisKeyed),
-}
-
-impl Limit {
-    async fn new(per_key: bool) -> Self {
-        raw(&redis_url()).await; // a clear message when Redis is not there
-        let quota = Quota::new(10, Duration::from_secs(1)).burst(4);
-        let prefix = unique_prefix("log-pause");
-        if per_key {
-            let k = RedisKeyed::builder(quota)
-                .url(redis_url())
-                .key_prefix(prefix)
-                .algorithm(Algorithm::SlidingLog)
-                .failure_policy(FailurePolicy::Closed)
-                .timeout(Duration::from_secs(5))
-                .build()
-                .await
-                .expect("connect to the test Redis");
-            Limit::PerKey(k)
-        } else {
-            let b = RedisBucket::builder(quota)
-                .url(redis_url())
-                .key_prefix(prefix)
-                .key("k")
-                .algorithm(Algorithm::SlidingLog)
-                .failure_policy(FailurePolicy::Closed)
-                .timeout(Duration::from_secs(5))
-                .build()
-                .await
-                .expect("connect to the test Redis");
-            Limit::One(b)
-        }
-    }
-
-    fn log_key(&self) -> String {
-        match self {
-            Limit::One(b) => format!("{}:log", b.redis_key()),
-            Limit::PerKey(k) => format!("{}:log", k.redis_key("user")),
-        }
-    }
-
-    async fn try_acquire(&self, n: u32) -> Result<(), Denied> {
-        match self {
-            Limit::One(b) => b.try_acquire(n).await,
-            Limit::PerKey(k) => k.try_acquire("user", n).await,
-        }
-    }
-
-    async fn acquire(&self, n: u32) -> Result<(), Denied> {
-        match self {
-            Limit::One(b) => b.acquire(n).await,
-            Limit::PerKey(k) => k.acquire("user", n).await,
-        }
-    }
-
-    async fn pause(&self, d: Duration) -> Result<(), Denied> {
-        match self {
-            Limit::One(b) => b.pause(d).await,
-            Limit::PerKey(k) => k.pause("user", d).await,
-        }
-    }
-}
+use tower_throttle::{Algorithm, Quota};
 
 /// The admissions Redis logged, by member (`"<seq>:<tokens>"`): the instant it counted them
 /// at (µs, Redis clock). Entries leave the log a window after their instant; read after
@@ -112,9 +47,12 @@ fn tokens_of(member: &str) -> u64 {
 /// within a period after the pause ends the ramp lets no more than the first request plus
 /// one token per interval through.
 async fn the_log_counts_the_window_before_a_pause(per_key: bool) {
-    let limit = Limit::new(per_key).await;
-    let mut conn = raw(&redis_url()).await;
-    let key = limit.log_key();
+    let mut conn = raw(&redis_url()).await; // a clear message when Redis is not there
+    let quota = Quota::new(10, Duration::from_secs(1)).burst(4);
+    let prefix = unique_prefix("log-pause");
+    let max_pause = Duration::from_secs(60);
+    let limit = Limit::new(&prefix, quota, Algorithm::SlidingLog, max_pause, per_key).await;
+    let key = format!("{}:log", limit.key());
     let seen: Seen = Arc::default();
     for _ in 0..10 {
         limit
