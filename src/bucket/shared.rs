@@ -64,7 +64,8 @@
 //! A pause or a quota change only changes the engine: the first in line is woken if its turn
 //! came earlier (a window's ramp restarts at the end of each pause), else it re-reads its
 //! turn when its timer fires. A pause keeps a window's admissions: they count until they
-//! leave the window, and a credit never counts a late waiter before the end of a pause. A pause is O(1) for any length.
+//! leave the window, and a credit never counts a late waiter before the end of a pause. A
+//! pause is O(1) for any length.
 //!
 //! Only the first in line may go, so a first waiter whose task is slow to run (a busy
 //! worker) holds those behind it until it does, as a fair lock would: that is what admission
