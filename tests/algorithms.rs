@@ -6,27 +6,13 @@ mod support;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{assert_fifo, assert_rate_bound, drive, run_paused, settle, Recorder};
+use support::{
+    assert_fifo, assert_rate_bound, drive, most_in_a_window, run_paused, settle, Recorder,
+};
 use tokio::time::{advance, Instant};
 use tower_throttle::{Algorithm, Bucket, Denied, Quota};
 
 const MS: Duration = Duration::from_millis(1);
-
-/// Tokens admitted in every half-open window `[t, t + width)` starting at an admission.
-fn max_in_window(adm: &[(Duration, u32)], width: Duration) -> u32 {
-    let mut a = adm.to_vec();
-    a.sort();
-    (0..a.len())
-        .map(|i| {
-            a[i..]
-                .iter()
-                .take_while(|x| x.0 < a[i].0 + width)
-                .map(|x| x.1)
-                .sum()
-        })
-        .max()
-        .unwrap_or(0)
-}
 
 /// A bucket whose windows start now (not at the wall clock's period boundary), so that no
 /// result depends on when the test runs.
@@ -92,7 +78,7 @@ proptest! {
         for (w, n) in per {
             prop_assert!(n <= limit, "{n} in aligned window {w}");
         }
-        prop_assert!(max_in_window(&adm, width) <= 2 * limit);
+        prop_assert!(most_in_a_window(&adm, width) <= 2 * limit);
         assert_fifo(&e);
     }
 
@@ -100,7 +86,7 @@ proptest! {
     fn sliding_window_within_its_documented_error(arr in arrivals(), limit in 3u32..8) {
         let quota = Quota::new(limit, Duration::from_millis(100));
         let (adm, e) = run_paused(drive(aligned(quota, Algorithm::SlidingWindow), arr));
-        prop_assert!(max_in_window(&adm, Duration::from_millis(100)) <= 2 * limit);
+        prop_assert!(most_in_a_window(&adm, Duration::from_millis(100)) <= 2 * limit);
         assert_fifo(&e);
     }
 
@@ -108,7 +94,7 @@ proptest! {
     fn sliding_log_is_exact(arr in arrivals(), limit in 3u32..8) {
         let quota = Quota::new(limit, Duration::from_millis(100));
         let (adm, e) = run_paused(drive(aligned(quota, Algorithm::SlidingLog), arr));
-        prop_assert!(max_in_window(&adm, Duration::from_millis(100)) <= limit);
+        prop_assert!(most_in_a_window(&adm, Duration::from_millis(100)) <= limit);
         assert_fifo(&e);
     }
 }
@@ -406,7 +392,7 @@ async fn set_quota_with_100_waiters_no_burst_nobody_starves() {
                 assert_rate_bound(&after, new)
             }
             _ => assert!(
-                max_in_window(&after, Duration::from_secs(1)) <= 2 * 50,
+                most_in_a_window(&after, Duration::from_secs(1)) <= 2 * 50,
                 "{name}"
             ),
         }

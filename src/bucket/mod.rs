@@ -379,8 +379,10 @@ impl Bucket {
     /// - token and leaky bucket: at most `1 + rate·t`;
     /// - fixed window: at most `1 + rate·t` until the first boundary a whole period after
     ///   `e` (the rest of a window never goes at once), and `count` per aligned window;
-    /// - sliding window and sliding log: at most `1 + rate·t` for `t ≤ period`; the sliding
-    ///   log forgets the admissions from before the pause.
+    /// - sliding window and sliding log: at most `1 + rate·t` for `t ≤ period`;
+    /// - sliding log, also: never more than `count` in any window of length `period`,
+    ///   weighted costs included, across the pause too: the admissions from before it
+    ///   still count until they leave the window.
     ///
     /// Any `cooldown`, up to [`Duration::MAX`], takes constant time and memory.
     pub fn pause(&self, cooldown: Duration) {

@@ -62,8 +62,10 @@
 //!   hand-over.
 //!
 //! A pause or a quota change only changes the engine: the first in line is woken if its turn
-//! came earlier (a sliding log forgets its entries on a pause), else it re-reads its turn
-//! when its timer fires. A pause is O(1) for any length.
+//! came earlier (a window's ramp restarts at the end of each pause), else it re-reads its
+//! turn when its timer fires. A pause keeps a window's admissions: they count until they
+//! leave the window, and a credit never counts a late waiter before the end of a pause. A
+//! pause is O(1) for any length.
 //!
 //! Only the first in line may go, so a first waiter whose task is slow to run (a busy
 //! worker) holds those behind it until it does, as a fair lock would: that is what admission
@@ -657,13 +659,11 @@ impl Shared {
             let interval = st.quota.interval_ns();
             match st.window.as_mut() {
                 None => self.gcra.restart_at(end),
-                Some(w) => {
-                    w.restart_at(end);
-                    st.ramp = Some(Ramp::new(end, interval, w.ramp_until(end)));
-                }
+                Some(w) => st.ramp = Some(Ramp::new(end, interval, w.ramp_until(end))),
             }
         }
-        // A window that forgot what went before may let the first in line go earlier.
+        // A window's new ramp starts at the end of this pause: the first in line may be due
+        // earlier than the ramp before it said.
         let next = self.hand_over(&mut st, now);
         drop(st);
         next.into_iter().for_each(Waker::wake);

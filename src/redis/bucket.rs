@@ -556,7 +556,7 @@ impl RedisBucket {
     /// restarts as from an empty bucket, the first token due when the cooldown ends, with no
     /// burst (for the windows, as the in-process [`Bucket`]: one token when the cooldown
     /// ends, then one per interval, until the window's own bound takes over; the sliding
-    /// log restarts empty). A
+    /// log's admissions from before the pause count until they leave the window). A
     /// shorter pause never shortens a longer one. Pauses longer than
     /// [`max_pause`](RedisBucketBuilder::max_pause) are cut to it. This process holds its
     /// own decisions at once, whatever Redis does; its waiters already asleep on an instant

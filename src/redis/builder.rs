@@ -95,8 +95,10 @@ macro_rules! shared_settings {
 
         /// The longest pause honoured; longer ones are cut to this. It also bounds how long
         /// a corrupt or far-future state (a clock stepped back after a failover) can hold a
-        /// key: at most `max_pause + burst × interval` plus the booking horizon
-        /// (`max(1 s, burst × interval)`). Default 1 hour.
+        /// key: only a stored pause reaches further than the booking horizon `H`, so at most
+        /// `max(max_pause, H) + burst × interval` (token and leaky bucket,
+        /// `H = max(1 s, burst × interval)`) or `max(max_pause, H) + 2 × period` (windows,
+        /// `H = max(1 s, period)`). Default 1 hour.
         pub fn max_pause(mut self, max: Duration) -> Self {
             self.options.max_pause = max;
             self

@@ -42,11 +42,13 @@
 //!   again, the windows that count are over), rounded up: idle keys vanish, and a vanished
 //!   key means a fresh limit, which is what it would be anyway.
 //! - **Nothing locks a key forever.** A stored state further ahead than any legitimate one
-//!   (a clock stepped back after a failover, a stray write) is clamped and the clamp is
-//!   written, so a key is held at most `max_pause + burst × interval` plus the booking
-//!   horizon, `max(1 s, burst × interval)` (token and leaky bucket), or
-//!   `max_pause + 2 × period` plus the booking horizon, `max(1 s, period)` (windows); a key
-//!   that lost its TTL gets it back on the next decision.
+//!   (a clock stepped back after a failover, a stray write) is clamped to the furthest
+//!   instant the algorithm reaches, and the clamp is written: a booking reaches the booking
+//!   horizon `H` ahead (`max(1 s, burst × interval)` for the token and leaky bucket,
+//!   `max(1 s, period)` for the windows), and only a stored pause reaches further, up to
+//!   `max_pause`. So a key is held at most `max(max_pause, H) + burst × interval` (token
+//!   and leaky bucket) or `max(max_pause, H) + 2 × period` (windows), and the first refusal
+//!   says so; a key that lost its TTL gets it back on the next decision.
 //! - **Keys**: `<prefix>:{<name>}` for a bucket; `<prefix>:v1:{<digest>}` for a key of a
 //!   keyed limit, the digest specified and versioned (see
 //!   [`StableKey`](crate::keyed::StableKey)): the same in every process, build and platform,
@@ -240,8 +242,9 @@
 //!   ones (README "Semantics" item 3): one token when the pause ends, then one per interval
 //!   (`R<ramp>:<until>`: when the ramp lets the next request through, and when it hands
 //!   over to the window's own bound: a window after the pause, for the fixed window the
-//!   first boundary a whole period after it); the log restarts empty. A release never moves
-//!   the ramp back.
+//!   first boundary a whole period after it). The log keeps its entries: admissions from
+//!   before the pause count until they leave the window, so no window of length `period`
+//!   holds more than `count`, across the pause too. A release never moves the ramp back.
 //! - **Release** ([`RedisKeyed::release`], used when a global ceiling refuses after the key
 //!   admitted): the token and leaky bucket move their instant back, the windows lower the
 //!   current window's count, the log removes the newest entry of that cost; never below

@@ -39,23 +39,27 @@
 //!   the newest log entry left the window, the pause ended), rounded up to whole
 //!   milliseconds, so it is > 0 and an idle key vanishes when it would mean "fresh" anyway.
 //! - A stored state further ahead than any legitimate one (clock stepped back after a
-//!   failover, a stray write, garbage) is clamped — GCRA: to `max(now, pause) + tau`; windows:
-//!   no count in a window after the one of `max(now, pause) + HW` (`HW = max(1 s, W)`, the
-//!   horizon a waiter may book an instant ahead), no count above `L`, no booked instant
-//!   (the sliding window's `"Q<q>"` suffix) past it; log: entries after
-//!   `max(now, pause) + HW` collapse into one entry there; a ramp hands over within `2·W`
-//!   of `max(now, pause)` and lets its next request through within `HW + L·T` — with the pause
-//!   clamped to `now + max_pause`, and the clamp is *written*, on the deny path too; a key that lost its
-//!   TTL (or holds a too-long one) gets the right TTL back. So nothing locks a key out for
-//!   longer than `max_pause + burst·T + H` (buckets; `H = max(1 s, tau)`, the horizon a
-//!   waiter may book an instant ahead) or `max_pause + 2·W + HW` (windows).
+//!   failover, a stray write, garbage) is clamped to what the algorithm reaches: a booking
+//!   lies at most the booking horizon ahead of `now`, and only a pause reaches further,
+//!   itself clamped to `now + max_pause`. GCRA: `tat` to `max(now + H + max(tau, B·T),
+//!   pause + tau − T)` (`H = max(1 s, tau)`); windows: no count in a window after the one of
+//!   `max(now + HW, pause)` (`HW = max(1 s, W)`; a change of quota charges the end of a
+//!   pause), no count above `L`, no booked instant (the sliding window's `"Q<q>"` suffix)
+//!   past it; log: entries after `max(now + HW, pause)` collapse into one entry there; a
+//!   ramp hands over within `2·W` of `max(now, pause)` and lets its next request through by
+//!   `max(pause, now + HW + L·T)`. The clamp is *written*, on the deny path too; a key that
+//!   lost its TTL (or holds a too-long one) gets the right TTL back. So nothing locks a key
+//!   out for longer than `max(max_pause, H) + burst·T` (buckets) or
+//!   `max(max_pause, HW) + 2·W` (windows).
 //! - The windows admit at most `E` (`ARGV[11]`, `1 ≤ E ≤ L`) tokens per window: `L`, or
 //!   fewer while a rate control holds the rate down. A request of `n > E` tokens sees a
 //!   limit of `max(E, n)` (it goes when the window holds nothing else); the clamps keep
 //!   `L`, so a state written at any `E` stays legitimate at every other.
 //! - A value that does not parse is treated as a fresh state and overwritten; a key of
-//!   another type makes `GET` (or the log's commands) fail with `WRONGTYPE`, which the client
-//!   maps to [`RedisErrorKind::WrongType`](super::RedisErrorKind::WrongType).
+//!   another type makes `GET` fail with `WRONGTYPE`, which the client maps to
+//!   [`RedisErrorKind::WrongType`](super::RedisErrorKind::WrongType) (it may be someone
+//!   else's: it is left alone). `KEYS[2]` belongs to the state in `KEYS[1]`: a value of
+//!   another type there is deleted, as garbage in the state is.
 
 use std::time::Duration;
 

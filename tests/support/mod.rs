@@ -35,6 +35,23 @@ pub fn assert_rate_bound(admissions: &[(Duration, u32)], quota: Quota) {
     }
 }
 
+/// The most tokens admitted in any half-open window `[t, t + width)` starting at an
+/// admission. `admissions` are (time since start, cost), in any order.
+pub fn most_in_a_window(admissions: &[(Duration, u32)], width: Duration) -> u32 {
+    let mut a = admissions.to_vec();
+    a.sort();
+    (0..a.len())
+        .map(|i| {
+            a[i..]
+                .iter()
+                .take_while(|x| x.0 < a[i].0 + width)
+                .map(|x| x.1)
+                .sum()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// Records admission times relative to a start instant.
 #[derive(Clone)]
 pub struct Recorder {

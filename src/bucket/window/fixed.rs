@@ -51,10 +51,6 @@ impl Window for Fixed {
         }
     }
 
-    fn restart_at(&mut self, _end: u64) {
-        // Nothing to forget: the ramp bounds what goes after the pause.
-    }
-
     fn ramp_until(&self, end: u64) -> u64 {
         // The first window boundary a whole period after the pause: the rest of a window is
         // never let through at once.

@@ -113,13 +113,6 @@ impl Window for Log {
             .map_or(0, |e| (e.0 + self.width).saturating_sub(now))
     }
 
-    fn restart_at(&mut self, _end: u64) {
-        // Restart empty: entries from before the pause must not expire into a burst after
-        // it (the ramp spaces the first period after the pause).
-        self.entries.clear();
-        self.total = 0;
-    }
-
     fn ramp_until(&self, end: u64) -> u64 {
         end.saturating_add(self.width)
     }

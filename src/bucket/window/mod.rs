@@ -29,11 +29,12 @@ pub(crate) trait Window: Send + std::fmt::Debug {
     fn available(&self, now: u64) -> u64;
     /// Time from `now` until nothing committed at or before `now` counts any more.
     fn clear_in(&self, now: u64) -> u64;
-    /// Restart after a pause ending at `end`: forget what would let admissions from before
-    /// the pause come back as a burst after it. The bucket lays a [`Ramp`] over the model
-    /// from `end` to [`ramp_until`](Window::ramp_until). O(1) time and memory.
-    fn restart_at(&mut self, end: u64);
     /// When the ramp after a pause ending at `end` hands over to the model's own bound.
+    ///
+    /// A pause keeps the model: what was admitted before it still counts until it leaves
+    /// the window, so the model's own bound holds across the pause. The bucket lays a
+    /// [`Ramp`] over the model from `end` to this instant (both bound every admission), so
+    /// that nothing counted before the pause comes back as a burst after it.
     fn ramp_until(&self, end: u64) -> u64;
     /// How long before the present a waiter woken late may be counted as admitted (the
     /// lateness of a timer), so late wake-ups do not add up to a lower rate: one token's

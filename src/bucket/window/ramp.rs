@@ -27,10 +27,12 @@ impl Ramp {
         t < self.until
     }
 
-    /// The earliest instant `≥ from` the ramp lets `tokens` through.
+    /// The earliest instant `≥ from` the ramp lets `tokens` through: never after it hands
+    /// over (from then on the window's own bound alone decides).
     pub(crate) fn earliest(&self, tokens: u64, from: u64) -> u64 {
         let cost = tokens.saturating_mul(self.interval);
-        schedule(self.tat, from, cost, self.interval).1.max(from)
+        let at = schedule(self.tat, from, cost, self.interval).1;
+        at.min(self.until).max(from)
     }
 
     pub(crate) fn commit(&mut self, tokens: u64, at: u64) {
@@ -56,5 +58,8 @@ mod tests {
         r.commit(3, 1500);
         assert_eq!(r.earliest(1, 1500), 1800);
         assert!(r.active(4999) && !r.active(5000));
+        // Booked past the hand-over: the window's bound alone decides from then on.
+        r.commit(40, 4900);
+        assert_eq!(r.earliest(1, 4950), 5000);
     }
 }

@@ -114,10 +114,6 @@ impl Window for Sliding {
         }
     }
 
-    fn restart_at(&mut self, _end: u64) {
-        // Nothing to forget: the ramp bounds what goes after the pause.
-    }
-
     fn ramp_until(&self, end: u64) -> u64 {
         end.saturating_add(self.0.width)
     }

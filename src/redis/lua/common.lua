@@ -63,6 +63,13 @@ local function must_repair(dirty, horizon)
   local ttl = redis.call('PTTL', key)
   return ttl < 0 or ttl > ttl_ms(horizon) + 1
 end
+-- KEYS[2] belongs to the state in KEYS[1] (the log's entries, the sliding window's
+-- bookings): a value of another type there is garbage, deleted (what it held no longer
+-- counts), where a key of another type at KEYS[1] may be someone else's and is left alone.
+local function stray_set()
+  local t = redis.call('TYPE', KEYS[2])['ok']
+  if t ~= 'zset' and t ~= 'none' then redis.call('DEL', KEYS[2]) end
+end
 -- A value of another algorithm is no state of this one: count it as fresh and overwrite it;
 -- a sliding log's entries go with it.
 local function foreign()

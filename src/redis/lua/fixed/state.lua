@@ -18,13 +18,14 @@ if raw then
   end
 end
 -- Clamp what no legitimate state can be: a pause ends within P, no window after the one
--- of the booking horizon past the pause (or now) holds tokens, no window more than L.
+-- the state reaches (`reach`: the booking horizon, or the end of the pause) holds tokens,
+-- no window more than L.
 if pause > now + P then pause = now + P; dirty = true end
 if pause <= now then pause = 0 end
 local base = math.max(now, pause)
-local bw = math.floor((base + HW) / W)
+local bw = math.floor(reach(pause) / W)
 if w > bw then w = bw; dirty = true end
-if ramp_clamp(base) then dirty = true end
+if ramp_clamp(pause) then dirty = true end
 if c > L then c = L; dirty = true end
 if w < cw then w = cw; c = 0 end -- a past window: nothing left
 local function count(v)

@@ -13,14 +13,16 @@ if raw then
     foreign()
   end
 end
--- The booking horizon H: a waiter may book an instant up to H ahead (acquire with `book`),
--- so a bucket is legitimately full again up to tau + H after max(now, pause).
+-- The booking horizon H: a waiter may book an instant up to H ahead of now (acquire with
+-- `book`).
 local H = math.max(1000000, tau)
 -- Clamp what no legitimate state can be (a clock stepped back after a failover, a stray
--- write): a pause ends within P, a bucket is full again within max(tau, B·T) + H of
--- max(now, pause) (an admission of n <= B tokens at or before now leaves tat at most
--- max(tau, n·T) after it: for the leaky bucket, tau = T is less than a weighted cost; and
--- a booking lies at most H ahead), once re-read in this call's parameters (below).
+-- write): a pause ends within P; a bucket is full again at most max(tau, B·T) after an
+-- instant within H of now (an admission of n <= B tokens leaves tat at most max(tau, n·T)
+-- after its instant: for the leaky bucket, tau = T is less than a weighted cost; a booking
+-- lies at most H ahead), or tau − T after the end of the pause (its first token is due
+-- when it ends); once re-read in this call's parameters (below). So only a stored pause
+-- reaches further than the booking horizon, and no further than P.
 -- A clamp is written back, even when the request is refused, so it cannot recur.
 if pause > now + P then pause = now + P; dirty = true end
 local base = now
@@ -74,8 +76,8 @@ if FT > 0 and tat < 9007199254740992 then
   end
 end
 -- The bucket's clamp, in this call's parameters.
-local span = math.max(tau, B * T) + H
-if tat > base + span then tat = base + span; dirty = true end
+local reach = math.max(now + H + math.max(tau, B * T), pause + tau - T)
+if tat > reach then tat = reach; dirty = true end
 -- While paused, the first token is due when the pause ends.
 if pause > now and tat < pause + tau - T then tat = pause + tau - T; dirty = true end
 -- A tat in the past is a full bucket.

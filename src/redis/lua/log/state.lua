@@ -6,8 +6,9 @@
 -- clock), member = "<seq>:<tokens>" (unique). An entry at x counts at t while x > t − W.
 -- Both keys are written together, with the same TTL.
 -- Work per decision: an admission costs O(log N) plus the entries that left the window
--- since the last decision (each leaves once); a refusal, a pause or a release reads the
--- entries in the window, O(N). N ≤ L (an entry holds ≥ 1 token; a pause empties the log).
+-- since the last decision (each leaves once); a refusal or a release reads the entries in
+-- the window, O(N); a pause is O(1). N: the entries of the last W µs (at most L,
+-- an entry holds ≥ 1 token) and those booked ahead (within HW).
 local log = KEYS[2]
 local seq, total, pause, dirty = 0, 0, 0, false
 local ours = false
@@ -24,11 +25,11 @@ if raw then
   end
 end
 -- Entries without our state are not ours either (or from a state that has just expired).
-if not ours then redis.call('DEL', log) end
+if not ours then redis.call('DEL', log) else stray_set() end
 if pause > now + P then pause = now + P; dirty = true end
 if pause <= now then pause = 0 end
 local base = math.max(now, pause)
-if ramp_clamp(base) then dirty = true end
+if ramp_clamp(pause) then dirty = true end
 local function tokens_of(m)
   local t = tonumber(string.match(m, '^%d+:(%d+)$')) or 1
   if t < 1 then t = 1 end
@@ -48,10 +49,11 @@ if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', log, '-inf', cut)
   dirty = true -- the total must follow the entries, on a refusal too
 end
--- Entries after `base` + HW (bookings lie at most HW ahead) no legitimate state holds (a
--- clock stepped back after a failover, a stray write): they are moved there, at most L
--- tokens, and the clamp is written.
-local far = base + HW
+-- Entries after the instant the state reaches (`reach`: bookings lie at most HW ahead, a
+-- change of quota charges the end of a pause) no legitimate state holds (a clock stepped
+-- back after a failover, a stray write): they are moved there, at most L tokens, and the
+-- clamp is written.
+local far = reach(pause)
 local late = redis.call('ZRANGEBYSCORE', log, '(' .. fmt(far), '+inf')
 if #late > 0 then
   local t = sum(late)
@@ -147,12 +149,9 @@ end
 local function admit(n, at)
   add(at, n)
 end
--- Restart after a pause ending at `e` with an empty log: admissions from before the pause
--- must not expire into a burst after it (bookings still ahead stay: they will go). The ramp
--- hands over a window after `e`.
+-- Restart after a pause ending at `e`: the log keeps its entries, which count until they
+-- leave the window (at most L in any W µs, across the pause too); the ramp spaces what goes
+-- as they leave, and hands over a window after `e`.
 local function restart_at(e)
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', fmt(now))
-  total = sum(redis.call('ZRANGE', log, 0, -1))
-  find_newest()
   return e + W
 end

@@ -32,23 +32,24 @@ if raw then
   end
 end
 -- Clamp what no legitimate state can be: a pause ends within P, no window after the one
--- of the booking horizon past the pause (or now) holds tokens, no booking lies further
--- ahead, no window more than L.
+-- the state reaches (`reach`: the booking horizon, or the end of the pause) holds tokens,
+-- no booking lies further ahead, no window more than L.
 if pause > now + P then pause = now + P; dirty = true end
 if pause <= now then pause = 0 end
 local base = math.max(now, pause)
-local bw = math.floor((base + HW) / W)
+local bw = math.floor(reach(pause) / W)
 if w > bw then w = bw; dirty = true end
-if q > base + HW then
+if q > reach(pause) then
   -- The bookings move there too: one entry of no tokens (no release names it).
-  q = base + HW
+  q = reach(pause)
   dirty = true
   redis.call('DEL', booked)
   redis.call('ZADD', booked, fmt(q), string.format('%d:0:%d', q, now))
   redis.call('PEXPIRE', booked, fmt(ttl_ms(q))) -- written even when the state is not
 end
 if q <= now then q = 0 end
-if ramp_clamp(base) then dirty = true end
+if q > 0 then stray_set() end
+if ramp_clamp(pause) then dirty = true end
 if c > L then c = L; dirty = true end
 if p > L then p = L; dirty = true end
 -- Move the state to the window of now when it is older (nothing is lost that still counts).

@@ -19,14 +19,23 @@ end
 local function ramp_forget()
   ramp_tat, ramp_until = 0, 0
 end
--- Clamp at `nb` = max(now, pause) what no legitimate ramp holds: it hands over at most two
--- windows after its pause ends, and its next request goes at most L·T after the last one
--- it let through (booked at most HW ahead). Whether a clamp must be written.
-local function ramp_clamp(nb)
+-- The furthest instant a window's state legitimately reaches, `pause` being the end of a
+-- pause in force (at most P ahead; 0: none): a booking lies at most HW ahead of now, and
+-- a change of quota charges the end of the pause (`lua/window/convert.lua`).
+local function reach(pause)
+  return math.max(now + HW, pause)
+end
+-- Clamp what no legitimate ramp holds, `pause` as for `reach`: it hands over at most two
+-- windows after its pause ends, and lets its next request through when the pause ends or
+-- at most L·T after the last one it let through (booked at most HW ahead). Whether a
+-- clamp must be written.
+local function ramp_clamp(pause)
   if ramp_until <= now then ramp_forget(); return false end
   local dirty = false
-  if ramp_until > nb + 2 * W then ramp_until = nb + 2 * W; dirty = true end
-  if ramp_tat > nb + HW + L * T then ramp_tat = nb + HW + L * T; dirty = true end
+  local hands_over = math.max(now, pause) + 2 * W
+  if ramp_until > hands_over then ramp_until = hands_over; dirty = true end
+  local next = math.max(pause, now + HW + L * T)
+  if ramp_tat > next then ramp_tat = next; dirty = true end
   return dirty
 end
 -- Start a ramp at the end `e` of a pause, handing over at `h`.
@@ -34,10 +43,11 @@ local function ramp_start(e, h)
   ramp_tat, ramp_until = e, h
 end
 -- The earliest instant >= `nb` at which the window model (`earliest`) and the ramp let
--- n tokens through: while the ramp runs, not before its `tat`.
+-- n tokens through: while the ramp runs, not before its `tat`; from `until` on, the
+-- window's bound alone.
 local function ramp_earliest(earliest, n, nb)
   local at = earliest(n, nb)
-  if at < ramp_until then at = earliest(n, math.max(ramp_tat, at)) end
+  if at < ramp_until then at = earliest(n, math.min(math.max(ramp_tat, at), ramp_until)) end
   return at
 end
 -- Count n tokens admitted at `at`.
