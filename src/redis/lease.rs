@@ -253,9 +253,9 @@ impl Refill<'_> {
 
     /// Redis granted `granted` tokens (0, or at least the `need` asked) to a refill sent at
     /// `sent` (its reply: they fit in `wait` when refused): the tasks it asked for, in
-    /// order (refused when too few came), then the tasks that came since, from what is left
-    /// while the lease lasts. The lease keeps the rest, up to `max` (the surplus left by
-    /// tasks gone since is stray). Returns the lease's generation and end when it holds
+    /// order (refused when too few came). What is left is the lease, up to `max` while it
+    /// lasts (the rest, asked for tasks gone since, is stray): it serves the tasks that came
+    /// since, and keeps the rest. Returns the lease's generation and end when it holds
     /// tokens.
     pub(crate) fn granted(
         &self,
@@ -275,26 +275,32 @@ impl Refill<'_> {
             }
         }
         let end = sent + lease.period;
-        let lasts = Instant::now() < end;
+        let held = if Instant::now() < end {
+            left.min(lease.max)
+        } else {
+            0
+        };
+        state.stray = state.stray.saturating_add(left - held);
+        let mut served = granted - left;
+        let mut left = held;
         for _ in 0..state.waiting.len() {
             let Some(w) = state.waiting.pop_front() else {
                 break;
             };
-            if lasts && left >= w.n {
+            if left >= w.n {
                 if w.wake.send(Waited::Admitted).is_ok() {
                     left -= w.n;
+                    served += w.n;
                 }
             } else if !w.wake.is_closed() {
                 state.waiting.push_back(w);
             }
         }
-        let keep = if lasts { left.min(lease.max) } else { 0 };
-        state.stray = state.stray.saturating_add(left - keep);
-        state.tokens += keep;
-        state.used = granted - left;
+        state.tokens += left;
+        state.used = served;
         state.expires = end;
         state.generation += 1;
-        (keep > 0).then_some((state.generation, end))
+        (left > 0).then_some((state.generation, end))
     }
 
     /// The refill failed: so do the requests it asked for.
@@ -522,5 +528,26 @@ mod tests {
             assert!(matches!(task.poll(), Poll::Ready(Waited::Failed(_))));
         }
         assert!(matches!(lease.turn(1, Instant::now()), Turn::Refill(_)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_never_holds_more_than_its_maximum() {
+        let lease = Lease::new(2, Duration::from_millis(100));
+        let t0 = Instant::now();
+        let mut refill = lease.refill();
+        let mut a = spawn(in_line(&lease, 1).wait());
+        let gone = in_line(&lease, 5);
+        assert_eq!(refill.ask(MOST, t0), ask(6, 1, 0));
+        drop(gone);
+        let mut came: Vec<_> = (0..3).map(|_| spawn(in_line(&lease, 1).wait())).collect();
+        // `a`'s 1, then the 5 asked for `gone`: a lease of 2 (for two of those that came),
+        // and 3 stray.
+        refill.granted(6, t0, Duration::ZERO);
+        assert!(matches!(a.poll(), Poll::Ready(Waited::Admitted)));
+        assert!(matches!(came[0].poll(), Poll::Ready(Waited::Admitted)));
+        assert!(matches!(came[1].poll(), Poll::Ready(Waited::Admitted)));
+        assert!(came[2].poll().is_pending());
+        assert_eq!(lease.tokens(), 0);
+        assert_eq!(refill.ask(MOST, t0).map(|a| a.back), Some(3));
     }
 }

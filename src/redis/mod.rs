@@ -158,13 +158,13 @@
 //! - The token bucket only (the leaky bucket spaces every request, the windows count them),
 //!   on [`RedisBucket`] only: `1 ≤ max ≤ burst`, refused at build otherwise.
 //!
-//! Measured on one 2-core machine shared with other work (`cargo bench --features redis
+//! Measured on one 2-core machine busy with other work (`cargo bench --features redis
 //! --bench redis`, three runs), 64 tasks of one process on one hot limit: one round trip
-//! per decision 36 500–42 100 decisions/s, leases of 16 553 000–565 000 (13.3–15.5× in the
-//! same run; 63 decisions per round trip), and `redis-benchmark -c 64` of the decision
-//! script (`EVALSHA`) 23 900–24 400 a second. Four processes × 64 tasks on a 20 000/s limit
-//! (burst 200) with leases of 16 for 10 s admitted 199 104–200 216 against bounds of
-//! 200 323–200 379.
+//! per decision 19 900–44 800 decisions/s, leases of 16 292 000–565 000 (7.9–15.7× in the
+//! same run; 62–63 decisions per round trip), and `redis-benchmark -c 64` of the decision
+//! script (`EVALSHA`) 14 300–23 100 a second. Four processes × 64 tasks on a 20 000/s limit
+//! (burst 200) with leases of 16 for 10 s admitted 196 825–200 199 against bounds of
+//! 200 336–200 351.
 //!
 //! # Redis Cluster
 //!
