@@ -484,7 +484,7 @@ fn main() {
             "  … with .lease({LEASE})        {with_leases:>10.0} decisions/s   {:.1}× (target ≥ 5×); \
              {:.1} decisions per round trip",
             with_leases / decisions,
-            (ls.leased_admissions + ls.leases) as f64 / ls.round_trips.max(1) as f64
+            ls.leased_admissions as f64 / ls.round_trips.max(1) as f64
         );
         println!("  PING                      {pings:>10.0} round trips/s");
         for s in [bucket.stats(), ls] {

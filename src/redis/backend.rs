@@ -98,7 +98,8 @@ pub struct RedisStats {
     /// Leases taken from Redis (with [`lease`](super::RedisBucketBuilder::lease)); each is one
     /// of the round trips.
     pub leases: u64,
-    /// Tokens admitted from leases, without a round trip of their own.
+    /// Tokens admitted with leases: from a lease's tokens, or from a refill that asked for
+    /// them with the others waiting (no round trip of their own).
     pub leased_admissions: u64,
 }
 

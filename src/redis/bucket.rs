@@ -13,7 +13,7 @@ use super::builder::RedisBucketBuilder;
 use super::error::RedisError;
 use super::failure::{acquire_fallback, pause_fallback, try_acquire_fallback, FailurePolicy};
 use super::lane::Hint;
-use super::lease::Lease;
+use super::lease::{Lease, Turn, Waited};
 use super::script::Reply;
 use super::told;
 use crate::bucket::Outcome;
@@ -72,7 +72,7 @@ pub struct RedisBucket {
 struct Inner {
     backend: Arc<Backend>,
     key: String,
-    /// With [`RedisBucketBuilder::lease`]: the tokens this process holds.
+    /// With [`RedisBucketBuilder::lease`]: the tokens this handle holds.
     lease: Option<Lease>,
     hint: Hint,
     local: Option<Bucket>,
@@ -174,7 +174,7 @@ impl RedisBucket {
         self.inner.backend.stats()
     }
 
-    /// Tokens this process holds in its lease now (0 without
+    /// Tokens this handle and its clones hold in their lease now (0 without
     /// [`lease`](RedisBucketBuilder::lease)): admitted locally until the lease ends, then
     /// given back.
     pub fn leased_tokens(&self) -> u32 {
@@ -265,8 +265,9 @@ impl RedisBucket {
     /// One round trip to Redis, every time: what an earlier reply said never refuses here,
     /// since another process may have given tokens back, or the rate may have changed,
     /// since then (with a [lease](RedisBucketBuilder::lease), tokens held in it are admitted
-    /// without a round trip). It never waits or queues (and does not see this process's
-    /// waiters in [`acquire`](Self::acquire)).
+    /// without a round trip, and a request that finds too few shares the next refill's). It
+    /// never waits for tokens or queues behind this process's waiters in
+    /// [`acquire`](Self::acquire).
     ///
     /// # Errors
     /// - [`Denied::Throttled`] with the wait until `n` tokens fit;
@@ -283,9 +284,10 @@ impl RedisBucket {
         if n == 0 {
             return Outcome::bare(Ok(Duration::ZERO));
         }
-        if let Err(e) = self.check(n) {
-            return Outcome::bare(Err(e.into()));
-        }
+        let cost = match self.check(n) {
+            Ok(cost) => cost,
+            Err(e) => return Outcome::bare(Err(e.into())),
+        };
         let inner = &*self.inner;
         let fallback = |e| {
             bump(&inner.backend.counters.fallbacks);
@@ -293,7 +295,7 @@ impl RedisBucket {
             Outcome::bare(r.map(|()| Duration::ZERO))
         };
         if let Some(lease) = &inner.lease {
-            return match self.take_leased(lease, n, None).await {
+            return match self.take_leased(lease, n, cost, false).await {
                 Ok(None) => Outcome::bare(Ok(Duration::ZERO)),
                 Ok(Some(wait)) => Outcome::bare(Err(Throttled::after(wait).into())),
                 Err(e) => fallback(e),
@@ -376,7 +378,7 @@ impl RedisBucket {
             Outcome::bare(r.map(|()| asked.elapsed()))
         };
         if let Some(lease) = &inner.lease {
-            match self.take_leased(lease, n, Some(cost)).await {
+            match self.take_leased(lease, n, cost, true).await {
                 Ok(None) => return Outcome::bare(Ok(Duration::ZERO)),
                 // Refused: book an instant, as without leases (first come, first served).
                 Ok(Some(_)) => {}
@@ -386,54 +388,80 @@ impl RedisBucket {
         self.acquire_reserving(n).await
     }
 
-    /// With a lease: admit `n` tokens from it, or take a new lease (one task at
-    /// a time). `Ok(None)`: admitted; `Ok(Some(wait))`: refused, the tokens fit in about
-    /// `wait`.
+    /// With a lease: admit `n` tokens (`cost` ns) from it, or wait in line for a refill.
+    /// `Ok(None)`: admitted; `Ok(Some(wait))`: refused, the tokens fit in about `wait`.
     ///
-    /// `waiter`: the caller books an instant when refused, so a lease request that the last
-    /// replies say cannot be granted yet is skipped (Redis decides the booking; a stale
-    /// hint only costs the lease, never the admission). A `try_acquire` always asks.
+    /// `books`: the caller books an instant when refused, so a refill that the last replies
+    /// say cannot serve it yet is skipped (Redis decides the booking; a stale hint only
+    /// costs the lease, never the admission). A `try_acquire` always asks.
     async fn take_leased(
         &self,
         lease: &Lease,
         n: u32,
-        waiter: Option<u64>,
+        cost: u64,
+        books: bool,
     ) -> Result<Option<Duration>, RedisError> {
         let inner = &*self.inner;
-        let counters = &inner.backend.counters;
-        let _refill = loop {
-            if lease.take(n, Instant::now()) {
-                bump(&counters.leased_admissions);
-                return Ok(None);
-            }
-            if let Some(cost) = waiter {
-                let at = self.likely_fits_at(n, cost);
-                if at > Instant::now() {
-                    return Ok(Some(at - Instant::now()));
+        let admitted = || {
+            bump(&inner.backend.counters.leased_admissions);
+            Ok(None)
+        };
+        if lease.take(n, Instant::now()) {
+            return admitted();
+        }
+        let likely = || {
+            self.likely_fits_at(n, cost)
+                .saturating_duration_since(Instant::now())
+        };
+        if books && !likely().is_zero() {
+            return Ok(Some(likely()));
+        }
+        let ticket = match lease.turn(n, Instant::now()) {
+            Turn::Taken => return admitted(),
+            Turn::Wait(ticket) => ticket,
+            Turn::Refill(ticket) => {
+                // Run apart from this task: this task gone (a timeout, a dropped request)
+                // leaves the others their refill.
+                let refill = self.clone().refill();
+                match tokio::runtime::Handle::try_current() {
+                    Ok(rt) => drop(rt.spawn(refill)),
+                    Err(_) => refill.await,
                 }
-            }
-            match lease.start_refill() {
-                Some(refill) => break refill,
-                // Another task is asking Redis: wait for what it brings.
-                None => lease.refill_done().await,
+                ticket
             }
         };
-        // A refill may have ended between this task's last look and its start.
-        if lease.take(n, Instant::now()) {
-            bump(&counters.leased_admissions);
-            return Ok(None);
+        match ticket.wait().await {
+            Waited::Admitted => admitted(),
+            Waited::Refused(wait) => Ok(Some(wait.max(likely()))),
+            Waited::Failed(e) => Err(e),
         }
-        let (want, back) = lease.next(n, Instant::now());
-        let t = inner.backend.lease(&inner.key, want, n, back).await?;
-        inner.hint.observe(&t);
-        if t.granted == 0 {
-            return Ok(Some(t.reply.wait));
+    }
+
+    /// Refill the lease while tasks wait in line: one round trip at a time, each for
+    /// every request in line and the lease beyond them.
+    async fn refill(self) {
+        let inner = &*self.inner;
+        let Some(lease) = &inner.lease else {
+            return;
+        };
+        let mut refill = lease.refill();
+        while let Some(ask) = refill.ask(inner.backend.max_cost(), Instant::now()) {
+            let reply = inner
+                .backend
+                .lease(&inner.key, ask.want, ask.need, ask.back);
+            match reply.await {
+                Ok(t) => {
+                    inner.hint.observe(&t);
+                    if let Some((generation, end)) = refill.granted(t.granted, t.sent, t.reply.wait)
+                    {
+                        self.give_back_at(end, generation);
+                    }
+                }
+                Err(e) => refill.failed(&e),
+            }
+            // The tasks just served may ask again at once: let them join the line first.
+            tokio::task::yield_now().await;
         }
-        let (generation, end) = lease.granted(t.granted, n, t.sent);
-        if t.granted > n {
-            self.give_back_at(end, generation);
-        }
-        Ok(None)
     }
 
     /// When the lease `generation` ends at `end`, give back its unused tokens (unless a

@@ -172,19 +172,21 @@ impl RedisBucketBuilder {
 
     shared_settings!();
 
-    /// Leases: take up to `max` tokens in one round trip and admit locally from them, for
-    /// [`lease_period`](Self::lease_period) at most (default 100 ms); unused tokens go back
-    /// to Redis when the lease ends or the last handle is dropped. Off by default (one
-    /// round trip per decision).
+    /// Leases: hold up to `max` tokens taken from Redis ahead of demand and admit locally
+    /// from them, for [`lease_period`](Self::lease_period) at most (default 100 ms); the
+    /// tasks that find too few wait in line, and one round trip at a time takes what all
+    /// of them need and the next lease. Unused tokens go back to Redis when the lease ends
+    /// or the last handle is dropped. Off by default (one round trip per decision).
     ///
     /// A hot limit then costs a round trip per lease, not per request, at a bounded price:
     /// over any interval of length `t`, the processes admit at most
     /// `burst + rate·t + (tokens they hold in leases)`, that is at most
-    /// `burst + rate·t + processes × max`; a pause made by another process holds this one
-    /// within one lease period; a process that dies loses at most its lease (until the
-    /// bucket refills); first come, first served across processes holds per lease, not per
-    /// request. Lease sizes follow each process's demand (doubling while used up within
-    /// their period, up to `max`). See the [module docs](super#leases).
+    /// `burst + rate·t + handles × max` (a handle and its clones share one lease); a pause
+    /// made by another process holds this one within one lease period; a process that dies
+    /// loses at most its leases (until the bucket refills); first come, first served across
+    /// processes holds per lease, not per request. Lease sizes follow each handle's demand
+    /// (doubling while used up within their period, up to `max`). See the
+    /// [module docs](super#leases).
     ///
     /// The token bucket only, and `1 ≤ max ≤ burst`: [`build`](Self::build) refuses
     /// anything else.

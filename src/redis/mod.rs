@@ -121,41 +121,52 @@
 //! # }
 //! ```
 //!
-//! - **Charged when leased.** The lease script takes as many tokens as fit now (up to the
-//!   lease's size, at least the request's), moving the bucket exactly as that many one-token
-//!   requests would. Refused, a waiter books its admission instant as without leases.
-//! - **Sized from demand.** The first lease is the size of the request; a lease used up
-//!   within its period doubles the next (up to `max`); an expired one sizes the next to what
-//!   its period used. One refill is in flight per handle at a time; the tasks that need
-//!   tokens meanwhile wait for it and then all take from it.
-//! - **Given back.** When a lease ends (its period is over, or a new lease replaces it), its
-//!   unused tokens go back to Redis, as they do when the last clone of the handle is dropped.
+//! - **Charged when leased.** The lease script takes as many tokens as fit now (up to what
+//!   the refill asks for, at least the smallest request in line), moving the bucket exactly
+//!   as that many one-token requests would. Refused, a waiter books its admission instant
+//!   as without leases.
+//! - **One round trip for every task waiting.** A task that finds too few tokens in the
+//!   lease waits in line. One refill is in flight per handle (a handle and its clones
+//!   share one lease), run apart from the tasks, so a task that gives up leaves it to the
+//!   others. It asks for the request of every task in line and for the lease beyond the
+//!   first request, admits them in order with its reply (refusing those that Redis had too
+//!   few tokens for), then the tasks that came meanwhile, from the lease's tokens; while
+//!   tasks are left in line, the next refill leaves at once.
+//! - **Sized from demand.** The first lease holds nothing beyond the request; a lease used up
+//!   within its period doubles the next (up to `max`); an expired one sizes the next to
+//!   what its period used.
+//! - **Given back.** When a lease ends (its period is over, or the next refill replaces
+//!   it), its unused tokens go back to Redis, as they do when the last clone of the handle
+//!   is dropped, with the tokens taken for a task that left the line first: every token a
+//!   lease takes is admitted or given back.
 //! - **The bound.** Over any interval of length `t`, the processes admit at most
-//!   `burst + rate·t + (the tokens they held in leases at its start)`, so at most
-//!   `burst + rate·t + processes × max`: what is leased obeys the bucket, and what is
-//!   admitted later was leased earlier.
+//!   `burst + rate·t + (the tokens their leases held or were bringing at its start)`, so
+//!   at most `burst + rate·t + handles × max`: what a refill takes obeys the bucket, a task
+//!   in line is admitted on Redis' decision exactly as its own request would be, and what
+//!   a lease admits later it took earlier, at most `max` at a time.
 //! - **Pauses** ([`RedisBucket::pause`], a 429 seen by
 //!   [`RetryAfterLayer`](crate::RetryAfterLayer)) reach every process within one lease
 //!   period: a lease ends `period` after it was asked for, and Redis refuses the next one
 //!   until the pause ends. The process that pauses drops its own lease at once.
 //! - **A process that dies** holds its lease's tokens until the bucket refills: the others
 //!   lose at most one lease.
-//! - **Failures.** A lease request is one call like any other: when it fails, the
-//!   [`FailurePolicy`] answers. Tokens a process already holds were granted by Redis and
-//!   are still admitted until their lease ends, so an outage's bound (see
-//!   [`FailurePolicy`]) grows by at most one lease per process; tokens that a failed
-//!   request was giving back stay charged (never admitted twice).
+//! - **Failures.** A refill is one call like any other: when it fails, the
+//!   [`FailurePolicy`] answers each task it asked for. Tokens a handle already holds were
+//!   granted by Redis and are still admitted until their lease ends, so an outage's bound
+//!   (see [`FailurePolicy`]) grows by at most one lease per handle; tokens that a failed
+//!   refill was giving back stay charged (never admitted twice).
 //! - **Fairness** across processes holds per lease, not per request: a process admits from
 //!   its lease before others that must ask Redis.
 //! - The token bucket only (the leaky bucket spaces every request, the windows count them),
 //!   on [`RedisBucket`] only: `1 ≤ max ≤ burst`, refused at build otherwise.
 //!
-//! Measured on one 2-core machine (`cargo bench --features redis --bench redis`), 64 tasks
-//! of one process on one hot limit: one round trip per decision 69 000–109 000 decisions/s,
-//! leases of 16 824 000–1 288 000 (12–15× in the same run; 14–16 decisions per round
-//! trip), and `redis-benchmark -c 64` of the decision script (`EVALSHA`) 54 000–76 000 a
-//! second. Four processes × 64 tasks on a 20 000/s limit (burst 200) with leases of 16 for
-//! 10 s admitted 200 232 against a bound of 200 429.
+//! Measured on one 2-core machine busy with other work (`cargo bench --features redis
+//! --bench redis`, three runs), 64 tasks of one process on one hot limit: one round trip
+//! per decision 19 900–44 800 decisions/s, leases of 16 292 000–565 000 (7.9–15.7× in the
+//! same run; 62–63 decisions per round trip), and `redis-benchmark -c 64` of the decision
+//! script (`EVALSHA`) 14 300–23 100 a second. Four processes × 64 tasks on a 20 000/s limit
+//! (burst 200) with leases of 16 for 10 s admitted 196 825–200 199 against bounds of
+//! 200 336–200 351.
 //!
 //! # Redis Cluster
 //!
@@ -214,7 +225,7 @@
 //! | need | use | cost per admission |
 //! |---|---|---|
 //! | up to tens of thousands of decisions/s in all (measured: 65 000–109 000 from one process) | one Redis primary ([`url`](RedisBucketBuilder::url)) | one round trip, exact |
-//! | one hot limit beyond what one round trip per decision allows | [leases](#leases) on that [`RedisBucket`] | one round trip per lease; `+ processes × lease` overshoot, pauses within one lease period |
+//! | one hot limit beyond what one round trip per decision allows | [leases](#leases) on that [`RedisBucket`] | one round trip per refill, for every task waiting; `+ handles × lease` overshoot, pauses within one lease period |
 //! | many keyed limits, more than one primary can decide | a [Redis Cluster](#redis-cluster) | one round trip, exact, per shard |
 //!
 //! # Algorithms
