@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{assert_fifo, assert_rate_bound, drive, run_paused, settle, Recorder};
+use support::{aligned, assert_fifo, assert_rate_bound, drive, run_paused, settle, Recorder};
 use tokio::time::{advance, Instant};
 use tower_throttle::{Algorithm, Bucket, Denied, Quota};
 
@@ -28,17 +28,8 @@ fn max_in_window(adm: &[(Duration, u32)], width: Duration) -> u32 {
         .unwrap_or(0)
 }
 
-/// A bucket whose windows start now (not at the wall clock's period boundary), so that no
-/// result depends on when the test runs.
-fn aligned(quota: Quota, algorithm: Algorithm) -> Bucket {
-    Bucket::builder(quota)
-        .algorithm(algorithm)
-        .window_origin(Instant::now())
-        .build()
-}
-
-/// The offset of the first window boundary of a fresh window bucket (windows are aligned to
-/// the wall clock): take one token and read how long until it is forgotten.
+/// The offset of the first window boundary of a fresh window bucket: take one token and read
+/// how long until it is forgotten.
 fn boundary(bucket: &Bucket) -> Duration {
     bucket.try_acquire(1).unwrap();
     bucket.snapshot().full_in

@@ -9,7 +9,16 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tower_throttle::Quota;
+use tower_throttle::{Algorithm, Bucket, Quota};
+
+/// A bucket of `algorithm` whose windows start now (not at the wall clock's period
+/// boundary), so that no result depends on when the test runs.
+pub fn aligned(quota: Quota, algorithm: Algorithm) -> Bucket {
+    Bucket::builder(quota)
+        .algorithm(algorithm)
+        .window_origin(Instant::now())
+        .build()
+}
 
 /// Checks the rate invariant over every window spanned by two admissions:
 /// tokens admitted in `[t_i, t_j]` ≤ `burst + (t_j − t_i) / interval`.
