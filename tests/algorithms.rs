@@ -7,24 +7,15 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    assert_fifo, assert_rate_bound, drive, most_in_a_window, run_paused, settle, Recorder,
+    aligned, assert_fifo, assert_rate_bound, drive, most_in_a_window, run_paused, settle, Recorder,
 };
 use tokio::time::{advance, Instant};
 use tower_throttle::{Algorithm, Bucket, Denied, Quota};
 
 const MS: Duration = Duration::from_millis(1);
 
-/// A bucket whose windows start now (not at the wall clock's period boundary), so that no
-/// result depends on when the test runs.
-fn aligned(quota: Quota, algorithm: Algorithm) -> Bucket {
-    Bucket::builder(quota)
-        .algorithm(algorithm)
-        .window_origin(Instant::now())
-        .build()
-}
-
-/// The offset of the first window boundary of a fresh window bucket (windows are aligned to
-/// the wall clock): take one token and read how long until it is forgotten.
+/// The offset of the first window boundary of a fresh window bucket: take one token and read
+/// how long until it is forgotten.
 fn boundary(bucket: &Bucket) -> Duration {
     bucket.try_acquire(1).unwrap();
     bucket.snapshot().full_in

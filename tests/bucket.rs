@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{assert_rate_bound, settle, CountPolls, Recorder};
+use support::{aligned, assert_rate_bound, settle, CountPolls, Recorder};
 use tokio::time::{advance, Instant};
 use tower_throttle::{Bucket, Denied, Quota};
 
@@ -342,7 +342,7 @@ async fn a_pause_at_the_instant_a_bucket_is_made_empties_it() {
         tower_throttle::Algorithm::SlidingWindow,
         tower_throttle::Algorithm::SlidingLog,
     ] {
-        let bucket = Bucket::with_algorithm(Quota::per_second(10).burst(5), algorithm);
+        let bucket = aligned(Quota::per_second(10).burst(5), algorithm);
         bucket.pause(Duration::ZERO);
         bucket.try_acquire(1).unwrap();
         assert!(

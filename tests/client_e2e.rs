@@ -1,5 +1,7 @@
 //! End to end over loopback: a hyper client stack against real servers.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,6 +17,7 @@ use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use support::Departures;
 use tokio::io::AsyncReadExt;
 use tower::limit::ConcurrencyLimitLayer;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
@@ -82,7 +85,7 @@ async fn one_429_server() -> (SocketAddr, Server) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_workers_no_request_reaches_the_server_during_the_cooldown() {
     let (addr, server) = one_429_server().await;
-    let bucket = Bucket::new(Quota::per_second(50).burst(5));
+    let (bucket, departures) = Departures::bucket(Quota::per_second(50).burst(5));
     let svc = client_stack(
         &bucket,
         RetryAfterLayer::new(bucket.clone()).retry_after_jitter(Duration::ZERO),
@@ -95,19 +98,11 @@ async fn fifty_workers_no_request_reaches_the_server_during_the_cooldown() {
     }
     let arrivals = server.arrivals.lock().unwrap().clone();
     assert_eq!(arrivals.len(), 51);
-    let refused = arrivals[7];
-    // Requests already on the wire when the 429 was sent may land just after it; loopback
-    // delivers those within a few milliseconds. Nothing else may arrive during the 2 s.
-    let during: Vec<_> = arrivals
-        .iter()
-        .filter(|t| {
-            **t > refused + Duration::from_millis(15) && **t < refused + Duration::from_secs(2)
-        })
-        .collect();
-    assert!(
-        during.is_empty(),
-        "arrived during the cooldown: {during:?} (429 at {refused:?})"
-    );
+    // Measured where requests leave the limiter (a request on the wire when the 429 came may
+    // reach the server later, however late a loaded machine delivers it): nothing left
+    // during the 2 s, but those admitted just before the pause (noted up to 100 ms late).
+    let pauses = departures.assert_quiet_during_pauses(Duration::from_millis(100));
+    assert_eq!(pauses, 1, "one 429, one pause");
 }
 
 /// A server that accepts, reads the request, and closes the connection without answering.

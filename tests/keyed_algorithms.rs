@@ -35,9 +35,12 @@ fn all() -> [(&'static str, Algorithm); 5] {
     ]
 }
 
+/// Keyed buckets of `algorithm` whose windows start now (not at the wall clock's period
+/// boundary), so that no result depends on when the test runs.
 fn keyed<K: std::hash::Hash + Eq + Clone>(quota: Quota, algorithm: Algorithm) -> KeyedBucket<K> {
     KeyedBucket::builder(quota)
         .algorithm(algorithm)
+        .window_origin(Instant::now())
         .shards(2)
         .build()
 }
@@ -268,6 +271,46 @@ async fn every_algorithm_rejects_per_key_with_the_exact_retry_after() {
     }
 }
 
+/// A window origin places the windows of every key: boundaries at the origin and every
+/// period from it (before or after now), as a bucket given the same origin has them, and the
+/// same decisions and waits as that bucket from then on.
+#[tokio::test(start_paused = true)]
+async fn a_window_origin_places_the_windows_of_every_key() {
+    let quota = Quota::new(5, Duration::from_secs(1));
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        // The origin: `later` ms from now, `earlier` ms before now.
+        for (later, earlier, boundary_in) in [(0, 0, 1000), (300, 0, 300), (0, 300, 700)] {
+            let origin = Instant::now() + later * MS - earlier * MS;
+            let boundary_in = boundary_in * MS;
+            let keys: KeyedBucket<u64> = KeyedBucket::builder(quota)
+                .algorithm(algorithm)
+                .window_origin(origin)
+                .build();
+            let bucket = Bucket::builder(quota)
+                .algorithm(algorithm)
+                .window_origin(origin)
+                .build();
+            keys.try_acquire(&1, 5).unwrap();
+            bucket.try_acquire(5).unwrap();
+            let wait = keys.try_acquire(&1, 1).unwrap_err().wait().unwrap();
+            if algorithm == Algorithm::FixedWindow {
+                assert_eq!(wait, boundary_in, "{algorithm:?}");
+            }
+            assert_eq!(bucket.try_acquire(1).unwrap_err().wait(), Some(wait));
+            for step in [wait, 50 * MS, 200 * MS, 750 * MS, 1000 * MS] {
+                advance(step).await;
+                for n in [3, 2, 1] {
+                    assert_eq!(
+                        keys.try_acquire(&1, n),
+                        bucket.try_acquire(n),
+                        "{algorithm:?}, origin {boundary_in:?} before a boundary, {n} tokens"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_fixed_window_per_key_resets_on_the_boundary_and_allows_twice_across_it() {
     let quota = Quota::new(5, Duration::from_secs(1));
@@ -390,6 +433,7 @@ async fn every_algorithm_forgets_unused_keys_and_keeps_throttled_ones_at_the_cap
         let quota = Quota::new(2, Duration::from_secs(1)).burst(2);
         let keys = KeyedBucket::builder(quota)
             .algorithm(algorithm)
+            .window_origin(Instant::now())
             .max_keys(64)
             .shards(1)
             .build();

@@ -3,11 +3,14 @@
 //! limit (without a burst, a request closer than `1/rate` to the previous admitted one gets
 //! `429` + `Retry-After: 1`). Paused clock: every figure is exact.
 
+mod support;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
+use support::aligned;
 use tokio::time::Instant;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::adaptive::Adaptive;
@@ -870,7 +873,7 @@ async fn a_window_raised_step_by_step_after_a_push_back_keeps_admitting() {
         Algorithm::FixedWindow,
         Algorithm::SlidingLog,
     ] {
-        let bucket = Bucket::with_algorithm(Quota::per_second(100).burst(1), algorithm);
+        let bucket = aligned(Quota::per_second(100).burst(1), algorithm);
         let start = Instant::now();
         let admitted = Arc::new(Mutex::new(Vec::new()));
         let workers: Vec<_> = (0..16)

@@ -691,47 +691,149 @@ fn handles_and_futures_are_send_and_sync() {
     error_is_std::<tower_throttle::redis::RedisError>();
 }
 
+/// The instant (µs, Redis clock) a token bucket's state in `key` says it is full again (0:
+/// no state, full).
+async fn stored_tat(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u64 {
+    let v: Option<String> = redis::cmd("GET").arg(key).query_async(conn).await.unwrap();
+    let v = v.unwrap_or_else(|| "0".into());
+    let digits: String = v.chars().take_while(char::is_ascii_digit).collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} holds {v:?}"))
+}
+
+/// Poll (every 10 ms, for at most 5 s) until the state in `key` says `tat`.
+async fn until_stored(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    tat: u64,
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = stored_tat(conn, key).await;
+        if now == tat {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {key} holds {now}, not {tat}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_dropped_waiter_gives_its_tokens_back() {
     let mut conn = raw(&redis_url()).await;
+    // One token a second: the states looked at below last a second, however slow the
+    // machine.
+    const INTERVAL: u64 = 1_000_000;
     let b = bucket(
         "cancel",
-        Quota::per_second(10).burst(1),
+        Quota::per_second(1).burst(1),
         FailurePolicy::Closed,
     )
     .await;
+    let key = b.redis_key().to_owned();
     let (lo, taken, _) = on_redis_clock(&mut conn, b.try_acquire(1)).await;
     taken.unwrap();
-    // Books the instant 100 ms ahead, then is dropped while it sleeps.
+    let full = stored_tat(&mut conn, &key).await;
+    // Books the instant a second ahead (the state moves on by one interval), then is
+    // dropped while it sleeps.
     let first = tokio::spawn({
         let b = b.clone();
         async move { b.acquire(1).await }
     });
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_stored(&mut conn, &key, full + INTERVAL, "the waiter's booking").await;
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
-    // The refund reaches Redis in the background; then the next waiter gets the instant
-    // the dropped one had booked, not the one after it.
-    // Redis clock: the dropped one's instant is 100 ms after the admission (decided after
-    // `lo`), the one after it 200 ms.
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The refund reaches Redis in the background: the state is back where it was.
+    until_stored(&mut conn, &key, full, "the refund").await;
+    // Then the next waiter gets the dropped one's tokens: admitted no earlier than an
+    // interval after the first admission (decided after `lo`), and (by the state it leaves,
+    // an interval past its admission) before the instant after the dropped one's.
     b.acquire(1).await.unwrap();
     let took = redis_now_us(&mut conn).await - lo;
+    assert!(took >= INTERVAL, "the next waiter went early: {took} µs");
+    let left = stored_tat(&mut conn, &key).await;
+    assert!(left > full, "the state of the next admission is gone");
+    let admitted = left - INTERVAL;
     assert!(
-        (100_000..200_000).contains(&took),
-        "the next waiter did not get the dropped one's tokens: {took} µs"
+        admitted < full + INTERVAL,
+        "the next waiter did not get the dropped one's tokens: {} µs after them",
+        admitted - full
     );
 }
 
-/// Six waiters book their instants 100 ms apart; at 150 ms this process pauses the bucket
-/// for 1 s (a `429` seen here). Those booked inside the pause must not go then: the pause
-/// empties Redis' bucket, which voids their bookings, and they book again after it. Before,
-/// they went at 200, 300, 400 and 500 ms, inside the pause. `which` pauses through the
-/// `Bucket` (as `RetryAfterLayer` does), through the `RedisBucket`, from another process
-/// (which tells this one over pub/sub), or a key of a `RedisKeyed`, here or in another
-/// process.
+/// How long a pause may take to reach the waiters of this process: a Redis write, and from
+/// another process a pub/sub message. Generous: the point is that it reaches them.
+const REACH: Duration = Duration::from_millis(100);
+
+/// The pause of [`assert_waiters_wait_out_a_pause`].
+const COOLDOWN: Duration = Duration::from_millis(600);
+
+/// Six waiters (each a `waiter()`) on a limit of one token per `interval` (200 ms): right
+/// after the second one went, `pause` pauses the limit for `COOLDOWN`. Those booked inside
+/// the pause must not go then: the pause empties Redis' bucket, which voids their bookings,
+/// and they book again after it, one per interval. The pause is asked for just after an
+/// admission, so the next booking is an interval away whatever the windows' phase; a waiter
+/// that goes within `REACH` of the ask (before the pause could reach it) is not checked.
+async fn assert_waiters_wait_out_a_pause<W, P>(
+    what: &str,
+    interval: Duration,
+    waiter: impl Fn() -> W,
+    pause: P,
+) where
+    W: std::future::Future<Output = ()> + Send + 'static,
+    P: std::future::Future<Output = ()>,
+{
+    let start = Instant::now();
+    let (went, mut gone) = tokio::sync::mpsc::unbounded_channel();
+    let waiters: Vec<_> = (0..6)
+        .map(|_| {
+            let (acquire, went) = (waiter(), went.clone());
+            tokio::spawn(async move {
+                acquire.await;
+                let at = start.elapsed();
+                let _ = went.send(at);
+                at
+            })
+        })
+        .collect();
+    for _ in 0..2 {
+        gone.recv().await.unwrap();
+    }
+    let asked = start.elapsed();
+    pause.await;
+    let mut at = Vec::new();
+    for w in waiters {
+        at.push(w.await.unwrap());
+    }
+    at.sort();
+    // The pause ends `COOLDOWN` after it was asked for, or later (10 ms for rounding and the
+    // two clocks).
+    let end = asked + COOLDOWN - Duration::from_millis(10);
+    assert!(
+        !at.iter().any(|t| (asked + REACH..end).contains(t)),
+        "{what}: admitted at {at:?}, the pause asked for at {asked:?}"
+    );
+    // Those left go after it in turn, the k-th no sooner than k intervals after its end.
+    let after: Vec<_> = at.iter().filter(|t| **t >= end).collect();
+    assert!(after.len() >= 3, "{what}: admitted at {at:?}");
+    for (k, t) in after.iter().enumerate() {
+        assert!(
+            **t >= end + interval * k as u32,
+            "{what}: admitted at {at:?}, the pause asked for at {asked:?}"
+        );
+    }
+}
+
+/// `which` pauses through the `Bucket` (as `RetryAfterLayer` does), through the
+/// `RedisBucket`, from another process (which tells this one over pub/sub), or a key of a
+/// `RedisKeyed`, here or in another process.
 async fn booked_waiters_wait_out_a_pause(which: &str) {
-    let quota = Quota::per_second(10).burst(1);
+    let quota = Quota::per_second(5).burst(1);
     let prefix = unique_prefix("booked-pause");
     // This process's handles, and another process's on the same limits.
     let bucket_handle = || async {
@@ -754,49 +856,28 @@ async fn booked_waiters_wait_out_a_pause(which: &str) {
     let (redis, keyed) = (bucket_handle().await, keyed_handle().await);
     let (other, other_keyed) = (bucket_handle().await, keyed_handle().await);
     let bucket = tower_throttle::Bucket::from(redis.clone());
-    let start = Instant::now();
-    let waiters: Vec<_> = (0..6)
-        .map(|_| {
-            let keyed_waiter = which.starts_with("keyed");
-            let (bucket, keyed) = (bucket.clone(), keyed.clone());
-            tokio::spawn(async move {
-                if keyed_waiter {
-                    keyed.acquire("alice", 1).await.unwrap();
-                } else {
-                    bucket.acquire(1).await.unwrap();
-                }
-                start.elapsed()
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let cooldown = Duration::from_secs(1);
-    let paused = start.elapsed();
-    match which {
-        "bucket" => bucket.pause(cooldown),
-        "redis" => redis.pause(cooldown).await.unwrap(),
-        "elsewhere" => tower_throttle::Bucket::from(other).pause(cooldown),
-        "keyed elsewhere" => other_keyed.pause("alice", cooldown).await.unwrap(),
-        _ => keyed.pause("alice", cooldown).await.unwrap(),
-    }
-    let mut at = Vec::new();
-    for w in waiters {
-        at.push(w.await.unwrap());
-    }
-    at.sort();
-    // Those due before the pause (0 and 100 ms) went; the others after it, in turn.
-    let end = paused + cooldown - Duration::from_millis(10);
-    let before = at.iter().filter(|t| **t < end).count();
-    assert!(
-        before <= 2,
-        "{which}: admitted at {at:?}, the pause from {paused:?} on"
-    );
-    for pair in at[before..].windows(2) {
-        assert!(
-            pair[1] - pair[0] >= Duration::from_millis(90),
-            "{which}: {at:?}"
-        );
-    }
+    let cooldown = COOLDOWN;
+    let waiter = || {
+        let keyed_waiter = which.starts_with("keyed");
+        let (bucket, keyed) = (bucket.clone(), keyed.clone());
+        async move {
+            if keyed_waiter {
+                keyed.acquire("alice", 1).await.unwrap();
+            } else {
+                bucket.acquire(1).await.unwrap();
+            }
+        }
+    };
+    let pause = async {
+        match which {
+            "bucket" => bucket.pause(cooldown),
+            "redis" => redis.pause(cooldown).await.unwrap(),
+            "elsewhere" => tower_throttle::Bucket::from(other).pause(cooldown),
+            "keyed elsewhere" => other_keyed.pause("alice", cooldown).await.unwrap(),
+            _ => keyed.pause("alice", cooldown).await.unwrap(),
+        }
+    };
+    assert_waiters_wait_out_a_pause(which, quota.interval(), waiter, pause).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -816,12 +897,12 @@ async fn booked_waiters_wait_out_a_pause_made_in_another_process() {
     booked_waiters_wait_out_a_pause("keyed elsewhere").await;
 }
 
-/// As [`booked_waiters_wait_out_a_pause`], for every algorithm, with one token per 100 ms
+/// As [`booked_waiters_wait_out_a_pause`], for every algorithm, with one token per 200 ms
 /// (so that the windows book their turns too), paused here and from another process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn booked_waiters_of_every_algorithm_wait_out_a_pause() {
     use tower_throttle::{Algorithm, Bucket};
-    let quota = Quota::new(1, Duration::from_millis(100));
+    let quota = Quota::new(1, Duration::from_millis(200));
     for algorithm in [
         Algorithm::TokenBucket,
         Algorithm::leaky_bucket(64),
@@ -829,7 +910,7 @@ async fn booked_waiters_of_every_algorithm_wait_out_a_pause() {
         Algorithm::SlidingWindow,
         Algorithm::SlidingLog,
     ] {
-        for elsewhere in [false, true] {
+        let case = |elsewhere: bool| async move {
             let prefix = unique_prefix("booked-pause-algorithm");
             let handle = || async {
                 RedisBucket::builder(quota)
@@ -842,35 +923,20 @@ async fn booked_waiters_of_every_algorithm_wait_out_a_pause() {
                     .unwrap()
             };
             let (here, other) = (Bucket::from(handle().await), Bucket::from(handle().await));
-            let start = Instant::now();
-            let waiters: Vec<_> = (0..6)
-                .map(|_| {
-                    let bucket = here.clone();
-                    tokio::spawn(async move {
-                        bucket.acquire(1).await.unwrap();
-                        start.elapsed()
-                    })
-                })
-                .collect();
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            let paused = start.elapsed();
-            let cooldown = Duration::from_secs(1);
-            if elsewhere {
-                other.pause(cooldown);
-            } else {
-                here.pause(cooldown);
-            }
-            let mut at = Vec::new();
-            for w in waiters {
-                at.push(w.await.unwrap());
-            }
-            // Those due before the pause (0 and 100 ms at most) went; the others after it.
-            let end = paused + cooldown - Duration::from_millis(10);
-            let before = at.iter().filter(|t| **t < end).count();
-            assert!(
-                before <= 2,
-                "{algorithm:?}, elsewhere {elsewhere}: admitted at {at:?}, paused at {paused:?}"
-            );
-        }
+            let waiter = || {
+                let bucket = here.clone();
+                async move { bucket.acquire(1).await.unwrap() }
+            };
+            let pause = async {
+                if elsewhere {
+                    other.pause(COOLDOWN);
+                } else {
+                    here.pause(COOLDOWN);
+                }
+            };
+            let what = format!("{algorithm:?}, elsewhere {elsewhere}");
+            assert_waiters_wait_out_a_pause(&what, quota.interval(), waiter, pause).await;
+        };
+        tokio::join!(case(false), case(true));
     }
 }

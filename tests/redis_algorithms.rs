@@ -475,7 +475,12 @@ async fn leaky_bucket_spaces_admissions_across_processes() {
         let gap = pair[1].received - pair[0].sent;
         assert!(gap >= 39_000, "two admissions {gap} µs apart");
     }
-    assert!((22..=27).contains(&admitted.len()), "{}", admitted.len());
+    // One per 40 ms over the span the decisions fell in (about 25 in the second hammered);
+    // at least half of that: a loaded machine hammers slower.
+    let (first, last) = (admitted[0], admitted[admitted.len() - 1]);
+    let most = 1 + (last.received - first.sent) / 40_000;
+    let n = admitted.len() as u64;
+    assert!((12..=most).contains(&n), "{n} admitted, at most {most}");
 }
 
 #[tokio::test]
@@ -708,43 +713,57 @@ async fn every_write_carries_a_ttl_and_a_lost_ttl_comes_back() {
     let mut conn = raw(&redis_url()).await;
     let quota = Quota::new(3, Duration::from_millis(400)).burst(3);
     for algorithm in ALL {
-        let prefix = unique_prefix("ttl");
-        let a = handle(&prefix, quota, algorithm).await;
-        if algorithm.is_window() {
-            // Early in a window (Redis clock): B's refusal below falls in A's window.
-            align(&mut conn, 400_000, 5_000).await;
-        }
-        let key = a.redis_key().to_owned();
         // Longest state: a window past the next one (sliding), a pause of 300 ms; with the
         // pause of 500 ms below, two windows past it (the fixed window's ramp).
         let max = 2 * 400 + 300 + 2;
         let max_paused = 2 * 400 + 500 + 2;
-        // The leaky bucket takes all three at once: they drain over 400 ms, and B's refusal
-        // below comes well within them (and the pause, longer, still sets its TTL).
-        let first = if algorithm == LEAKY { 3 } else { 1 };
-        a.try_acquire(first).await.unwrap();
-        assert_ttls(&mut conn, &key, max, &format!("{algorithm:?} admission")).await;
-        let n = if algorithm == LEAKY { 1 } else { 2 };
-        let _ = a.try_acquire(n).await;
-        let _ = a.try_acquire(3).await;
-        assert_ttls(&mut conn, &key, max, &format!("{algorithm:?} refusal")).await;
-        for k in [key.clone(), format!("{key}:log")] {
-            let _: () = redis::cmd("PERSIST")
-                .arg(&k)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-        }
-        // A new handle (no local knowledge) is refused by Redis, which repairs the TTL.
-        let b = handle(&prefix, quota, algorithm).await;
-        let _ = wait_of(b.try_acquire(3).await);
-        assert_ttls(
-            &mut conn,
-            &key,
-            max,
-            &format!("{algorithm:?} refusal repair"),
-        )
-        .await;
+        // B's refusal below must fall in A's window (or, for the buckets, before they
+        // drained): a start in which it did not (a stalled machine: B is admitted) is
+        // dropped, and the test starts over on a fresh key.
+        let mut starts = 0;
+        let (a, key) = loop {
+            starts += 1;
+            assert!(starts <= STARTS, "{algorithm:?}: B was never refused");
+            let prefix = unique_prefix("ttl");
+            let a = handle(&prefix, quota, algorithm).await;
+            if algorithm.is_window() {
+                // Early in a window (Redis clock).
+                align(&mut conn, 400_000, 5_000).await;
+            }
+            let key = a.redis_key().to_owned();
+            // The leaky bucket takes all three at once: they drain over 400 ms, and B's
+            // refusal below comes well within them (and the pause, longer, still sets its
+            // TTL).
+            let first = if algorithm == LEAKY { 3 } else { 1 };
+            a.try_acquire(first).await.unwrap();
+            assert_ttls(&mut conn, &key, max, &format!("{algorithm:?} admission")).await;
+            let n = if algorithm == LEAKY { 1 } else { 2 };
+            let _ = a.try_acquire(n).await;
+            let _ = a.try_acquire(3).await;
+            assert_ttls(&mut conn, &key, max, &format!("{algorithm:?} refusal")).await;
+            for k in [key.clone(), format!("{key}:log")] {
+                let _: () = redis::cmd("PERSIST")
+                    .arg(&k)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            // A new handle (no local knowledge) is refused by Redis, which repairs the TTL.
+            let b = handle(&prefix, quota, algorithm).await;
+            let refused = b.try_acquire(3).await;
+            if refused.is_ok() {
+                continue;
+            }
+            let _ = wait_of(refused);
+            assert_ttls(
+                &mut conn,
+                &key,
+                max,
+                &format!("{algorithm:?} refusal repair"),
+            )
+            .await;
+            break (a, key);
+        };
         let paused = redis_now_us(&mut conn).await;
         a.pause(Duration::from_millis(500)).await.unwrap();
         assert_ttls(&mut conn, &key, max_paused, &format!("{algorithm:?} pause")).await;

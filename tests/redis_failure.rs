@@ -2,8 +2,8 @@
 //! (connections stay open, nothing answers: every call runs into its timeout).
 //!
 //! - `Closed`: waiting callers — the head of the line and those queued behind it — get a
-//!   typed error within the timeout (+ 100 ms), through `Bucket::acquire` and through the
-//!   waiting layer; never a polling loop.
+//!   typed error within the timeout (and less than a second timeout more), through
+//!   `Bucket::acquire` and through the waiting layer; never a polling loop.
 //! - One transient failure fails one call: the next decision is Redis's again.
 //! - A run of failures does open the breaker: calls skip Redis until the probe.
 #![cfg(feature = "redis")]
@@ -19,8 +19,10 @@ use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind};
 use tower_throttle::{BoxError, Bucket, Denied, Quota, RateLimitLayer};
 
-const TIMEOUT: Duration = Duration::from_millis(200);
-const SLACK: Duration = Duration::from_millis(100);
+const TIMEOUT: Duration = Duration::from_millis(500);
+/// Scheduling slack on a loaded machine: generous, but short of a second timeout (a caller
+/// in line asking Redis again after the head of the line failed).
+const SLACK: Duration = Duration::from_millis(400);
 
 async fn bucket(url: &str, key: &str, probe: Duration) -> RedisBucket {
     RedisBucket::builder(Quota::per_second(10).burst(5))
@@ -132,7 +134,8 @@ async fn a_run_of_failures_skips_redis_until_the_probe() {
         redis_kind(redis.try_acquire(1).await),
         RedisErrorKind::Unavailable
     );
-    assert!(t0.elapsed() < Duration::from_millis(20), "answered at once");
+    // (No timeout waited for: well within half of one, however slow the machine.)
+    assert!(t0.elapsed() < TIMEOUT / 2, "answered at once");
     assert_eq!(redis.stats().round_trips, trips, "Redis skipped");
     server.signal("CONT");
 

@@ -17,14 +17,18 @@ use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
 
 /// A separate Redis client on the shared key: what another process would build.
 async fn process(prefix: &str, quota: Quota) -> Bucket {
-    let redis = RedisBucket::builder(quota)
+    Bucket::from(redis_process(prefix, quota).await)
+}
+
+/// [`process`], as the Redis bucket it is made from.
+async fn redis_process(prefix: &str, quota: Quota) -> RedisBucket {
+    RedisBucket::builder(quota)
         .url(redis_url())
         .key_prefix(prefix)
         .key("api")
         .build()
         .await
-        .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
-    Bucket::from(redis)
+        .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,7 +72,9 @@ async fn rate_limit_layers_of_two_processes_share_one_redis_limit() {
 async fn a_429_seen_by_one_process_holds_the_other() {
     let prefix = unique_prefix("pause");
     let quota = Quota::per_second(100).burst(10);
-    let (a, b) = (process(&prefix, quota).await, process(&prefix, quota).await);
+    let a = redis_process(&prefix, quota).await;
+    let key = a.redis_key().to_owned();
+    let (a, b) = (Bucket::from(a), process(&prefix, quota).await);
     // Process A's server refuses with Retry-After: 2; A returns the 429 (no retries here).
     let api = service_fn(|_req: Request<String>| async {
         let mut resp = Response::new(String::new());
@@ -81,22 +87,30 @@ async fn a_429_seen_by_one_process_holds_the_other() {
         .layer(RetryAfterLayer::new(a.clone()).max_retries(0))
         .layer(RateLimitLayer::new(a))
         .service(api);
+    // The pause is made after `sent`: it ends 2 s after it, or later.
+    let sent = Instant::now();
     let resp = client_a.oneshot(Request::new(String::new())).await.unwrap();
-    let refused_at = Instant::now();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
 
-    // Process B never saw the 429. The pause reaches Redis asynchronously; give that write
-    // a moment, then B's next request must wait for the end of A's cooldown.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Process B never saw the 429. The pause reaches Redis asynchronously: once it is there
+    // (the state ends more than a second ahead, which at 100/s only a pause does), B's next
+    // request must wait for the end of A's cooldown.
+    let mut conn = redis_support::raw(&redis_url()).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while redis_support::inspect(&mut conn, &key).await.1 < 1_000_000 {
+        assert!(Instant::now() < deadline, "the pause never reached Redis");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let mut svc_b =
         RateLimitLayer::new(b).layer(service_fn(|()| async { Ok::<_, Infallible>(()) }));
     svc_b.ready().await.unwrap();
-    let held = refused_at.elapsed();
+    let held = sent.elapsed();
     assert!(
-        held >= Duration::from_millis(1_950),
+        held >= Duration::from_millis(1_990),
         "process B went after {held:?}, inside A's 2 s cooldown"
     );
-    assert!(held < Duration::from_secs(3), "{held:?}");
+    // Held no longer than the cooldown, give or take a slow machine.
+    assert!(held < Duration::from_secs(4), "{held:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -341,7 +341,8 @@ async fn an_outage_lowers_the_shared_rate_once_on_redis() {
         let learned = learned.unwrap();
         assert!(learned >= 0.99 * 20.0, "{learned}");
     }
-    // About one request per process per cooldown, plus those in flight at the first
-    // (booked before the pause, they went inside it: 16 to 18).
+    // One refusal per cooldown across both processes (the pause is shared, and waiters
+    // booked before it book again after it): 3 in the 3 s outage. Up to 10: a process that
+    // hears of a pause late (a loaded machine) may send one more each time.
     assert!(refused <= 10, "{refused}");
 }

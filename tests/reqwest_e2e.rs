@@ -2,6 +2,8 @@
 //! `reqwest::Client` under the tower layers — against real axum servers.
 #![cfg(feature = "reqwest")]
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
+use support::Departures;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::reqwest::{RateLimitMiddleware, RetryAfterMiddleware};
 use tower_throttle::retry_after::{Failure, Jitter, RetryInfo};
@@ -129,34 +132,13 @@ fn info(resp: &reqwest::Response) -> RetryInfo {
     *resp.extensions().get::<RetryInfo>().expect("no RetryInfo")
 }
 
-/// Asserts that no request arrived while a cooldown the server announced was running.
-///
-/// Requests already on the wire when a 429 was sent may land just after it; loopback delivers
-/// those within a few milliseconds.
-fn assert_quiet_during_cooldowns(log: &[Arrival]) {
-    const ON_THE_WIRE: Duration = Duration::from_millis(15);
-    for refused in log.iter().filter(|a| a.retry_after.is_some()) {
-        let end = refused.at + refused.retry_after.unwrap();
-        let during: Vec<_> = log
-            .iter()
-            .map(|a| a.at)
-            .filter(|t| *t > refused.at + ON_THE_WIRE && *t < end)
-            .collect();
-        assert!(
-            during.is_empty(),
-            "arrived during the cooldown {:?}..{end:?}: {during:?}",
-            refused.at
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_middleware_tasks_all_succeed_and_none_reaches_the_server_in_a_cooldown() {
     // The server allows 40/s with bursts of 15; the client is configured ten times as fast
     // (its ramp starts at 180/s), so the server pushes back, and the client must hold
     // everyone for each cooldown.
     let server = Server::with_quota(Quota::per_second(40).burst(15)).await;
-    let bucket = Bucket::new(Quota::per_second(400).burst(5));
+    let (bucket, departures) = Departures::bucket(Quota::per_second(400).burst(5));
     let client = middleware_client(&bucket, no_jitter(&bucket).max_retries(10));
 
     let tasks: Vec<_> = (0..50)
@@ -179,7 +161,11 @@ async fn fifty_middleware_tasks_all_succeed_and_none_reaches_the_server_in_a_coo
         "the server never pushed back: nothing was tested"
     );
     assert_eq!(log.len(), ok + refused);
-    assert_quiet_during_cooldowns(&log);
+    // Measured where requests leave the limiter (a request on the wire when a 429 came may
+    // reach the server later, however late a loaded machine delivers it): nothing left
+    // during a cooldown, but those admitted just before it (noted up to 100 ms late).
+    let pauses = departures.assert_quiet_during_pauses(Duration::from_millis(100));
+    assert!(pauses > 0, "the client never paused");
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response};
-use support::settle;
+use support::{aligned, settle};
 use tokio::time::{advance, Instant};
 use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
@@ -46,16 +46,12 @@ fn algorithms() -> Vec<(&'static str, Bucket, Bound)> {
             |t| 10 + t + 1,
         ),
         // Up to twice the count across a boundary.
-        (
-            "sliding",
-            Bucket::with_algorithm(window, Algorithm::SlidingWindow),
-            |t| 20 + t + 1,
-        ),
-        (
-            "fixed",
-            Bucket::with_algorithm(window, Algorithm::FixedWindow),
-            |t| 20 + t + 1,
-        ),
+        ("sliding", aligned(window, Algorithm::SlidingWindow), |t| {
+            20 + t + 1
+        }),
+        ("fixed", aligned(window, Algorithm::FixedWindow), |t| {
+            20 + t + 1
+        }),
     ]
 }
 

@@ -47,8 +47,10 @@
 ///
 /// **Fixed windows** are aligned to multiples of the period since the UNIX epoch (a
 /// one-minute window resets on the minute), or to an instant of your choice
-/// ([`BucketBuilder::window_origin`](super::BucketBuilder::window_origin)). A client can take `count` at the end of one window
-/// and `count` again at the start of the next: up to twice the limit across a boundary.
+/// ([`BucketBuilder::window_origin`](super::BucketBuilder::window_origin),
+/// [`KeyedBucketBuilder::window_origin`](crate::keyed::KeyedBucketBuilder::window_origin)).
+/// A client can take `count` at the end of one window and `count` again at the start of the
+/// next: up to twice the limit across a boundary.
 ///
 /// **Sliding window** (approximate) admits when `previous · (1 − f) + current + cost ≤ count`,
 /// where `f` is the elapsed fraction of the current aligned window: the previous window's count

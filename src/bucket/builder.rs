@@ -125,16 +125,7 @@ impl BucketBuilder {
 
     /// The bucket, full.
     pub fn build(self) -> Bucket {
-        let align = self.window_origin.map_or(Align::Epoch, |origin| {
-            let now = tokio::time::Instant::now();
-            let ahead = |a: tokio::time::Instant, b| i128::try_from(a.duration_since(b).as_nanos());
-            let offset = if origin >= now {
-                ahead(origin, now).unwrap_or(i128::MAX / 4)
-            } else {
-                -ahead(now, origin).unwrap_or(i128::MAX / 4)
-            };
-            Align::At(i128::from(self.clock.now_ns()) + offset)
-        });
+        let align = Align::new(self.window_origin, &self.clock);
         Bucket::from_parts(
             Shared::new(
                 self.quota,

@@ -49,7 +49,7 @@ pub(crate) use self::remote::{Outcome, Remote, RemoteAcquire, RemoteDecision, Re
 pub(crate) use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
 pub(crate) use self::window::{carried as sliding_carried, fits as sliding_fits};
-pub(crate) use self::window::{epoch_phase, Log, Window};
+pub(crate) use self::window::{Align, Log, Window};
 use crate::adaptive::{Adaptive, Control};
 #[allow(deprecated)]
 pub use crate::denied::AcquireError;

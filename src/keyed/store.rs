@@ -15,7 +15,7 @@ use super::log::LogRule;
 use super::remote::RemoteKeys;
 use super::rule::{Admit, Rule};
 use super::window::WindowRule;
-use crate::bucket::Clock;
+use crate::bucket::{Align, Clock};
 use crate::{Algorithm, Denied, ExceedsBurst, Quota, Snapshot, Throttled, Undecided};
 
 /// The default cap on tracked keys.
@@ -138,6 +138,8 @@ pub struct KeyedBucketBuilder<K> {
     shards: Option<usize>,
     clock: Clock,
     algorithm: Algorithm,
+    /// Where window boundaries fall: `None` for the UNIX epoch.
+    window_origin: Option<Instant>,
     remote: Option<RemoteKeys<K>>,
     _key: PhantomData<fn() -> K>,
 }
@@ -154,6 +156,32 @@ impl<K> KeyedBucketBuilder<K> {
     /// [the costs per key](KeyedBucket#algorithms).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
+        self
+    }
+
+    /// Align the windows of [`FixedWindow`](Algorithm::FixedWindow) or
+    /// [`SlidingWindow`](Algorithm::SlidingWindow) keys to `origin`: boundaries at
+    /// `origin + k·period` instead of multiples of the period since the UNIX epoch, for every
+    /// key, as [`BucketBuilder::window_origin`](crate::BucketBuilder::window_origin) does for
+    /// one bucket. Other algorithms ignore it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{Algorithm, KeyedBucket, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let keys: KeyedBucket<u64> = KeyedBucket::builder(Quota::per_second(2))
+    ///     .algorithm(Algorithm::FixedWindow)
+    ///     .window_origin(tokio::time::Instant::now())
+    ///     .build();
+    /// keys.try_acquire(&7, 2).unwrap();
+    /// // The window ends exactly one period after the origin.
+    /// assert_eq!(keys.snapshot(&7).full_in, Duration::from_secs(1));
+    /// # }
+    /// ```
+    pub fn window_origin(mut self, origin: Instant) -> Self {
+        self.window_origin = Some(origin);
         self
     }
 
@@ -192,7 +220,8 @@ impl<K> KeyedBucketBuilder<K> {
         let (quota, algorithm) = (self.quota, self.algorithm);
         let engine = match algorithm {
             Algorithm::FixedWindow | Algorithm::SlidingWindow => {
-                let rule = WindowRule::new(quota, algorithm, self.clock.now_ns());
+                let align = Align::new(self.window_origin, &self.clock);
+                let rule = WindowRule::new(quota, algorithm, align, self.clock.now_ns());
                 Engine::Window(Core::new(rule, shards, shard_max))
             }
             Algorithm::SlidingLog => Engine::Log(Core::new(LogRule::new(quota), shards, shard_max)),
@@ -247,6 +276,7 @@ where
             shards: None,
             clock: Clock::tokio(),
             algorithm: Algorithm::TokenBucket,
+            window_origin: None,
             remote: None,
             _key: PhantomData,
         }
@@ -463,6 +493,7 @@ impl<K> fmt::Debug for KeyedBucketBuilder<K> {
             .field("quota", &self.quota)
             .field("max_keys", &self.max_keys)
             .field("shards", &self.shards)
+            .field("window_origin", &self.window_origin)
             .finish_non_exhaustive()
     }
 }

@@ -1,9 +1,10 @@
 //! Fixed and sliding windows for one key, in 16 bytes.
 //!
-//! Windows are aligned to multiples of the quota's period since the UNIX epoch, as for a
-//! [`Bucket`](crate::Bucket). Because a key's requests are admitted in arrival order, a key
-//! only ever commits to its latest window or a later one, so its state is that window and
-//! two counts: tokens in the window (`cur`) and in the one before it (`prev`).
+//! Windows are aligned to multiples of the quota's period since the UNIX epoch, or to the
+//! origin the builder was given, as for a [`Bucket`](crate::Bucket). Because a key's
+//! requests are admitted in arrival order, a key only ever commits to its latest window or a
+//! later one, so its state is that window and two counts: tokens in the window (`cur`) and
+//! in the one before it (`prev`).
 //!
 //! The state is stored as the instant it stops mattering (the end of the window for a fixed
 //! window, the end of the next one for a sliding window, whose estimate still carries the
@@ -12,7 +13,7 @@
 use std::num::NonZeroU64;
 
 use super::rule::{Admit, Rule, Slot, View};
-use crate::bucket::{epoch_phase, sliding_carried, sliding_fits};
+use crate::bucket::{sliding_carried, sliding_fits, Align};
 use crate::{Algorithm, Quota};
 
 /// A key's windows.
@@ -53,9 +54,10 @@ struct Counts {
 }
 
 impl WindowRule {
-    pub(crate) fn new(quota: Quota, algorithm: Algorithm, now: u64) -> Self {
+    /// Windows whose boundaries fall as `align` says, `now` being the clock's reading.
+    pub(crate) fn new(quota: Quota, algorithm: Algorithm, align: Align, now: u64) -> Self {
         let width = quota.period_ns();
-        Self::with_phase(quota, algorithm, epoch_phase(width, now))
+        Self::with_phase(quota, algorithm, align.phase(width, now))
     }
 
     fn with_phase(quota: Quota, algorithm: Algorithm, phase: u64) -> Self {

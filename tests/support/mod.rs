@@ -9,7 +9,16 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tower_throttle::Quota;
+use tower_throttle::{Algorithm, Bucket, Quota};
+
+/// A bucket of `algorithm` whose windows start now (not at the wall clock's period
+/// boundary), so that no result depends on when the test runs.
+pub fn aligned(quota: Quota, algorithm: Algorithm) -> Bucket {
+    Bucket::builder(quota)
+        .algorithm(algorithm)
+        .window_origin(Instant::now())
+        .build()
+}
 
 /// Checks the rate invariant over every window spanned by two admissions:
 /// tokens admitted in `[t_i, t_j]` ≤ `burst + (t_j − t_i) / interval`.
@@ -169,5 +178,58 @@ pub fn assert_fifo(entries: &[(Duration, u32, usize)]) {
             w[0].2,
             w[1].2
         );
+    }
+}
+
+/// A bucket's observer that notes when each request left the limiter (the instant the
+/// bucket admitted it) and each pause the bucket made (its start and end, exact).
+#[derive(Debug, Default)]
+pub struct Departures {
+    bucket: std::sync::OnceLock<Bucket>,
+    admitted: std::sync::Mutex<Vec<Instant>>,
+    pauses: std::sync::Mutex<Vec<(Instant, Instant)>>,
+}
+
+impl Departures {
+    /// A bucket of `quota` and the departures it notes.
+    pub fn bucket(quota: Quota) -> (Bucket, Arc<Departures>) {
+        let departures = Arc::new(Departures::default());
+        let bucket = Bucket::builder(quota).observer(departures.clone()).build();
+        departures.bucket.set(bucket.clone()).unwrap();
+        (bucket, departures)
+    }
+
+    /// Assert that no request left the limiter during a pause, from `slack` after it began
+    /// (an admission decided just before it is noted a moment later) until it ended; the
+    /// number of pauses.
+    pub fn assert_quiet_during_pauses(&self, slack: Duration) -> usize {
+        let admitted = self.admitted.lock().unwrap();
+        let pauses = self.pauses.lock().unwrap();
+        for &(start, end) in pauses.iter() {
+            let during: Vec<_> = admitted
+                .iter()
+                .filter(|t| **t >= start + slack && **t < end)
+                .map(|t| t.duration_since(start))
+                .collect();
+            assert!(
+                during.is_empty(),
+                "left the limiter during a pause of {:?}, after {during:?}",
+                end - start
+            );
+        }
+        pauses.len()
+    }
+}
+
+impl tower_throttle::observe::Observer for Departures {
+    fn admitted(&self, _tokens: u32, _waited: Duration) {
+        self.admitted.lock().unwrap().push(Instant::now());
+    }
+
+    fn paused(&self, cooldown: Duration) {
+        let bucket = self.bucket.get().expect("the bucket is set when built");
+        if let Some(end) = bucket.snapshot().paused_until {
+            self.pauses.lock().unwrap().push((end - cooldown, end));
+        }
     }
 }

@@ -15,6 +15,8 @@ pub(crate) use self::log::Log;
 pub(crate) use self::ramp::Ramp;
 pub(crate) use self::sliding::{carried, fits, Sliding};
 
+use super::Clock;
+
 /// A window model. Times are nanoseconds on the bucket's clock.
 pub(crate) trait Window: Send + std::fmt::Debug {
     /// The earliest instant `≥ not_before` at which `tokens` fit (`tokens ≤ limit`).
@@ -66,6 +68,21 @@ pub(crate) enum Align {
 }
 
 impl Align {
+    /// Boundaries at `origin` and every period from it, or at multiples of the period since
+    /// the UNIX epoch (`None`), on `clock`.
+    pub(crate) fn new(origin: Option<tokio::time::Instant>, clock: &Clock) -> Self {
+        origin.map_or(Align::Epoch, |origin| {
+            let now = tokio::time::Instant::now();
+            let ahead = |a: tokio::time::Instant, b| i128::try_from(a.duration_since(b).as_nanos());
+            let offset = if origin >= now {
+                ahead(origin, now).unwrap_or(i128::MAX / 4)
+            } else {
+                -ahead(now, origin).unwrap_or(i128::MAX / 4)
+            };
+            Align::At(i128::from(clock.now_ns()) + offset)
+        })
+    }
+
     /// The offset `phase` of the boundaries: they fall where `(t + phase) % width == 0`.
     pub(crate) fn phase(self, width: u64, clock_now: u64) -> u64 {
         match self {
