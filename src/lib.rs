@@ -90,8 +90,8 @@
 //! 2. **Shared**: clones share one bucket; a layer applied to many services shares one bucket.
 //! 3. **Pause**: after [`Bucket::pause`]`(d)` nothing is admitted for `d`, waiters included;
 //!    then admission restarts from an empty bucket (no burst at the end of a cooldown).
-//!    Repeated push-back ([`Bucket::push_back`]) also lowers the rate, never above the
-//!    configured one ([`adaptive`]).
+//!    A push-back reported to [`Bucket::feedback`] also lowers the rate, never above the
+//!    configured one, which holds until then ([`adaptive`]).
 //! 4. **Retry-After is a floor**: a retry never goes out before the server's cooldown; jitter
 //!    only adds; a cooldown above [`RetryAfterLayer::max_retry_after`] returns the response.
 //! 5. **Fair, quiet, drift-free waiting**: first come, first served; each waiter is woken once,
@@ -152,7 +152,7 @@ pub mod retry_after;
 
 #[allow(deprecated)]
 pub use crate::bucket::AcquireError;
-pub use crate::bucket::{Acquire, Algorithm, Bucket, BucketBuilder, Snapshot};
+pub use crate::bucket::{Acquire, Algorithm, Bucket, BucketBuilder, Feedback, Sent, Snapshot};
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
 pub use crate::keyed::KeyedBucket;
 pub use crate::quota::{Quota, QuotaError};

@@ -181,6 +181,77 @@ fn rate_between(ok: &[Duration], from: Duration, to: Duration) -> f64 {
     n as f64 / (to - from).as_secs_f64()
 }
 
+/// A configured rate holds from the first request: under `RetryAfterLayer`, with 16 workers
+/// and a server that never pushes back, every request goes at the configured schedule (one
+/// every 10 ms), and the rate never moves.
+#[tokio::test(start_paused = true)]
+async fn a_configured_rate_holds_from_the_first_request_until_a_push_back() {
+    let server = StandIn::new(10_000);
+    let quota = Quota::per_second(100).burst(1);
+    let bucket = Bucket::new(quota);
+    let rates = {
+        let bucket = bucket.clone();
+        tokio::spawn(async move {
+            let mut rates = Vec::new();
+            for _ in 0..2_000 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                rates.push(bucket.rate());
+            }
+            rates
+        })
+    };
+    server.run(&bucket, 500, 16, Duration::from_millis(2)).await;
+    let rates = rates.await.unwrap();
+    assert!(rates.iter().all(|r| *r == 100.0), "{rates:?}");
+    let seen = server.seen();
+    assert!(seen.refused.is_empty());
+    let schedule: Vec<Duration> = (0..500)
+        .map(|k| Duration::from_millis(2 + 10 * k))
+        .collect();
+    assert_eq!(seen.ok, schedule);
+    assert_eq!(bucket.rate(), 100.0);
+    assert_eq!(bucket.learned_rate(), None);
+    assert_eq!(bucket.effective_quota(), quota);
+}
+
+/// Opted into, the ramp starts with the first request sent, at 45 % of the configured rate,
+/// and each success raises it 4 %: against a server that allows the configured rate it is
+/// back at it after 21 successes, having lost about 11 intervals once.
+#[tokio::test(start_paused = true)]
+async fn the_ramp_when_opted_into_starts_at_45_percent_and_comes_back() {
+    let server = StandIn::new(10_000);
+    let quota = Quota::per_second(100).burst(1);
+    let bucket = Bucket::builder(quota).ramp().build();
+    assert_eq!(bucket.rate(), 100.0);
+    let first = {
+        let bucket = bucket.clone();
+        // After the first request went, before its answer (2 ms later).
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            bucket.rate()
+        })
+    };
+    server.run(&bucket, 200, 16, Duration::from_millis(2)).await;
+    assert_eq!(first.await.unwrap(), 45.0);
+    let seen = server.seen();
+    assert!(seen.refused.is_empty());
+    let gaps: Vec<Duration> = seen.ok.windows(2).map(|w| w[1] - w[0]).collect();
+    // The first gap at 45/s (22.2 ms, on the timer's millisecond ticks), the steps of the
+    // ramp longer than the configured interval, then the configured interval.
+    let ms = Duration::from_millis;
+    assert!((ms(21)..=ms(23)).contains(&gaps[0]), "{gaps:?}");
+    assert!(gaps[..19].iter().all(|g| *g > ms(10)), "{gaps:?}");
+    assert!(gaps[25..].iter().all(|g| *g == ms(10)), "{gaps:?}");
+    let lost = seen.ok[199] - Duration::from_millis(2 + 199 * 10);
+    println!("the ramp lost {lost:?}");
+    assert!(
+        (Duration::from_millis(80)..=Duration::from_millis(150)).contains(&lost),
+        "{lost:?}"
+    );
+    assert_eq!(bucket.rate(), 100.0);
+    assert_eq!(bucket.learned_rate(), None);
+}
+
 #[tokio::test(start_paused = true)]
 async fn configured_at_twice_the_hidden_rate_finishes_within_120_percent_of_ideal() {
     // Each push-back costs a whole second of cooldown: 15 s of requests at the hidden rate
@@ -235,7 +306,10 @@ async fn a_request_delayed_on_its_way_costs_its_cooldown_not_the_rate() {
     // 12 % below where it was.
     let server = StandIn::new(50);
     *server.strays.lock().unwrap() = [26, 15, 4].map(Duration::from_secs).to_vec();
-    let bucket = Bucket::new(Quota::per_second(100).burst(1));
+    // The ramp finds the server's rate with one push-back.
+    let bucket = Bucket::builder(Quota::per_second(100).burst(1))
+        .ramp()
+        .build();
     let (learned, rate) = {
         let shared = bucket.clone();
         let probe = tokio::spawn(async move {
@@ -271,7 +345,9 @@ async fn configured_right_a_delayed_request_holds_just_below_the_ceiling_not_at_
     // ceiling would guess half of it and verify upwards for seconds.
     let server = StandIn::new(50);
     *server.strays.lock().unwrap() = vec![Duration::from_secs(5)];
-    let bucket = Bucket::new(Quota::per_second(50).burst(1));
+    let bucket = Bucket::builder(Quota::per_second(50).burst(1))
+        .ramp()
+        .build();
     server
         .run(&bucket, 50 * 15, 16, Duration::from_millis(2))
         .await;
@@ -294,7 +370,9 @@ async fn configured_right_a_server_that_halves_its_rate_is_followed() {
     // first refusal is read as a request delayed on its way (just below the ceiling); the
     // next ones, right after the pause, follow the server down.
     let server = StandIn::new(50);
-    let bucket = Bucket::new(Quota::per_second(50).burst(1));
+    let bucket = Bucket::builder(Quota::per_second(50).burst(1))
+        .ramp()
+        .build();
     let halve = server.set_rate_at(Duration::from_secs(10), 25);
     server
         .run(&bucket, 50 * 10 + 25 * 20, 16, Duration::from_millis(2))
@@ -342,11 +420,16 @@ async fn push_backs_with_no_success_in_the_last_second_halve_the_rate_not_floor_
     // second one half of that, instead of the floor (one token an hour).
     let bucket = Bucket::new(Quota::per_second(100).burst(1));
     tokio::time::sleep(Duration::from_secs(2)).await;
-    bucket.push_back(Duration::from_millis(10));
+    bucket
+        .feedback()
+        .sending()
+        .pushed_back(Duration::from_millis(10), None);
     assert_eq!(bucket.learned_rate(), Some(50.0));
     assert_eq!(bucket.rate(), 48.0);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    bucket.push_back(Duration::from_secs(1));
+    // Two requests sent together after the pause (the first one alone would test no rate).
+    let (refused, _other) = (bucket.feedback().sending(), bucket.feedback().sending());
+    refused.pushed_back(Duration::from_secs(1), None);
     assert_eq!(bucket.learned_rate(), Some(24.0));
     assert!((bucket.rate() - 23.04).abs() < 1e-9, "{}", bucket.rate());
 }
@@ -459,8 +542,8 @@ async fn refusals_answered_before_the_successes_still_lower_the_rate() {
     assert!(seen.refused.len() <= 3, "{:?}", seen.refused);
 }
 
-/// A push-back on the very first request (no rate tested yet) is a first push-back at the
-/// configured rate: the guess is half of it, whatever the ramp started at.
+/// With the ramp, a push-back on the very first request (no rate tested yet) is a first
+/// push-back at the configured rate: the guess is half of it, whatever the ramp started at.
 #[tokio::test(start_paused = true)]
 async fn a_push_back_on_the_first_request_guesses_half_the_configured_rate() {
     let calls = Arc::new(AtomicU64::new(0));
@@ -479,7 +562,9 @@ async fn a_push_back_on_the_first_request_guesses_half_the_configured_rate() {
             }
         })
     };
-    let bucket = Bucket::new(Quota::per_second(100).burst(1));
+    let bucket = Bucket::builder(Quota::per_second(100).burst(1))
+        .ramp()
+        .build();
     let mut client = ServiceBuilder::new()
         .layer(RetryAfterLayer::new(bucket.clone()).retry_after_jitter(Duration::ZERO))
         .layer(RateLimitLayer::new(bucket.clone()))
@@ -504,7 +589,9 @@ async fn a_push_back_on_the_first_request_guesses_half_the_configured_rate() {
 async fn a_configured_burst_goes_at_once_and_the_ramp_ends_at_the_configured_rate() {
     let mut server = StandIn::new(1_000);
     server.burst = 20;
-    let bucket = Bucket::new(Quota::per_second(100).burst(10));
+    let bucket = Bucket::builder(Quota::per_second(100).burst(10))
+        .ramp()
+        .build();
     let start = Instant::now();
     server.run(&bucket, 200, 16, Duration::from_millis(2)).await;
     assert_eq!(bucket.rate(), 100.0);
@@ -520,7 +607,8 @@ async fn a_configured_burst_goes_at_once_and_the_ramp_ends_at_the_configured_rat
     assert!(took <= Duration::from_millis(1_950), "{took:?}");
 }
 
-/// The ramp of a configured rate starts with the first request sent, not with its answer,
+/// The ramp of a configured rate (opted into) starts with the first request sent, not with
+/// its answer,
 /// and brackets the limit by the rates the requests went at: with answers slower than the
 /// interval (several requests in flight), a client configured at twice a server without a
 /// burst still needs a single cooldown.
@@ -528,7 +616,9 @@ async fn a_configured_burst_goes_at_once_and_the_ramp_ends_at_the_configured_rat
 async fn the_ramp_brackets_the_limit_with_answers_slower_than_the_interval() {
     for latency in [2, 15, 40, 100] {
         let server = StandIn::new(50);
-        let bucket = Bucket::new(Quota::per_second(100).burst(1));
+        let bucket = Bucket::builder(Quota::per_second(100).burst(1))
+            .ramp()
+            .build();
         let start = Instant::now();
         server
             .run(&bucket, 750, 16, Duration::from_millis(latency))
@@ -844,7 +934,7 @@ async fn a_push_back_after_set_quota_lowers_the_rate_below_the_new_ceiling() {
     bucket.set_quota(Quota::per_second(40).burst(1));
     assert_eq!(bucket.rate(), 40.0);
     let cooldown = Duration::from_millis(200);
-    bucket.push_back(cooldown);
+    bucket.feedback().sending().pushed_back(cooldown, None);
     assert_eq!(bucket.rate(), 19.2);
     assert_eq!(bucket.learned_rate(), Some(20.0));
     tokio::time::advance(cooldown).await;
@@ -854,7 +944,7 @@ async fn a_push_back_after_set_quota_lowers_the_rate_below_the_new_ceiling() {
     assert_eq!(wait.as_nanos().div_ceil(1000), 52_084);
     for _ in 0..10_000 {
         tokio::time::advance(Duration::from_millis(25)).await;
-        bucket.record_success();
+        bucket.feedback().sending().through(None);
         assert!(bucket.rate() <= 40.0, "{}", bucket.rate());
     }
     assert_eq!(bucket.rate(), 40.0);
@@ -883,14 +973,17 @@ async fn a_window_raised_step_by_step_after_a_push_back_keeps_admitting() {
                     while start.elapsed() < Duration::from_secs(6) {
                         bucket.acquire(1).await.unwrap();
                         tokio::time::sleep(Duration::from_millis(2)).await;
-                        bucket.record_success();
+                        bucket.feedback().sending().through(None);
                         admitted.lock().unwrap().push(start.elapsed());
                     }
                 })
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(8)).await;
-        bucket.push_back(Duration::from_secs(1));
+        bucket
+            .feedback()
+            .sending()
+            .pushed_back(Duration::from_secs(1), None);
         for w in workers {
             w.await.unwrap();
         }

@@ -38,7 +38,9 @@ async fn a_push_back_in_one_process_lowers_the_rate_of_the_others() {
 
     // Process A is refused while sending at 100/s: it takes the server's rate to be half of
     // that, holds just below it, and tells the others.
-    a.push_back(Duration::from_secs(5));
+    a.feedback()
+        .sending()
+        .pushed_back(Duration::from_secs(5), None);
     assert_eq!(a.rate(), 48.0);
     assert_eq!(a.learned_rate(), Some(50.0));
     let key = redis_a.learned_key();
@@ -74,7 +76,7 @@ async fn a_push_back_in_one_process_lowers_the_rate_of_the_others() {
             Instant::now() < deadline,
             "process B never learned the rate"
         );
-        b.record_success();
+        b.feedback().sending().through(None);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(b.learned_rate(), Some(50.0));
@@ -159,7 +161,7 @@ async fn a_window_on_redis_follows_the_learned_rate(algorithm: Algorithm) {
     // A is pushed back at once (no second of its own traffic measured yet): half the
     // configured rate is the guess, 96 % of it the rate in force.
     let cooldown = Duration::from_millis(100);
-    a.push_back(cooldown);
+    a.feedback().sending().pushed_back(cooldown, None);
     let lowered = per_window(&a);
     assert!(
         lowered < COUNT / 2,
@@ -190,7 +192,7 @@ async fn a_window_on_redis_follows_the_learned_rate(algorithm: Algorithm) {
             Instant::now() < deadline,
             "{algorithm:?}: process B never learned the rate"
         );
-        b.record_success();
+        b.feedback().sending().through(None);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let learned = per_window(&b);
@@ -217,7 +219,7 @@ async fn a_window_on_redis_follows_the_learned_rate(algorithm: Algorithm) {
 
     // The rate rises with A's successes after the cooldown; Redis follows.
     for _ in 0..30 {
-        a.record_success();
+        a.feedback().sending().through(None);
     }
     let raised = per_window(&a);
     assert!(

@@ -279,7 +279,7 @@ async fn a_push_back_after_a_new_quota_lowers_the_redis_rate_below_it() {
     .await;
     bucket.set_quota(Quota::per_second(40).burst(1));
     let cooldown = Duration::from_millis(200);
-    bucket.push_back(cooldown);
+    bucket.feedback().sending().pushed_back(cooldown, None);
     // Half of the 40/s refused, 96 % of it in force: 19.2/s, about 52 ms a token.
     assert_eq!(bucket.rate(), 19.2);
     assert_eq!(redis.quota(), Quota::per_second(40).burst(1));
@@ -305,7 +305,7 @@ async fn a_push_back_after_a_new_quota_lowers_the_redis_rate_below_it() {
     let built = Quota::new(COUNT, Duration::from_micros(WIDTH_US));
     let (_, window) = shared("set-quota-pushback-window", built, Algorithm::FixedWindow).await;
     window.set_quota(Quota::per_second(10));
-    window.push_back(cooldown);
+    window.feedback().sending().pushed_back(cooldown, None);
     assert_eq!(window.rate(), 4.8);
     let mut after = redis_now_us(&mut conn).await / WIDTH_US + 3;
     assert_eq!(in_one_window(&window, &mut conn, &mut after).await, 4);

@@ -357,8 +357,24 @@ async fn a_middleware_error_is_returned_at_once_and_nothing_is_sent() {
     assert_eq!(hits.load(Ordering::SeqCst), 0);
 }
 
-/// Through the middleware as through the layers, the ramp of a configured rate starts when
-/// the first request goes, and each success weighs the gap at which its request went (the
+/// Through the middleware as through the layers, a configured rate holds from the first
+/// request until a server pushes back.
+#[tokio::test]
+async fn a_configured_rate_holds_through_the_middleware() {
+    let server = Server::start(|_| (StatusCode::OK, None)).await;
+    let bucket = Bucket::new(Quota::per_second(100).burst(1));
+    let client = middleware_client(&bucket, no_jitter(&bucket));
+    for _ in 0..8 {
+        let status = client.get(server.url()).send().await.unwrap().status();
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(bucket.rate(), 100.0);
+    }
+    assert_eq!(bucket.learned_rate(), None);
+    assert_eq!(server.log().len(), 8);
+}
+
+/// Through the middleware as through the layers, the ramp of a configured rate (opted into)
+/// starts when the first request goes, and each success weighs the gap at which its request went (the
 /// rate limit tells the retry middleware when it admitted it). Eight workers that started
 /// waiting at once never went faster than the ramp's rate, so the ramp goes on; taken at
 /// the instant they started waiting, the requests queued before the ramp would have tested
@@ -366,7 +382,9 @@ async fn a_middleware_error_is_returned_at_once_and_nothing_is_sent() {
 #[tokio::test]
 async fn the_ramp_weighs_when_each_request_went_through_the_middleware() {
     let server = Server::start(|_| (StatusCode::OK, None)).await;
-    let bucket = Bucket::new(Quota::per_second(100).burst(1));
+    let bucket = Bucket::builder(Quota::per_second(100).burst(1))
+        .ramp()
+        .build();
     let client = middleware_client(&bucket, no_jitter(&bucket));
     let tasks: Vec<_> = (0..8)
         .map(|_| {

@@ -1,53 +1,68 @@
-//! [`Control`]: one bucket's [`Law`], applied to the bucket through `set_quota`.
+//! [`Control`]: one bucket's [`Law`] as a state machine. Events come in (a request sent, a
+//! success, a push-back, a cut learned from other processes, a new configured quota); each
+//! returns the [`Decision`] the bucket applies.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 use super::law::Law;
+use super::meter::Meter;
+use super::sends::Sends;
 use super::Cut;
-use crate::bucket::Shared;
 use crate::Quota;
 
 /// A new rate is applied to the bucket when it differs from the one in force by this
 /// fraction or more (or at once after a push-back or a stated quota).
 const APPLY_STEP: f64 = 0.01;
+/// How often, at most, a control whose limit other processes share asks what they learned.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
+const ASK_EVERY: Duration = Duration::from_millis(250);
+/// Rates remembered, for requests still in flight.
+const HISTORY: usize = 64;
 
-/// The rate control of one bucket, shared by its clones.
-#[derive(Debug)]
-pub(crate) struct Control {
-    state: Mutex<State>,
-    /// The rate in force, in tokens per second (`f64` bits), for lock-free reads.
-    rate: AtomicU64,
-    /// Nothing sent yet: the first request sent may start the ramp of a configured rate.
-    fresh: AtomicBool,
-    /// The ramp of a configured rate, a search or a verification runs: the gaps between
-    /// sends are kept.
-    measuring: AtomicBool,
-    /// A pause began and the first request after it is not known yet: sends are looked at.
-    after_pause: AtomicBool,
-    /// When this control last asked a remote limit what other processes learned (ns since
-    /// `origin`; 0: never).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares it
-    synced: AtomicU64,
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    origin: Instant,
+/// The lowest rate a push-back can lead to when nothing else says: one token an hour.
+pub(crate) const DEFAULT_FLOOR: f64 = 1.0 / 3600.0;
+
+/// How a bucket's rate reacts to push-back: chosen on the builder.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Mode {
+    /// Lower on push-back, back up on success, never above the configured rate.
+    Converge,
+    /// Always the configured rate.
+    Fixed,
+    /// Search from `start` tokens per second, never below `floor`.
+    Search { start: f64, floor: f64 },
 }
 
-/// How often, at most, a bucket asks a remote limit what other processes learned.
-#[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
-const SYNC_EVERY: Duration = Duration::from_millis(250);
+/// What the bucket does after an event.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Decision {
+    /// The rate in force, tokens per second.
+    pub(crate) rate: f64,
+    /// Whether the bucket spaces its admissions from the instants they went: once a server's
+    /// limit is known, or while the ramp measures it, unless the server showed a burst.
+    pub(crate) spaced: bool,
+    /// The quota to enforce from now on, when the rate moved enough to apply.
+    pub(crate) enforce: Option<Quota>,
+    /// A push-back acted on, to tell the other processes sharing the limit.
+    pub(crate) publish: Option<Cut>,
+}
 
+/// The rate control of one bucket.
 #[derive(Debug)]
-struct State {
+pub(crate) struct Control {
     /// The configured quota: the ceiling, and the shape (count, period, burst) of every
     /// effective quota.
     configured: Quota,
     /// `None`: the rate stays at the configured one (pauses only).
     law: Option<Law>,
+    /// A configured rate ramps up from its first request (see [`Law::capped`]).
+    ramp: bool,
+    /// Other processes share the limit: the gaps between this process's requests, and its
+    /// successes, are not what the limit saw.
+    shared: bool,
     /// The rate applied to the bucket last.
     applied: f64,
     /// The latest rates applied, with their instants: the rate a refused request was sent at.
@@ -57,13 +72,15 @@ struct State {
     stated: Option<f64>,
     /// The successes of the last second.
     meter: Meter,
-    /// While the ramp of a configured rate, a search or a verification runs: every request
-    /// sent (through [`RetryAfterLayer`](crate::RetryAfterLayer)) and how long after the one
-    /// before it; a server without a burst admits a request only that far behind the one
-    /// before, so its answer says whether the server's rate is above `1 / gap`.
-    sends: VecDeque<(Instant, Option<Duration>)>,
-    /// The latest request sent, while they run.
-    last_send: Option<Instant>,
+    /// The requests sent while the ramp of a configured rate, a search or a verification
+    /// runs.
+    sends: Sends,
+    /// Nothing sent yet: the first request sent starts the ramp.
+    fresh: bool,
+    /// The ramp, a search or a verification runs: the gaps between sends are kept.
+    measuring: bool,
+    /// A pause began and the first request after it is not known yet.
+    after_pause: bool,
     /// When the last push-back was acted on (the rate lowered, here or in another process,
     /// or held): a push-back of a request sent before it answers what was decided then, and
     /// lowers nothing more.
@@ -75,82 +92,271 @@ struct State {
     /// of silence, which no rate explains.
     first_after: Option<(Instant, bool)>,
     /// The push-back this bucket acted on last, made or adopted, as processes read it back
-    /// ([`Cut::shared`]): read back from a remote limit, it is no news. (Converting its
+    /// ([`Cut::shared`]): read back from the shared limit, it is no news. (Converting its
     /// wall-clock instant to this process's clock would place it a little later or earlier
     /// each time, and a little later would be taken for a new push-back, undoing the rate
     /// climbed since.)
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares it
     acted: Option<Cut>,
+    /// When this control last asked what other processes learned.
+    asked: Option<Instant>,
 }
 
-/// Successes counted in bins of `1 / BINS` s over the last second, from an instant on (the
-/// start, or the end of the last cooldown: a cooldown's silence says nothing of the rate).
-#[derive(Debug)]
-struct Meter {
-    origin: Instant,
-    /// Bin `i` of the ring counts the successes of bin number `n ≡ i (mod BINS)`.
-    bins: [u32; BINS],
-    /// The number of the latest bin counted (since `origin`).
-    head: u64,
-    /// Measure only over time after this instant.
-    from: Instant,
-}
-
-/// Bins of the success meter: one second in 50 ms steps.
-const BINS: usize = 20;
-const BIN: Duration = Duration::from_millis(50);
-
-impl Meter {
-    fn new(now: Instant) -> Self {
-        Meter {
-            origin: now,
-            bins: [0; BINS],
-            head: 0,
-            from: now,
+impl Control {
+    /// A control at `configured`; `ramp`: a configured rate ramps up from its first request;
+    /// `shared`: other processes share the limit.
+    pub(crate) fn new(
+        configured: Quota,
+        mode: Mode,
+        ramp: bool,
+        shared: bool,
+        now: Instant,
+    ) -> Self {
+        let ceiling = configured.per_second_f64();
+        let law = match mode {
+            Mode::Converge => Some(configured_law(ramp, ceiling, DEFAULT_FLOOR)),
+            Mode::Fixed => None,
+            Mode::Search { start, floor } => Some(Law::search(start, ceiling, floor)),
+        };
+        Control {
+            configured,
+            law,
+            ramp,
+            shared,
+            applied: ceiling,
+            history: VecDeque::from([(now, ceiling)]),
+            stated: None,
+            meter: Meter::new(now),
+            sends: Sends::default(),
+            fresh: ramp && mode == Mode::Converge,
+            measuring: matches!(mode, Mode::Search { .. }),
+            after_pause: false,
+            decided: None,
+            resume: None,
+            first_after: None,
+            acted: None,
+            asked: None,
         }
     }
 
-    fn bin(&self, at: Instant) -> u64 {
-        (at.saturating_duration_since(self.origin).as_nanos() / BIN.as_nanos()) as u64
+    /// The configured quota (the ceiling).
+    pub(crate) fn configured(&self) -> Quota {
+        self.configured
     }
 
-    /// Move the ring up to the bin of `now`, emptying the bins it passes.
-    fn advance(&mut self, now: Instant) {
-        let bin = self.bin(now);
-        if bin > self.head {
-            for n in (self.head + 1)..=bin.min(self.head + BINS as u64) {
-                self.bins[(n % BINS as u64) as usize] = 0;
-            }
-            self.head = bin;
-        }
+    /// The rate in force, tokens per second.
+    pub(crate) fn rate(&self) -> f64 {
+        self.law
+            .as_ref()
+            .map_or(self.configured.per_second_f64(), Law::rate)
     }
 
-    fn record(&mut self, now: Instant) {
-        self.advance(now);
-        let i = (self.head % BINS as u64) as usize;
-        self.bins[i] = self.bins[i].saturating_add(1);
+    /// The rate the server refused (or stated) last, if any.
+    pub(crate) fn limit(&self) -> Option<f64> {
+        self.law.as_ref().and_then(Law::limit)
     }
 
-    /// Successes per second over the last second, if all of it lies after `from`.
-    fn rate(&mut self, now: Instant) -> Option<f64> {
-        if now.saturating_duration_since(self.from) < BIN * BINS as u32 {
+    /// Whether [`sending`](Self::sending) has anything to do: the first request starts the
+    /// ramp, the ramp (a search, a verification) keeps when each went, and the first request
+    /// after a pause is looked for. Otherwise the bucket need not report sends.
+    pub(crate) fn watches_sends(&self) -> bool {
+        self.fresh || self.measuring || self.after_pause
+    }
+
+    /// The start rate, when it is not the configured one (a search).
+    pub(crate) fn start(&mut self, now: Instant) -> Option<Decision> {
+        let rate = self.law.as_ref().map(Law::rate)?;
+        (rate != self.applied).then(|| self.apply(now, rate, true))
+    }
+
+    /// A server pushed back at `now` (`wall` on the system clock) for `cooldown`, on a
+    /// request sent at `sent`: lower the rate, before the bucket is paused. The decision
+    /// carries the cut, for other processes, if this one made one.
+    ///
+    /// A request sent before the last push-back was acted on went at the old rate: its
+    /// push-back is no news, however long after the cooldown it comes (a `Retry-After: 0`,
+    /// or answers slower than the cooldown). Each one taken as news would lower the rate
+    /// again, once per request in flight, down to the floor. And the first request after a
+    /// pause, sent alone, tests no rate: refused, the server's quota ran out for a while
+    /// (an outage answering `429` with `Retry-After: 1` for a minute), and each such refusal
+    /// taken as news would leave the rate at a fraction of a request per second when the
+    /// server comes back.
+    pub(crate) fn pushed_back(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        cooldown: Duration,
+        sent: Instant,
+    ) -> Option<Decision> {
+        let first = self
+            .first_after
+            .is_some_and(|(first, alone)| alone && first == sent);
+        self.paused(now.checked_add(cooldown).unwrap_or(now));
+        if self.decided.is_some_and(|decided| sent < decided) {
             return None;
         }
-        self.advance(now);
-        Some(self.bins.iter().map(|n| f64::from(*n)).sum())
+        if first {
+            // Refused after a whole cooldown of silence: the server's quota ran out for a
+            // while (or another client took it), which no rate explains. The pause holds,
+            // the rate too; the requests sent meanwhile follow this decision.
+            self.decided = Some(now);
+            self.meter.from = self.meter.from.max(self.resume.unwrap_or(now));
+            trace_event!(
+                info,
+                "server refused the first request after a pause; holding the rate"
+            );
+            return None;
+        }
+        let verifying = self.law.as_ref().is_some_and(Law::verifying);
+        // With a limit other processes share, the gap to this process's previous request
+        // is not what the limit saw (others sent in between): the rate in force then is.
+        let local = !self.shared;
+        let refused = match self.tested(sent) {
+            Some(tested) if tested > 0.0 && !verifying && local => tested,
+            // The request that started the ramp went before it, at the configured rate.
+            Some(tested) if tested == 0.0 && self.law.as_ref().is_some_and(Law::ramping) => {
+                self.configured.per_second_f64()
+            }
+            _ => self.rate_at(sent),
+        };
+        // The successes of this process alone: with a limit other processes share, its
+        // share of the rate, not what the limit let through (half of it would guess the
+        // server's rate at a fraction of the shared one).
+        let measured = self.meter.rate(now).filter(|_| local);
+        if local && self.law.as_ref().is_some_and(Law::bracketing) {
+            let before = self
+                .sends
+                .before(sent)
+                .map(|send| self.tested_by(send))
+                .fold(0.0, f64::max);
+            if let Some(law) = self.law.as_mut() {
+                law.sent_before(before);
+            }
+        }
+        let rate = self
+            .law
+            .as_mut()
+            .and_then(|l| l.pushed_back(now, cooldown, refused, measured))?;
+        self.decided = Some(now);
+        self.measure_anew();
+        self.meter.from = now.checked_add(cooldown).unwrap_or(now);
+        trace_event!(info, rate, "server pushed back; lowering the rate");
+        let mut decision = self.apply(now, rate, true);
+        let limit = self.law.as_ref().and_then(Law::limit);
+        let cut = limit
+            .zip(wall.checked_add(cooldown))
+            .map(|(limit, resume)| Cut { limit, resume });
+        if let Some(cut) = cut {
+            self.acted = Some(cut.shared());
+        }
+        decision.publish = cut.filter(|_| self.shared);
+        Some(decision)
     }
-}
 
-/// Rates remembered, for requests still in flight.
-const HISTORY: usize = 64;
-/// Sends remembered while they run, for requests still in flight.
-const SENDS: usize = 256;
+    /// Another process acted on a push-back (`cut`, read at `now`, `wall` on the system
+    /// clock): follow the same curve, unless this one already acted on that cooldown or a
+    /// later one.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
+    pub(crate) fn adopt(&mut self, now: Instant, wall: SystemTime, cut: Cut) -> Option<Decision> {
+        let since = match cut.resume.duration_since(wall) {
+            Ok(ahead) => now.checked_add(ahead),
+            Err(past) => now.checked_sub(past.duration()),
+        }?;
+        if self.acted == Some(cut.shared()) {
+            return None;
+        }
+        if since > now {
+            self.paused(since);
+        }
+        let rate = self.law.as_mut().and_then(|l| l.adopt(cut.limit, since));
+        self.measure_over();
+        let rate = rate?;
+        self.acted = Some(cut.shared());
+        self.decided = Some(now);
+        self.meter.from = self.meter.from.max(since);
+        trace_event!(
+            info,
+            rate,
+            "another process was pushed back; lowering the rate"
+        );
+        Some(self.apply(now, rate, true))
+    }
 
-impl State {
-    /// No send kept: the next one tests nothing.
-    fn forget_sends(&mut self) {
-        self.sends.clear();
-        self.last_send = None;
+    /// Whether to ask the shared limit what other processes learned, at `now`: at most every
+    /// 250 ms (and if so, the clock starts again).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
+    pub(crate) fn ask_others(&mut self, now: Instant) -> bool {
+        let due = self.shared
+            && self.law.is_some()
+            && self
+                .asked
+                .is_none_or(|asked| now.saturating_duration_since(asked) >= ASK_EVERY);
+        if due {
+            self.asked = Some(now);
+        }
+        due
+    }
+
+    /// A pause until `until` began: the first request sent after it is looked for.
+    fn paused(&mut self, until: Instant) {
+        if self.resume.is_none_or(|r| until > r) {
+            self.resume = Some(until);
+            self.first_after = None;
+            self.after_pause = true;
+        }
+    }
+
+    /// A request is sent at `sent`: the first one starts the ramp of a configured rate,
+    /// the ramp (a search, a verification) keeps when each went, and the first after a
+    /// pause is noted.
+    pub(crate) fn sending(&mut self, sent: Instant) -> Option<Decision> {
+        let mut decision = None;
+        if std::mem::take(&mut self.fresh) {
+            if let Some(rate) = self.law.as_mut().and_then(Law::sending) {
+                trace_event!(
+                    debug,
+                    rate,
+                    "first request: the rate ramps to the configured one"
+                );
+                decision = Some(self.apply(sent, rate, true));
+                self.measuring = true;
+            }
+        }
+        if self.after_pause {
+            self.after_pause_sent(sent);
+        }
+        if self.measuring {
+            self.sends.keep(sent);
+        }
+        decision
+    }
+
+    /// Note a request sent at `sent` while the first one after a pause is looked for: the
+    /// first, another at the same instant, or the next one (the search ends).
+    fn after_pause_sent(&mut self, sent: Instant) {
+        if self.resume.is_some_and(|r| sent < r) {
+            return;
+        }
+        match self.first_after {
+            None => self.first_after = Some((sent, true)),
+            Some((first, _)) if first == sent => self.first_after = Some((first, false)),
+            Some(_) => self.after_pause = false,
+        }
+    }
+
+    /// The ramp, search or verification ended (a push-back, back at the ceiling, a stated
+    /// quota): stop keeping sends.
+    fn measure_over(&mut self) {
+        if self.measuring && !self.law.as_ref().is_some_and(Law::measuring) {
+            self.measuring = false;
+            self.sends.forget();
+        }
+    }
+
+    /// A push-back: the gaps start again after the pause (the first request after it tested
+    /// nothing), kept while the law measures (a guess is verified).
+    fn measure_anew(&mut self) {
+        self.sends.forget();
+        self.measuring = self.law.as_ref().is_some_and(Law::measuring);
     }
 
     /// The rate a request sent at `sent` during the ramp, a search or a verification tested:
@@ -158,8 +364,7 @@ impl State {
     /// gap shortened by the timer's ticks does not make the ramp go faster); `0` for the
     /// first request. `None` when it was not sent then.
     fn tested(&self, sent: Instant) -> Option<f64> {
-        let i = self.sends.binary_search_by_key(&sent, |(t, _)| *t).ok()?;
-        Some(self.tested_by(self.sends[i]))
+        self.sends.find(sent).map(|send| self.tested_by(send))
     }
 
     /// The rate the send `(sent, gap)` tested (see [`tested`](Self::tested)).
@@ -176,371 +381,97 @@ impl State {
             .or(self.history.front())
             .map_or(self.applied, |(_, r)| *r)
     }
-}
 
-/// How a bucket's rate reacts to push-back: chosen on the builder.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Mode {
-    /// Lower on push-back, back up on success, never above the configured rate.
-    Converge,
-    /// Always the configured rate.
-    Fixed,
-    /// Search from `start` tokens per second, never below `floor`.
-    Search { start: f64, floor: f64 },
-}
-
-/// The lowest rate a push-back can lead to when nothing else says: one token an hour.
-pub(crate) const DEFAULT_FLOOR: f64 = 1.0 / 3600.0;
-
-impl Control {
-    pub(crate) fn new(configured: Quota, mode: Mode) -> Self {
-        let ceiling = configured.per_second_f64();
-        let law = match mode {
-            Mode::Converge => Some(Law::capped(ceiling, DEFAULT_FLOOR)),
-            Mode::Fixed => None,
-            Mode::Search { start, floor } => Some(Law::search(start, ceiling, floor)),
-        };
-        let rate = law.as_ref().map_or(ceiling, Law::rate);
-        let fresh = mode == Mode::Converge;
-        Control {
-            state: Mutex::new(State {
-                configured,
-                law,
-                applied: ceiling,
-                history: VecDeque::from([(Instant::now(), ceiling)]),
-                stated: None,
-                meter: Meter::new(Instant::now()),
-                sends: VecDeque::new(),
-                last_send: None,
-                decided: None,
-                resume: None,
-                first_after: None,
-                acted: None,
-            }),
-            rate: AtomicU64::new(rate.to_bits()),
-            fresh: AtomicBool::new(fresh),
-            measuring: AtomicBool::new(matches!(mode, Mode::Search { .. })),
-            after_pause: AtomicBool::new(false),
-            synced: AtomicU64::new(0),
-            origin: Instant::now(),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // No code path panics while holding the lock; recover the data if one ever did.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The configured quota (the ceiling).
-    pub(crate) fn configured(&self) -> Quota {
-        self.lock().configured
-    }
-
-    /// The rate in force, tokens per second.
-    pub(crate) fn rate(&self) -> f64 {
-        f64::from_bits(self.rate.load(Ordering::Acquire))
-    }
-
-    /// The rate the server refused (or stated) last, if any.
-    pub(crate) fn limit(&self) -> Option<f64> {
-        self.lock().law.as_ref().and_then(Law::limit)
-    }
-
-    /// Apply the start rate, when it is not the configured one (a search).
-    pub(crate) fn start(&self, shared: &Shared) {
-        let mut st = self.lock();
-        if let Some(rate) = st.law.as_ref().map(Law::rate) {
-            if rate != st.applied {
-                self.apply(&mut st, shared, rate, true);
-            }
-        }
-    }
-
-    /// A server pushed back for `cooldown` on a request sent at `sent`: lower the rate,
-    /// before the bucket is paused. Returns the cut, for other processes, if it made one.
-    ///
-    /// A request sent before the last push-back was acted on went at the old rate: its
-    /// push-back is no news, however long after the cooldown it comes (a `Retry-After: 0`,
-    /// or answers slower than the cooldown). Each one taken as news would lower the rate
-    /// again, once per request in flight, down to the floor. And the first request after a
-    /// pause, sent alone, tests no rate: refused, the server's quota ran out for a while
-    /// (an outage answering `429` with `Retry-After: 1` for a minute), and each such refusal
-    /// taken as news would leave the rate at a fraction of a request per second when the
-    /// server comes back.
-    pub(crate) fn pushed_back(
-        &self,
-        shared: &Shared,
-        cooldown: Duration,
-        sent: Instant,
-    ) -> Option<Cut> {
-        let mut st = self.lock();
-        let now = Instant::now();
-        let first = st
-            .first_after
-            .is_some_and(|(first, alone)| alone && first == sent);
-        self.paused(&mut st, now.checked_add(cooldown).unwrap_or(now));
-        if st.decided.is_some_and(|decided| sent < decided) {
-            return None;
-        }
-        if first {
-            // Refused after a whole cooldown of silence: the server's quota ran out for a
-            // while (or another client took it), which no rate explains. The pause holds,
-            // the rate too; the requests sent meanwhile follow this decision.
-            st.decided = Some(now);
-            st.meter.from = st.meter.from.max(st.resume.unwrap_or(now));
-            trace_event!(
-                info,
-                "server refused the first request after a pause; holding the rate"
-            );
-            return None;
-        }
-        let verifying = st.law.as_ref().is_some_and(Law::verifying);
-        // With a limit other processes share, the gap to this process's previous request
-        // is not what the limit saw (others sent in between): the rate in force then is.
-        let local = shared.remote().is_none();
-        let refused = match st.tested(sent) {
-            Some(tested) if tested > 0.0 && !verifying && local => tested,
-            // The request that started the ramp went before it, at the configured rate.
-            Some(tested) if tested == 0.0 && st.law.as_ref().is_some_and(Law::ramping) => {
-                st.configured.per_second_f64()
-            }
-            _ => st.rate_at(sent),
-        };
-        // The successes of this process alone: with a limit other processes share, its
-        // share of the rate, not what the limit let through (half of it would guess the
-        // server's rate at a fraction of the shared one).
-        let measured = st.meter.rate(now).filter(|_| local);
-        if local && st.law.as_ref().is_some_and(Law::bracketing) {
-            let before = st
-                .sends
-                .iter()
-                .take_while(|(t, _)| *t < sent)
-                .map(|send| st.tested_by(*send))
-                .fold(0.0, f64::max);
-            if let Some(law) = st.law.as_mut() {
-                law.sent_before(before);
-            }
-        }
-        let rate = st
-            .law
-            .as_mut()
-            .and_then(|l| l.pushed_back(now, cooldown, refused, measured));
-        let rate = rate?;
-        st.decided = Some(now);
-        self.measure_anew(&mut st);
-        st.meter.from = now.checked_add(cooldown).unwrap_or(now);
-        trace_event!(info, rate, "server pushed back; lowering the rate");
-        self.apply(&mut st, shared, rate, true);
-        let limit = st.law.as_ref().and_then(Law::limit)?;
-        let resume = SystemTime::now().checked_add(cooldown)?;
-        let cut = Cut { limit, resume };
-        st.acted = Some(cut.shared());
-        Some(cut)
-    }
-
-    /// Another process acted on a push-back: follow the same curve, unless this one already
-    /// acted on that cooldown or a later one.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
-    pub(crate) fn adopt(&self, shared: &Shared, cut: Cut) {
-        let now = Instant::now();
-        let since = match cut.resume.duration_since(SystemTime::now()) {
-            Ok(ahead) => now.checked_add(ahead),
-            Err(past) => now.checked_sub(past.duration()),
-        };
-        let Some(since) = since else { return };
-        let mut st = self.lock();
-        if st.acted == Some(cut.shared()) {
-            return;
-        }
-        if since > now {
-            self.paused(&mut st, since);
-        }
-        let rate = st.law.as_mut().and_then(|l| l.adopt(cut.limit, since));
-        self.measure_over(&mut st);
-        if let Some(rate) = rate {
-            st.acted = Some(cut.shared());
-            st.decided = Some(now);
-            st.meter.from = st.meter.from.max(since);
-            trace_event!(
-                info,
-                rate,
-                "another process was pushed back; lowering the rate"
-            );
-            self.apply(&mut st, shared, rate, true);
-        }
-    }
-
-    /// A pause until `until` began: the first request sent after it is looked for.
-    fn paused(&self, st: &mut State, until: Instant) {
-        if st.resume.is_none_or(|r| until > r) {
-            st.resume = Some(until);
-            st.first_after = None;
-            self.after_pause.store(true, Ordering::Release);
-        }
-    }
-
-    /// Note a request sent at `sent` while the first one after a pause is looked for: the
-    /// first, another at the same instant, or the next one (the search ends).
-    fn after_pause_sent(&self, sent: Instant) {
-        let mut st = self.lock();
-        if !self.after_pause.load(Ordering::Acquire) || st.resume.is_some_and(|r| sent < r) {
-            return;
-        }
-        match st.first_after {
-            None => st.first_after = Some((sent, true)),
-            Some((first, _)) if first == sent => st.first_after = Some((first, false)),
-            Some(_) => self.after_pause.store(false, Ordering::Release),
-        }
-    }
-
-    /// Whether it is time to ask a remote limit what other processes learned (and if so,
-    /// the clock starts again).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
-    pub(crate) fn sync_due(&self) -> bool {
-        if self.lock().law.is_none() {
-            return false;
-        }
-        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let last = self.synced.load(Ordering::Acquire);
-        let every = SYNC_EVERY.as_nanos() as u64;
-        (last == 0 || now.saturating_sub(last) >= every)
-            && self
-                .synced
-                .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-    }
-
-    /// A request is sent at `sent`: the first one starts the ramp of a configured rate,
-    /// and the ramp (a search, a verification) keeps when each went. Lock-free once they
-    /// are over.
-    pub(crate) fn sending(&self, shared: &Shared, sent: Instant) {
-        if self.fresh.load(Ordering::Acquire) && self.fresh.swap(false, Ordering::AcqRel) {
-            let mut st = self.lock();
-            if let Some(rate) = st.law.as_mut().and_then(Law::sending) {
-                trace_event!(
-                    debug,
-                    rate,
-                    "first request: the rate ramps to the configured one"
-                );
-                self.apply(&mut st, shared, rate, true);
-                self.measuring.store(true, Ordering::Release);
-            }
-        }
-        if self.after_pause.load(Ordering::Acquire) {
-            self.after_pause_sent(sent);
-        }
-        if !self.measuring.load(Ordering::Acquire) {
-            return;
-        }
-        let mut st = self.lock();
-        if !self.measuring.load(Ordering::Acquire) {
-            return;
-        }
-        let gap = st
-            .last_send
-            .map(|last| sent.saturating_duration_since(last));
-        st.last_send = Some(sent.max(st.last_send.unwrap_or(sent)));
-        if st.sends.len() == SENDS {
-            st.sends.pop_front();
-        }
-        // Kept in order of sending, for the search by instant.
-        let at = st.sends.partition_point(|(t, _)| *t <= sent);
-        st.sends.insert(at, (sent, gap));
-    }
-
-    /// The ramp, search or verification ended (a push-back, back at the ceiling, a stated
-    /// quota): stop keeping sends.
-    fn measure_over(&self, st: &mut State) {
-        if self.measuring.load(Ordering::Acquire) && !st.law.as_ref().is_some_and(Law::measuring) {
-            self.measuring.store(false, Ordering::Release);
-            st.forget_sends();
-        }
-    }
-
-    /// A push-back: the gaps start again after the pause (the first request after it tested
-    /// nothing), kept while the law measures (a guess is verified).
-    fn measure_anew(&self, st: &mut State) {
-        st.forget_sends();
-        let measuring = st.law.as_ref().is_some_and(Law::measuring);
-        self.measuring.store(measuring, Ordering::Release);
-    }
-
-    /// A request succeeded; `stated`: the rate the server's quota fields give, if any;
-    /// `sent`: when it was sent, if known.
-    pub(crate) fn succeeded(&self, shared: &Shared, stated: Option<f64>, sent: Option<Instant>) {
-        let mut st = self.lock();
-        let now = Instant::now();
+    /// A request succeeded at `now`; `sent`: when it was sent, if known; `stated`: the rate
+    /// the server's quota fields give, if any.
+    pub(crate) fn succeeded(
+        &mut self,
+        now: Instant,
+        sent: Option<Instant>,
+        stated: Option<f64>,
+    ) -> Option<Decision> {
         // Only the ramp, a search and a verification weigh what a success tested.
-        let measuring = st.law.as_ref().is_some_and(Law::measuring);
-        let local = shared.remote().is_none();
+        let measuring = self.law.as_ref().is_some_and(Law::measuring);
+        let local = !self.shared;
         let tested = sent.filter(|_| measuring).map(|s| {
-            st.tested(s)
+            self.tested(s)
                 .filter(|_| local)
-                .unwrap_or_else(|| st.rate_at(s))
+                .unwrap_or_else(|| self.rate_at(s))
         });
-        st.meter.record(now);
+        self.meter.record(now);
         // A stated rate is taken when it changes by a step or more (a pace read from
         // `Remaining / Reset` moves a little with every response).
         let stated = stated.filter(|s| {
-            st.stated
+            self.stated
                 .is_none_or(|old| (s - old).abs() >= APPLY_STEP * old)
         });
-        let Some(law) = st.law.as_mut() else { return };
+        let law = self.law.as_mut()?;
         let rate = match stated {
             Some(stated) => law.stated(stated),
             None => law.succeeded(now, tested),
         };
-        self.measure_over(&mut st);
+        self.measure_over();
         if stated.is_some() {
-            st.stated = stated;
+            self.stated = stated;
         }
         // A stated quota is applied exactly; a growing rate in steps.
-        let exact = stated.is_some() && rate != st.applied;
-        self.apply(&mut st, shared, rate, exact);
+        let exact = stated.is_some() && rate != self.applied;
+        Some(self.apply(now, rate, exact))
     }
 
-    /// A new configured quota (from [`Bucket::set_quota`](crate::Bucket::set_quota)): the
-    /// rate restarts at it, as the ceiling, forgetting what was learned (a search ends).
-    pub(crate) fn reset(&self, quota: Quota) {
-        let mut st = self.lock();
+    /// A new configured quota: the rate restarts at it, as the ceiling, forgetting what was
+    /// learned (a search ends).
+    pub(crate) fn reset(&mut self, quota: Quota, now: Instant) {
         let ceiling = quota.per_second_f64();
-        st.configured = quota;
-        st.applied = ceiling;
-        st.history = VecDeque::from([(Instant::now(), ceiling)]);
-        st.stated = None;
-        st.meter = Meter::new(Instant::now());
-        if let Some(law) = st.law.as_mut() {
-            *law = Law::capped(ceiling, law.floor());
-            self.fresh.store(true, Ordering::Release);
+        self.configured = quota;
+        self.applied = ceiling;
+        self.history = VecDeque::from([(now, ceiling)]);
+        self.stated = None;
+        self.meter = Meter::new(now);
+        if let Some(law) = self.law.as_mut() {
+            *law = configured_law(self.ramp, ceiling, law.floor());
+            self.fresh = self.ramp;
         }
-        self.measuring.store(false, Ordering::Release);
-        st.forget_sends();
-        st.decided = None;
-        st.resume = None;
-        st.first_after = None;
-        self.after_pause.store(false, Ordering::Release);
-        self.rate.store(ceiling.to_bits(), Ordering::Release);
+        self.measuring = false;
+        self.sends.forget();
+        self.decided = None;
+        self.resume = None;
+        self.first_after = None;
+        self.after_pause = false;
     }
 
-    fn apply(&self, st: &mut State, shared: &Shared, rate: f64, always: bool) {
-        self.rate.store(rate.to_bits(), Ordering::Release);
-        shared.set_spaced(st.law.as_ref().is_some_and(Law::spaced));
-        let step = (rate - st.applied).abs() / st.applied;
-        if !always && step < APPLY_STEP {
-            return;
-        }
-        let Some(quota) = effective(st.configured, rate) else {
-            return;
+    /// The decision to go to `rate` at `now`: the quota to enforce when it moved by a step
+    /// or more from the one applied last, or `always`.
+    fn apply(&mut self, now: Instant, rate: f64, always: bool) -> Decision {
+        let mut decision = Decision {
+            rate,
+            spaced: self.law.as_ref().is_some_and(Law::spaced),
+            enforce: None,
+            publish: None,
         };
-        st.applied = rate;
-        if st.history.len() == HISTORY {
-            st.history.pop_front();
+        let step = (rate - self.applied).abs() / self.applied;
+        if !always && step < APPLY_STEP {
+            return decision;
         }
-        st.history.push_back((Instant::now(), rate));
-        shared.set_rate(quota);
-        if let Some(o) = &shared.observer {
-            o.rate(rate);
+        let Some(quota) = effective(self.configured, rate) else {
+            return decision;
+        };
+        self.applied = rate;
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
         }
+        self.history.push_back((now, rate));
+        decision.enforce = Some(quota);
+        decision
+    }
+}
+
+/// The law of a configured rate: with its ramp, or at the ceiling until a push-back.
+fn configured_law(ramp: bool, ceiling: f64, floor: f64) -> Law {
+    if ramp {
+        Law::capped(ceiling, floor)
+    } else {
+        Law::held(ceiling, floor)
     }
 }
 
@@ -576,23 +507,48 @@ mod tests {
         assert_eq!(effective(q, 1e-300), None);
     }
 
+    /// A process reads back the push-backs of every process sharing a limit, its own
+    /// included, and converts their wall-clock instants to its own clock: its own read back
+    /// (here two seconds later by tokio's paused clock) is no new push-back, and the rate it
+    /// climbed since stays.
     #[tokio::test(start_paused = true)]
-    async fn the_meter_counts_the_last_whole_second_after_its_start() {
-        let t0 = Instant::now();
-        let mut meter = Meter::new(t0);
-        let ms = |n: u64| t0 + Duration::from_millis(n);
-        for n in 0..150 {
-            meter.record(ms(10 * n)); // 100 a second for 1.5 s
+    async fn a_push_back_read_back_is_not_taken_again() {
+        let now = Instant::now;
+        let mut control = Control::new(Quota::per_second(100), Mode::Converge, false, true, now());
+        let cooldown = Duration::from_secs(1);
+        let decision = control.pushed_back(now(), SystemTime::now(), cooldown, now());
+        let cut = decision.and_then(|d| d.publish).expect("a cut to publish");
+        assert_eq!(control.rate(), 48.0);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        for _ in 0..10 {
+            control.succeeded(now(), None, None);
         }
-        assert_eq!(meter.rate(ms(999)), None);
-        let rate = meter.rate(ms(1_500)).unwrap();
-        assert!((95.0..=105.0).contains(&rate), "{rate}");
-        // Nothing for 3 s: the ring empties.
-        assert_eq!(meter.rate(ms(4_500)), Some(0.0));
-        // A cooldown's silence is not measured: a whole second after its end first.
-        meter.from = ms(5_000);
-        assert_eq!(meter.rate(ms(5_500)), None);
-        meter.record(ms(5_600));
-        assert_eq!(meter.rate(ms(6_000)), Some(1.0));
+        let climbed = control.rate();
+        assert!(climbed > 49.0, "{climbed}");
+        assert_eq!(control.adopt(now(), SystemTime::now(), cut.shared()), None);
+        assert_eq!(control.rate(), climbed);
+        // A later push-back of another process is followed.
+        let later = Cut {
+            limit: 30.0,
+            resume: cut.resume + Duration::from_secs(5),
+        };
+        assert!(control.adopt(now(), SystemTime::now(), later).is_some());
+        assert_eq!(control.rate(), 30.0 * 0.96);
+    }
+
+    /// A cut is published only when other processes share the limit.
+    #[tokio::test(start_paused = true)]
+    async fn a_cut_is_published_only_for_a_shared_limit() {
+        for shared in [false, true] {
+            let now = Instant::now();
+            let mut control =
+                Control::new(Quota::per_second(100), Mode::Converge, false, shared, now);
+            let decision = control
+                .pushed_back(now, SystemTime::now(), Duration::from_secs(1), now)
+                .unwrap();
+            assert_eq!(decision.publish.is_some(), shared);
+            let enforced = decision.enforce.unwrap().per_second_f64();
+            assert!((enforced - 48.0).abs() < 1e-3, "{enforced}");
+        }
     }
 }

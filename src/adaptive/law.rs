@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::window::Window;
+
 /// A first push-back with nothing else known: the server's limit is first guessed at this
 /// fraction of the rate refused, and the guess is then verified upwards.
 pub(crate) const DECREASE: f64 = 0.5;
@@ -17,8 +19,8 @@ pub(crate) const HOLD: f64 = 0.96;
 /// …or at this one once two windows showed a burst behind it: the burst absorbs the jitter
 /// of requests on their way, which a server without one refuses.
 pub(crate) const HOLD_BURST: f64 = 0.98;
-/// A configured rate drops to this fraction of itself when its first request is sent through
-/// `RetryAfterLayer` (or at its first success reported, from a client of one's own)…
+/// A configured rate with the ramp drops to this fraction of itself when its first request is
+/// sent (or at its first success reported)…
 pub(crate) const RAMP_FROM: f64 = 0.45;
 /// …and grows by this factor per success, back to itself in 21 successes (about 11
 /// intervals lost, once). A server up to `1 / RAMP_FROM` times slower than the configured
@@ -39,8 +41,6 @@ pub(crate) const WINDOWS_APART_SECS: f64 = 0.1;
 /// server's rate below this fraction of it, a burst let it through, and the windows are
 /// believed instead (closer, they are the noisier of the two).
 pub(crate) const BURST_SEEN: f64 = 0.9;
-/// Two windows estimate a server's rate only when they show at least this burst behind it.
-pub(crate) const BURST_MIN: f64 = 2.0;
 /// A push-back at most this long (seconds) after the end of a cooldown comes from a client
 /// above the server's rate through the whole window: a window for the estimate behind a
 /// burst.
@@ -80,104 +80,6 @@ enum Phase {
     Recover { since: Instant, from: f64 },
 }
 
-/// Rate steps kept per window at most: a step is kept when the rate moved by
-/// [`HISTORY_STEP`] since the last one kept, so a window from 1/s to 1000/s keeps about 350.
-const HISTORY_MAX: usize = 512;
-/// The relative change of the rate that makes a new step of a window's history.
-const HISTORY_STEP: f64 = 0.02;
-
-/// The successes from the end of a cooldown (or the first success) to the push-back that
-/// ended it, over `secs` seconds, and the rates the client was at meanwhile: `(s, rate)`, the
-/// rate in force from `s` seconds into the window.
-///
-/// Behind a burst `B`, a server admits `B + r·secs − d` in a window that starts with its
-/// bucket refilled (a cooldown long enough) and ends when it is empty (the push-back), where
-/// `d` is what the client sent below `r` while it was below it (the server's bucket was full
-/// then, and stayed so). Two windows of different lengths give `r` without knowing `B`.
-#[derive(Debug, Clone, Default)]
-struct Window {
-    count: f64,
-    secs: f64,
-    rates: Vec<(f64, f64)>,
-}
-
-impl Window {
-    /// A window starting at `rate`.
-    fn at(rate: f64) -> Self {
-        Window {
-            rates: vec![(0.0, rate)],
-            ..Window::default()
-        }
-    }
-
-    /// The client went to `rate` at `s` seconds into the window.
-    fn record(&mut self, s: f64, rate: f64) {
-        let moved = self
-            .rates
-            .last()
-            .is_none_or(|&(_, last)| (rate - last).abs() >= HISTORY_STEP * last);
-        if moved && self.rates.len() < HISTORY_MAX {
-            self.rates.push((s, rate));
-        }
-    }
-
-    /// What the client sent below `r` per second while it was below it, in tokens, and for
-    /// how long it was below it; `None` when it was below `r` at the end (the window says
-    /// nothing of the server).
-    fn deficit(&self, r: f64) -> Option<(f64, f64)> {
-        let &(_, last) = self.rates.last()?;
-        if last < r {
-            return None;
-        }
-        let ends = self
-            .rates
-            .iter()
-            .skip(1)
-            .map(|&(s, _)| s)
-            .chain([self.secs]);
-        let below = self
-            .rates
-            .iter()
-            .zip(ends)
-            .filter(|(&(_, rate), _)| rate < r)
-            .map(|(&(from, rate), to)| {
-                let secs = (to.min(self.secs) - from).max(0.0);
-                (secs * (r - rate), secs)
-            });
-        Some(below.fold((0.0, 0.0), |(d, t), (dd, dt)| (d + dd, t + dt)))
-    }
-
-    /// The server's rate from two windows, each counted with what its client sent below it,
-    /// when they show a burst of at least [`BURST_MIN`] behind it (without one, the rate
-    /// refused is the better estimate, and a few successes more or less would swing theirs).
-    ///
-    /// It solves `r·(t₂ − t₁) = n₂ + d₂(r) − n₁ − d₁(r)`, piecewise linear in `r`, by
-    /// Newton's method; an estimate that hangs on the deficits more than on the windows'
-    /// lengths is not believed.
-    fn estimate(a: &Window, b: &Window) -> Option<f64> {
-        let (a, b) = if a.secs <= b.secs { (a, b) } else { (b, a) };
-        let span = b.secs - a.secs;
-        let mut r = (b.count - a.count) / span;
-        for _ in 0..16 {
-            if !(r.is_finite() && r > 0.0) {
-                return None;
-            }
-            let ((da, ta), (db, tb)) = (a.deficit(r)?, b.deficit(r)?);
-            let slope = span - tb + ta;
-            if slope < span / 4.0 {
-                return None;
-            }
-            let next = r - (r * span - (b.count + db - a.count - da)) / slope;
-            if (next - r).abs() <= 1e-9 * r {
-                break;
-            }
-            r = next;
-        }
-        let burst = b.count + b.deficit(r)?.0 - r * b.secs;
-        (r.is_finite() && r > 0.0 && burst >= BURST_MIN).then_some(r)
-    }
-}
-
 /// The state of one bucket's rate.
 #[derive(Debug, Clone)]
 pub(crate) struct Law {
@@ -208,6 +110,15 @@ pub(crate) struct Law {
 
 impl Law {
     /// At `ceiling` until a server pushes back.
+    pub(crate) fn held(ceiling: f64, floor: f64) -> Self {
+        Law {
+            phase: Phase::Hold,
+            ..Law::capped(ceiling, floor)
+        }
+    }
+
+    /// At `ceiling` until the first request is sent (or the first success reported), which
+    /// starts the ramp.
     pub(crate) fn capped(ceiling: f64, floor: f64) -> Self {
         Law {
             ceiling,
@@ -767,25 +678,6 @@ mod tests {
         assert!(close(law.succeeded(t, None), rate + VERIFY_STEP));
     }
 
-    #[test]
-    fn a_window_counts_what_its_client_sent_below_the_rate() {
-        let mut w = Window::at(25.0);
-        w.record(0.1, 25.2); // within 2 %: not a step
-        w.record(0.2, 40.0);
-        w.record(0.5, 60.0);
-        w.secs = 2.0;
-        assert_eq!(w.rates, vec![(0.0, 25.0), (0.2, 40.0), (0.5, 60.0)]);
-        // 0.2 s at 25 below 50, 0.3 s at 40.
-        let (d, secs) = w.deficit(50.0).unwrap();
-        assert!(
-            close(d, 0.2 * 25.0 + 0.3 * 10.0) && close(secs, 0.5),
-            "{d} {secs}"
-        );
-        assert_eq!(w.deficit(20.0), Some((0.0, 0.0)));
-        // Still below 70/s at the end: it says nothing of a server at 70/s.
-        assert_eq!(w.deficit(70.0), None);
-    }
-
     /// Against nginx without a burst, a search from 1/s taken as a window, with a quick
     /// push-back after the first cooldown, read 50 r/s as 24.5.
     #[tokio::test(start_paused = true)]
@@ -804,33 +696,6 @@ mod tests {
         law.pushed_back(end + secs(0.354), secs(1.0), first, None);
         let limit = law.limit().unwrap();
         assert!(limit >= 0.9 * first, "{limit} after {first}");
-    }
-
-    #[test]
-    fn two_windows_see_the_rate_behind_a_burst_and_only_a_burst() {
-        // A server at 40/s with a burst of 10, refilled during each cooldown: a window from
-        // above its rate, and one from a deep cut (0.5 s at 20/s, then 60/s).
-        let quick = Window {
-            count: 10.0 + 40.0 * 0.25,
-            secs: 0.25,
-            rates: vec![(0.0, 80.0)],
-        };
-        let deep = Window {
-            count: 10.0 + 40.0 * 1.0 - 0.5 * 20.0,
-            secs: 1.0,
-            rates: vec![(0.0, 20.0), (0.5, 60.0)],
-        };
-        let r = Window::estimate(&quick, &deep).unwrap();
-        assert!(close(r, 40.0), "{r}");
-        // Without the deficit counted back in, the same windows read 26.7/s.
-        assert!(close((deep.count - quick.count) / 0.75, 80.0 / 3.0));
-        // No burst behind the rate: the windows hold no more than it, and are not believed.
-        let flat = |count, secs| Window {
-            count,
-            secs,
-            rates: vec![(0.0, 80.0)],
-        };
-        assert_eq!(Window::estimate(&flat(10.0, 0.25), &flat(40.0, 1.0)), None);
     }
 
     #[tokio::test(start_paused = true)]

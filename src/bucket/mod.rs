@@ -25,6 +25,7 @@ mod algorithm;
 mod backend;
 mod builder;
 mod clock;
+mod feedback;
 mod gcra;
 mod queue;
 mod remote;
@@ -42,6 +43,8 @@ pub use self::algorithm::Algorithm;
 pub(crate) use self::backend::{Backend, Local};
 pub use self::builder::BucketBuilder;
 pub(crate) use self::clock::Clock;
+use self::feedback::Steering;
+pub use self::feedback::{Feedback, Sent};
 pub(crate) use self::gcra::schedule;
 #[cfg(feature = "redis")]
 pub(crate) use self::remote::RemoteLearned;
@@ -74,20 +77,29 @@ use crate::Quota;
 /// - **Drift-free**: admission instants follow the schedule, not when a timer fired.
 /// - **Cancel-safe**: dropping a waiting [`Acquire`] gives its place back to those behind it.
 /// - **Pause**: [`pause`](Bucket::pause) holds every admission for a server's cooldown.
-/// - **Follows push-back**: [`push_back`](Bucket::push_back) (called by
-///   [`RetryAfterLayer`](crate::RetryAfterLayer)) also lowers the rate, and successes raise
-///   it back, never above the configured quota ([`adaptive`](crate::adaptive)).
+/// - **Follows push-back**: a push-back reported to [`feedback`](Bucket::feedback) (by
+///   [`RetryAfterLayer`](crate::RetryAfterLayer)) pauses the bucket and lowers the rate, and
+///   successes raise it back, never above the configured quota
+///   ([`adaptive`](crate::adaptive)). Until then the configured rate holds.
 ///
 /// Time is read from tokio's clock, so `#[tokio::test(start_paused = true)]` drives both the
 /// decisions and the waits.
 #[derive(Clone)]
 pub struct Bucket {
     shared: Arc<Shared>,
-    control: Arc<Control>,
+    control: Arc<Steering>,
 }
 
 impl Bucket {
-    /// A new, full token bucket.
+    /// A new, full token bucket enforcing `quota` from its first request.
+    ///
+    /// The configured rate holds until a server pushes back: under
+    /// [`RetryAfterLayer`](crate::RetryAfterLayer) (or the reqwest middleware), a push-back
+    /// pauses every clone for the server's cooldown and lowers the rate to just below the
+    /// server's limit as estimated; successes then raise it back, never above `quota` (see
+    /// [`adaptive`](crate::adaptive)). [`BucketBuilder::fixed_rate`] keeps `quota` whatever
+    /// the server says; [`BucketBuilder::ramp`] starts it lower, to find a slower server's
+    /// limit with one push-back.
     pub fn new(quota: Quota) -> Self {
         Self::with_algorithm(quota, Algorithm::TokenBucket)
     }
@@ -138,11 +150,12 @@ impl Bucket {
     }
 
     pub(crate) fn from_parts(shared: Shared, control: Control) -> Self {
-        control.start(&shared);
-        Bucket {
+        let bucket = Bucket {
             shared: Arc::new(shared),
-            control: Arc::new(control),
-        }
+            control: Arc::new(Steering::new(control)),
+        };
+        bucket.start_control();
+        bucket
     }
 
     /// The configured quota: the most this bucket ever enforces (for an adaptive bucket, its
@@ -168,109 +181,6 @@ impl Bucket {
     /// stated in its rate-limit fields. `None` until then.
     pub fn learned_rate(&self) -> Option<f64> {
         self.control.limit()
-    }
-
-    /// A server pushed back (`429`, `503`) asking for `cooldown`: lower the rate (see
-    /// [`adaptive`](crate::adaptive)), then [`pause`](Self::pause) for the cooldown.
-    /// [`RetryAfterLayer`](crate::RetryAfterLayer) calls this; call it from a client of your
-    /// own.
-    pub fn push_back(&self, cooldown: Duration) {
-        self.pushed_back(cooldown, Instant::now(), None);
-    }
-
-    /// [`push_back`](Self::push_back) answering a request sent at `sent`. A request sent
-    /// before the last push-back was acted on went at the rate of then, and its push-back
-    /// lowers the rate no further (the pause still holds): with a `Retry-After: 0`, or
-    /// answers slower than the cooldown, the refusals of the requests in flight at a
-    /// push-back would otherwise lower the rate once each.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tower_throttle::{Bucket, Quota};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let bucket = Bucket::new(Quota::per_second(100));
-    /// let (first, second) = (Instant::now(), Instant::now());
-    /// tokio::time::advance(Duration::from_millis(50)).await;
-    /// bucket.push_back_sent(Duration::ZERO, first);
-    /// let lowered = bucket.rate();
-    /// assert!(lowered < 100.0);
-    /// // Sent before that push-back: no news.
-    /// bucket.push_back_sent(Duration::ZERO, second);
-    /// assert_eq!(bucket.rate(), lowered);
-    /// # }
-    /// ```
-    pub fn push_back_sent(&self, cooldown: Duration, sent: Instant) {
-        self.pushed_back(cooldown, sent, None);
-    }
-
-    /// [`push_back`](Self::push_back) of a request sent at `sent`: the rate refused is the
-    /// rate in force then. `stated`: the rate the server's quota fields give, if any.
-    pub(crate) fn pushed_back(&self, cooldown: Duration, sent: Instant, stated: Option<f64>) {
-        let cut = self.control.pushed_back(&self.shared, cooldown, sent);
-        if let (Some(cut), Some(remote)) = (cut, self.shared.remote()) {
-            remote.publish(cut);
-        }
-        if let Some(rate) = stated {
-            self.record_stated(rate);
-        }
-        self.pause(cooldown);
-    }
-
-    /// A request went through: the rate may grow back towards the configured one.
-    /// [`RetryAfterLayer`](crate::RetryAfterLayer) calls this on every success.
-    pub fn record_success(&self) {
-        self.control.succeeded(&self.shared, None, None);
-        self.sync_learned();
-    }
-
-    /// [`record_success`](Self::record_success) of a request sent at `sent`: the rate that
-    /// went through is the one it tested (during the ramp, the gap to the request sent
-    /// before it), or else the rate in force then.
-    pub(crate) fn succeeded(&self, sent: Instant) {
-        self.control.succeeded(&self.shared, None, Some(sent));
-        self.sync_learned();
-    }
-
-    /// A request is about to be sent through [`RetryAfterLayer`](crate::RetryAfterLayer):
-    /// the first one starts the ramp of a configured rate (see [`adaptive`](crate::adaptive)).
-    pub(crate) fn sending(&self, sent: Instant) {
-        self.control.sending(&self.shared, sent);
-    }
-
-    /// A request went through and the server stated its quota: `per_second` tokens a second.
-    pub(crate) fn record_stated(&self, per_second: f64) {
-        self.control.succeeded(&self.shared, Some(per_second), None);
-        self.sync_learned();
-    }
-
-    /// Follow what other processes sharing a remote limit learned: at most every 250 ms,
-    /// in the background (outside a runtime, never).
-    #[cfg(not(feature = "redis"))]
-    fn sync_learned(&self) {}
-
-    /// Follow what other processes sharing a remote limit learned: at most every 250 ms,
-    /// in the background (outside a runtime, never).
-    #[cfg(feature = "redis")]
-    fn sync_learned(&self) {
-        let Some(remote) = self.shared.remote() else {
-            return;
-        };
-        if !self.control.sync_due() {
-            return;
-        }
-        let (Some(learned), Ok(rt)) = (remote.learned(), tokio::runtime::Handle::try_current())
-        else {
-            return;
-        };
-        let this = self.clone();
-        rt.spawn(async move {
-            if let Some(cut) = learned.await {
-                this.control.adopt(&this.shared, cut);
-            }
-        });
     }
 
     /// The algorithm this bucket decides with.
@@ -519,41 +429,6 @@ pub struct Snapshot {
     /// Whether the bucket's limit is kept in a shared store ([`Bucket::is_shared`]): then
     /// this is this process's view only, and admissions of the shared limit are not in it.
     pub local_view: bool,
-}
-
-#[cfg(all(test, feature = "redis"))]
-mod tests {
-    use super::*;
-    use crate::adaptive::Cut;
-
-    /// A process reads back the push-backs of every process sharing a remote limit, its own
-    /// included, and converts their wall-clock instants to its own clock: its own read back
-    /// (here a second later by tokio's paused clock) is no new push-back, and the rate it
-    /// climbed since stays.
-    #[tokio::test(start_paused = true)]
-    async fn a_push_back_read_back_is_not_taken_again() {
-        let bucket = Bucket::new(Quota::per_second(100));
-        let cut = bucket
-            .control
-            .pushed_back(&bucket.shared, Duration::from_secs(1), Instant::now())
-            .expect("a cut");
-        assert_eq!(bucket.rate(), 48.0);
-        tokio::time::advance(Duration::from_secs(2)).await;
-        for _ in 0..10 {
-            bucket.control.succeeded(&bucket.shared, None, None);
-        }
-        let climbed = bucket.rate();
-        assert!(climbed > 49.0, "{climbed}");
-        bucket.control.adopt(&bucket.shared, cut.shared());
-        assert_eq!(bucket.rate(), climbed);
-        // A later push-back of another process is followed.
-        let later = Cut {
-            limit: 30.0,
-            resume: cut.resume + Duration::from_secs(5),
-        };
-        bucket.control.adopt(&bucket.shared, later);
-        assert_eq!(bucket.rate(), 30.0 * 0.96);
-    }
 }
 
 #[cfg(test)]

@@ -8,13 +8,18 @@ use http::Extensions;
 use reqwest_middleware::{Error, Middleware, Next};
 use tokio::time::Instant;
 
-use super::sent::{Sending, Sent};
+use super::sent::{Admitted, Sending};
 use crate::retry_after::{Action, Attempt, Policy, RetryInfo};
 use crate::{Bucket, RetryAfterLayer};
 
 /// Retries what a server pushes back (`429`, `503`) after its `Retry-After`, pausing the
 /// shared [`Bucket`] so that every worker backs off together: the
 /// [`RetryAfterLayer`] of a `reqwest_middleware::ClientWithMiddleware`.
+///
+/// The bucket's configured rate holds from the first request until a push-back; a push-back
+/// pauses every worker and lowers the rate to just below the server's limit as estimated,
+/// and successes raise it back, never above the configured one (see
+/// [`adaptive`](crate::adaptive)).
 ///
 /// It is built from a [`RetryAfterLayer`] and makes the same decisions with the same
 /// settings: the server's cooldown is a floor that jitter only adds to, a cooldown over
@@ -110,16 +115,17 @@ impl Middleware for RetryAfterMiddleware {
             // A rate limit of the same bucket inside tells when the request went; else it
             // went now.
             extensions.insert(Sending(policy.bucket.clone()));
-            extensions.remove::<Sent>();
-            let sent = Instant::now();
+            extensions.remove::<Admitted>();
+            let start = Instant::now();
             let result = next.clone().run(req, extensions).await;
-            let sent = extensions.remove::<Sent>().map_or(sent, |s| s.0);
+            let at = extensions.remove::<Admitted>().map_or(start, |a| a.0);
+            let sent = policy.bucket.feedback().sent_at(at);
             extensions.remove::<Sending>();
             let attempt = Attempt {
                 method: &method,
                 retries,
                 elapsed: started.elapsed(),
-                sent,
+                sent: &sent,
                 previous_delay,
                 replayable: copy.is_some(),
             };

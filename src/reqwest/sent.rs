@@ -16,9 +16,10 @@ use crate::Bucket;
 #[derive(Clone)]
 pub(super) struct Sending(pub(super) Bucket);
 
-/// Put in the extensions by the rate limit when it admitted the attempt.
+/// Put in the extensions by the rate limit when it admitted the attempt (and told the
+/// bucket's rate control it was sent).
 #[derive(Clone, Copy)]
-pub(super) struct Sent(pub(super) Instant);
+pub(super) struct Admitted(pub(super) Instant);
 
 /// The rate limit on `bucket` admitted a request now: report it to the retry middleware
 /// around it, if that one shares the bucket.
@@ -27,8 +28,7 @@ pub(super) fn admitted(bucket: &Bucket, extensions: &mut http::Extensions) {
         .get::<Sending>()
         .is_some_and(|s| s.0.same_bucket(bucket));
     if around {
-        let now = Instant::now();
-        bucket.sending(now);
-        extensions.insert(Sent(now));
+        let sent = bucket.feedback().sending();
+        extensions.insert(Admitted(sent.at()));
     }
 }

@@ -14,7 +14,7 @@ use tower_service::Service;
 
 use super::policy::{Action, Attempt, Policy};
 use super::{HttpResponse, Replay, RetryInfo};
-use crate::BoxError;
+use crate::{BoxError, Sent};
 
 pin_project! {
     /// The response future of [`RetryAfter`](super::RetryAfter): attempts, waits, retries.
@@ -30,7 +30,7 @@ pin_project! {
         policy: Arc<Policy>,
         retries: u32,
         started: Instant,
-        sent: Instant,
+        sent: Sent,
         previous_delay: Duration,
         // The request's own deadline: no attempt goes out at or after it.
         deadline: Option<Instant>,
@@ -56,7 +56,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         copy: Option<Req>,
         method: Method,
         policy: Arc<Policy>,
-        sent: Instant,
+        sent: Sent,
         deadline: Option<Instant>,
     ) -> Self {
         ResponseFuture {
@@ -66,7 +66,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             method,
             policy,
             retries: 0,
-            started: sent,
+            started: sent.at(),
             sent,
             previous_delay: Duration::ZERO,
             deadline,
@@ -94,7 +94,7 @@ where
                         method: this.method,
                         retries: *this.retries,
                         elapsed: this.started.elapsed(),
-                        sent: *this.sent,
+                        sent: &*this.sent,
                         previous_delay: *this.previous_delay,
                         replayable: this.copy.is_some(),
                     };
@@ -154,8 +154,7 @@ where
                         Some(req) => req,
                         None => this.copy.take().expect("retry without a request copy"),
                     };
-                    *this.sent = Instant::now();
-                    this.policy.bucket.sending(*this.sent);
+                    *this.sent = this.policy.bucket.feedback().sending();
                     let future = this.svc.call(req);
                     this.state.set(State::Called { future });
                 }

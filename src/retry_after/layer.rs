@@ -17,6 +17,13 @@ use crate::Bucket;
 /// [`Bucket`] so that every worker backs off together; retries transport errors and other 5xx
 /// with exponential backoff.
 ///
+/// The bucket's configured rate holds from the first request until a push-back; a push-back
+/// pauses every worker and lowers the rate to just below the server's limit as estimated,
+/// and successes raise it back, never above the configured one (see
+/// [`adaptive`](crate::adaptive); [`BucketBuilder::fixed_rate`](crate::BucketBuilder::fixed_rate)
+/// keeps it fixed). The layer reports each attempt to the bucket through
+/// [`Bucket::feedback`].
+///
 /// Put it **outside** the [`RateLimitLayer`](crate::RateLimitLayer) of the same bucket, so that
 /// every attempt, retries included, waits for a token:
 ///

@@ -11,7 +11,7 @@ use super::backoff::{uniform, Backoff};
 use super::budget::RetryBudget;
 use super::replay::is_idempotent;
 use crate::headers::{read_quota_hint, read_quota_rate, read_stated_rate};
-use crate::Bucket;
+use crate::{Bucket, Sent};
 
 /// Whether a failed request may have reached the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,8 +126,8 @@ pub(crate) struct Attempt<'a> {
     pub(crate) retries: u32,
     /// Time since the first attempt.
     pub(crate) elapsed: Duration,
-    /// When this attempt was sent.
-    pub(crate) sent: tokio::time::Instant,
+    /// This attempt, as sent: its answer goes to the bucket's rate control.
+    pub(crate) sent: &'a Sent,
     pub(crate) previous_delay: Duration,
     /// Whether a copy of the request exists to send again.
     pub(crate) replayable: bool,
@@ -207,10 +207,7 @@ impl Policy {
             return self.on_push_back(status, retry_after, reset, stated, rate_limited_403, a);
         }
         if status.is_success() {
-            match stated {
-                Some(rate) => self.bucket.record_stated(rate),
-                None => self.bucket.succeeded(a.sent),
-            }
+            a.sent.report_through(stated);
         }
         if status.is_server_error() {
             let floor = retry_after
@@ -280,7 +277,7 @@ impl Policy {
             };
         }
         trace_event!(warn, %status, ?cooldown, "server pushed back; pausing the bucket");
-        self.bucket.pushed_back(cooldown, a.sent, stated);
+        a.sent.report_pushed_back(cooldown, stated);
         let allowed = self.not_processed(status, asked, rate_limited_403)
             || is_idempotent(a.method)
             || self.retry_non_idempotent;
