@@ -1,7 +1,6 @@
 //! [`Feedback`]: what a client tells a bucket's rate control of each request, and where the
 //! control's decisions are applied to the bucket.
 
-use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -115,6 +114,7 @@ impl Bucket {
         self.apply(&control, decision);
     }
 
+    /// A request is sent at `at`: told to the control only while it watches sends.
     fn sent(&self, at: Instant) {
         if !self.control.watch.load(Ordering::Acquire) {
             return;
@@ -124,6 +124,8 @@ impl Bucket {
         self.apply(&control, decision);
     }
 
+    /// A request sent at `sent` (if known) went through; `stated`: the rate the server
+    /// states, if any.
     fn succeeded(&self, sent: Option<Instant>, stated: Option<f64>) {
         let now = Instant::now();
         let mut control = self.control.lock();
@@ -136,6 +138,8 @@ impl Bucket {
         }
     }
 
+    /// A request sent at `sent` was pushed back for `cooldown`: lower the rate (and tell the
+    /// other processes), take the stated rate if any, then pause.
     fn pushed_back(&self, sent: Instant, cooldown: Duration, stated: Option<f64>) {
         {
             let mut control = self.control.lock();
@@ -175,7 +179,7 @@ impl Bucket {
 }
 
 /// Tells a bucket's rate control about a request: [`Bucket::feedback`].
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct Feedback<'a> {
     bucket: &'a Bucket,
 }
@@ -199,14 +203,6 @@ impl Feedback<'_> {
             bucket: self.bucket.clone(),
             at,
         }
-    }
-}
-
-impl fmt::Debug for Feedback<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Feedback")
-            .field("bucket", self.bucket)
-            .finish()
     }
 }
 
