@@ -217,7 +217,7 @@ pub struct Sent {
 
 impl Sent {
     /// When the request was sent (tokio's clock).
-    pub fn at(&self) -> Instant {
+    pub(crate) fn at(&self) -> Instant {
         self.at
     }
 
