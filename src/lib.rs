@@ -134,8 +134,11 @@ mod trace;
 mod inner;
 
 pub mod adaptive;
+mod algorithm;
 pub mod bucket;
+mod clock;
 mod denied;
+mod engine;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod headers;
@@ -150,9 +153,10 @@ pub mod reject;
 pub mod reqwest;
 pub mod retry_after;
 
+pub use crate::algorithm::Algorithm;
 #[allow(deprecated)]
 pub use crate::bucket::AcquireError;
-pub use crate::bucket::{Acquire, Algorithm, Bucket, BucketBuilder, Feedback, Sent, Snapshot};
+pub use crate::bucket::{Acquire, Bucket, BucketBuilder, Feedback, Sent, Snapshot};
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
 pub use crate::keyed::KeyedBucket;
 pub use crate::quota::{Quota, QuotaError};

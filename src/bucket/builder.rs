@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use super::clock::Clock;
 use super::shared::Shared;
-use super::window::Align;
+use crate::clock::{Align, Clock};
+
 use super::{Algorithm, Bucket, Remote};
 use crate::adaptive::{Adaptive, Control, Mode};
 use crate::observe::Observer;

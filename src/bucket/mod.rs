@@ -21,16 +21,13 @@
 //! ```
 
 mod acquire;
-mod algorithm;
 mod backend;
 mod builder;
-mod clock;
 mod feedback;
 mod gcra;
 mod queue;
 mod remote;
 mod shared;
-mod window;
 
 use std::fmt;
 use std::sync::Arc;
@@ -39,21 +36,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use self::acquire::Acquire;
-pub use self::algorithm::Algorithm;
 pub(crate) use self::backend::{Backend, Local};
 pub use self::builder::BucketBuilder;
-pub(crate) use self::clock::Clock;
 use self::feedback::Steering;
 pub use self::feedback::{Feedback, Sent};
-pub(crate) use self::gcra::schedule;
 #[cfg(feature = "redis")]
 pub(crate) use self::remote::RemoteLearned;
 pub(crate) use self::remote::{Outcome, Remote, RemoteAcquire, RemoteDecision, RemoteOutcome};
 pub(crate) use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation, Waiter};
-pub(crate) use self::window::{carried as sliding_carried, fits as sliding_fits};
-pub(crate) use self::window::{Align, Log, Window};
 use crate::adaptive::{Adaptive, Control};
+pub use crate::algorithm::Algorithm;
 #[allow(deprecated)]
 pub use crate::denied::AcquireError;
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};

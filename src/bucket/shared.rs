@@ -84,11 +84,11 @@ use std::time::Duration;
 
 use tokio::time::Sleep;
 
-use super::clock::Clock;
 use super::gcra::{schedule, Gcra, Level};
 use super::queue::{Entry, Queue};
-use super::window::{Align, Fixed, Log, Ramp, Sliding, Window};
 use super::{Algorithm, ExceedsBurst, QueueFull, Remote};
+use crate::clock::{Align, Clock};
+use crate::engine::{Log, Model, Paused, Phase, Windows};
 use crate::observe::Observer;
 use crate::Quota;
 
@@ -127,6 +127,8 @@ const AFTER_PAUSE: u64 = 3_000_000;
 pub(crate) struct Shared {
     pub(crate) clock: Clock,
     algorithm: Algorithm,
+    /// Where window boundaries fall.
+    align: Align,
     gcra: Gcra,
     /// The most tokens one request may take.
     capacity: AtomicU32,
@@ -162,9 +164,8 @@ struct State {
     last_went: u64,
     /// A pause was set and no waiter went after its end yet (see [`AFTER_PAUSE`]).
     resumed: bool,
-    window: Option<Box<dyn Window>>,
-    /// Window engines, after a pause: no burst until the window's own bound takes over.
-    ramp: Option<Ramp>,
+    /// Window engines, with the ramp after a pause.
+    window: Option<Box<dyn Model>>,
 }
 
 /// An admission granted and not used yet.
@@ -215,17 +216,13 @@ fn capacity_of(quota: &Quota, algorithm: Algorithm) -> u32 {
     }
 }
 
-fn window_of(
-    quota: &Quota,
-    algorithm: Algorithm,
-    now: u64,
-    align: Align,
-) -> Option<Box<dyn Window>> {
-    let (limit, width) = (u64::from(quota.count()), quota.period_ns());
+fn window_of(quota: Quota, algorithm: Algorithm, now: u64, align: Align) -> Option<Box<dyn Model>> {
     match algorithm {
-        Algorithm::FixedWindow => Some(Box::new(Fixed::new(limit, width, now, align))),
-        Algorithm::SlidingWindow => Some(Box::new(Sliding::new(limit, width, now, align))),
-        Algorithm::SlidingLog => Some(Box::new(Log::new(limit, width))),
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+            let phase = align.phase(quota.period_ns(), now);
+            Some(Paused::boxed(Windows::new(quota, algorithm, phase)))
+        }
+        Algorithm::SlidingLog => Some(Paused::boxed(Log::new(quota))),
         _ => None,
     }
 }
@@ -242,6 +239,7 @@ impl Shared {
         let (interval, tolerance) = engine_params(&quota, algorithm);
         Shared {
             algorithm,
+            align,
             gcra: Gcra::new(interval, tolerance),
             capacity: AtomicU32::new(capacity_of(&quota, algorithm)),
             paused_until: AtomicU64::new(0),
@@ -255,8 +253,7 @@ impl Shared {
                 credited_until: 0,
                 last_went: 0,
                 resumed: false,
-                window: window_of(&quota, algorithm, clock.now_ns(), align),
-                ramp: None,
+                window: window_of(quota, algorithm, clock.now_ns(), align),
             }),
             clock,
             lock_free: algorithm.is_gcra() && remote.is_none(),
@@ -360,9 +357,18 @@ impl Shared {
     fn slack(&self, st: &State) -> u64 {
         match &st.window {
             None => st.quota.interval_ns().max(TIMER_SLACK).saturating_mul(2),
-            Some(w) if w.slack() > 0 => w.slack().max(TIMER_SLACK).saturating_mul(2),
+            Some(_) if self.credits() => {
+                let interval = st.quota.period_ns() / u64::from(st.quota.count());
+                interval.max(TIMER_SLACK).saturating_mul(2)
+            }
             Some(_) => 0,
         }
+    }
+
+    /// Whether a window counts a late waiter back to its turn: the sliding log. The aligned
+    /// windows' boundaries do not move.
+    fn credits(&self) -> bool {
+        self.algorithm == Algorithm::SlidingLog
     }
 
     /// The GCRA engines' guard, as the cost of a token and a tolerance: one token more than
@@ -425,14 +431,8 @@ impl Shared {
         };
         let from = from.max(st.tail);
         // Keep what a late waiter, credited back by the slack, still has to count.
-        window.prune(from.saturating_sub(slack));
-        let at = window.earliest(u64::from(tokens), from);
-        match st.ramp {
-            Some(r) if r.active(at) => {
-                window.earliest(u64::from(tokens), r.earliest(u64::from(tokens), at))
-            }
-            _ => at,
-        }
+        window.forget(from.saturating_sub(slack));
+        window.earliest(u64::from(tokens), from)
     }
 
     /// Admit `tokens` at `now`, counted at the earliest instant `≥ from` they fit (`from ≤
@@ -446,9 +446,6 @@ impl Shared {
             let (at, tat) = self.gcra.admit_from(u64::from(tokens), from, now)?;
             return Ok(Permit { tokens, at, tat });
         }
-        if st.ramp.is_some_and(|r| !r.active(from)) {
-            st.ramp = None;
-        }
         let at = self.predict(st, tokens, 0, from);
         if at > now {
             return Err(at);
@@ -457,7 +454,7 @@ impl Shared {
         // admission, and heeds it for a window's width after a credit: until then those it
         // counts at `now` may follow the credited ones closely. Without a credit the log
         // alone keeps the bound, and decides exactly as a remote log does.
-        if st.window.as_ref().is_some_and(|w| w.slack() > 0) {
+        if self.credits() {
             let interval = st.quota.interval_ns();
             let tolerance = guard_tolerance(
                 interval,
@@ -476,9 +473,6 @@ impl Shared {
         }
         if let Some(w) = st.window.as_mut() {
             w.commit(u64::from(tokens), at);
-        }
-        if let Some(r) = st.ramp.as_mut() {
-            r.commit(u64::from(tokens), at);
         }
         st.tail = st.tail.max(at);
         Ok(Permit { tokens, at, tat: 0 })
@@ -632,7 +626,7 @@ impl Shared {
             None => {}
             Some(w) => {
                 w.release(u64::from(permit.tokens), permit.at);
-                if w.slack() > 0 {
+                if self.credits() {
                     let cost = u64::from(permit.tokens).saturating_mul(st.quota.interval_ns());
                     st.guard = st.guard.saturating_sub(cost);
                 }
@@ -659,7 +653,7 @@ impl Shared {
             let interval = st.quota.interval_ns();
             match st.window.as_mut() {
                 None => self.gcra.restart_at(end),
-                Some(w) => st.ramp = Some(Ramp::new(end, interval, w.ramp_until(end))),
+                Some(w) => w.pause(end, interval),
             }
         }
         // A window's new ramp starts at the end of this pause: the first in line may be due
@@ -679,7 +673,7 @@ impl Shared {
     }
 
     /// Enforce `quota` from now on; `rate`: a rate control's new rate (see
-    /// [`Window::follow_rate`]).
+    /// [`Phase::KeepEnd`]).
     fn enforce(&self, quota: Quota, rate: bool) {
         let mut st = self.lock();
         let now = self.clock.now_ns();
@@ -703,11 +697,14 @@ impl Shared {
                     self.guard_behind(self.gcra.tat())
                 };
             }
-            Some(w) if rate => w.follow_rate(u64::from(quota.count()), quota.period_ns(), now),
-            Some(w) => w.set_limit(u64::from(quota.count()), quota.period_ns(), now),
-        }
-        if let Some(r) = st.ramp.as_mut() {
-            r.set_interval(quota.interval_ns());
+            Some(w) => {
+                let phase = if rate {
+                    Phase::KeepEnd
+                } else {
+                    Phase::At(self.align.phase(quota.period_ns(), now))
+                };
+                w.set_quota(quota, phase, now);
+            }
         }
         let mut wakers: Vec<Waker> = st
             .queue
@@ -754,21 +751,18 @@ impl Shared {
         let mut level = match st.window.as_mut() {
             None => self.gcra.level(now, st.queue.tokens()),
             Some(w) => {
-                w.prune(now.saturating_sub(slack));
+                w.forget(now.saturating_sub(slack));
+                let view = w.view(now);
                 Level {
-                    available: if not_before > now {
-                        0
-                    } else {
-                        w.available(now)
-                    },
+                    available: if not_before > now { 0 } else { view.available },
                     next_in: 0,
-                    full_in: w.clear_in(now).max(not_before - now),
+                    full_in: view.full_in.max(not_before - now),
                 }
             }
         };
         if st.window.is_some() {
             level.next_in = self.predict(&mut st, 1, 0, now) - now;
-            if st.ramp.is_some_and(|r| r.active(now)) && level.next_in > 0 {
+            if st.window.as_ref().is_some_and(|w| w.ramping(now)) && level.next_in > 0 {
                 level.available = 0;
             }
         }

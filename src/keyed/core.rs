@@ -1,11 +1,11 @@
-//! The keyed store for one [`Rule`]: sharded tables of per-key states, plus the two shared
+//! The keyed store for one [`Engine`]: sharded tables of per-key states, plus the two shared
 //! states for keys beyond the cap (overflow) and requests without a key.
 
 use std::hash::{BuildHasher, Hash};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::rule::{Admit, Rule, View};
 use super::table::{slot_size, Table};
+use crate::engine::{Admit, Engine, View};
 
 /// Where an admission was recorded, to undo it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,16 +19,16 @@ pub(crate) enum Place {
 #[repr(align(128))]
 struct Shard<K, S>(Mutex<Table<K, S>>);
 
-pub(crate) struct Core<K, R: Rule> {
-    pub(crate) rule: R,
+pub(crate) struct Core<K, E: Engine> {
+    pub(crate) engine: E,
     hasher: foldhash::quality::RandomState,
-    shards: Box<[Shard<K, R::State>]>,
+    shards: Box<[Shard<K, E::Packed>]>,
     /// Keys a shard may hold.
     shard_max: usize,
     /// Shared by new keys that find their shard at the cap.
-    overflow: Mutex<Option<R::State>>,
+    overflow: Mutex<Option<E::State>>,
     /// Shared by requests that have no key, when so configured.
-    keyless: Mutex<Option<R::State>>,
+    keyless: Mutex<Option<E::State>>,
 }
 
 /// Recover the data if a holder ever panicked: no code path panics while holding a lock.
@@ -36,16 +36,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl<K, R: Rule> Core<K, R> {
+impl<K, E: Engine> Core<K, E> {
     pub(crate) fn shard_count(&self) -> usize {
         self.shards.len()
     }
 }
 
-impl<K: Hash + Eq, R: Rule> Core<K, R> {
-    pub(crate) fn new(rule: R, shards: usize, shard_max: usize) -> Self {
+impl<K: Hash + Eq, E: Engine> Core<K, E> {
+    pub(crate) fn new(engine: E, shards: usize, shard_max: usize) -> Self {
         Core {
-            rule,
+            engine,
             hasher: foldhash::quality::RandomState::default(),
             shards: (0..shards)
                 .map(|_| Shard(Mutex::new(Table::new())))
@@ -57,7 +57,7 @@ impl<K: Hash + Eq, R: Rule> Core<K, R> {
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> MutexGuard<'_, Table<K, R::State>> {
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Table<K, E::Packed>> {
         // Shard by the low bits; the table indexes by the high bits.
         lock(&self.shards[hash as usize & (self.shards.len() - 1)].0)
     }
@@ -76,14 +76,17 @@ impl<K: Hash + Eq, R: Rule> Core<K, R> {
     {
         let hash = self.hasher.hash_one(key);
         let mut table = self.shard(hash);
+        let e = &self.engine;
         if let Some(i) = table.find(hash, key) {
             let admit = table
-                .update(i, |s| self.rule.admit(s, now, tokens, max_wait))
+                .update(i, |p| e.unpacked(p, |s| e.admit(s, now, tokens, max_wait)))
                 .unwrap_or(Err(0))?;
             return Ok((admit, Place::Table));
         }
-        let (state, admit) = self.rule.admit_new(now, tokens, max_wait)?;
-        if table.insert(&self.hasher, hash, key.clone(), state, now, self.shard_max) {
+        let mut state = e.empty();
+        let admit = e.admit(&mut state, now, tokens, max_wait)?;
+        let packed = e.pack(state);
+        if table.insert(&self.hasher, hash, key.clone(), packed, now, self.shard_max) {
             return Ok((admit, Place::Table));
         }
         drop(table);
@@ -92,7 +95,7 @@ impl<K: Hash + Eq, R: Rule> Core<K, R> {
         Ok((admit, Place::Overflow))
     }
 
-    fn shared(&self, place: Place) -> &Mutex<Option<R::State>> {
+    fn shared(&self, place: Place) -> &Mutex<Option<E::State>> {
         if place == Place::Overflow {
             &self.overflow
         } else {
@@ -109,41 +112,32 @@ impl<K: Hash + Eq, R: Rule> Core<K, R> {
         max_wait: u64,
     ) -> Result<Admit, u64> {
         let mut state = lock(self.shared(place));
-        match state.as_mut() {
-            Some(s) => self.rule.admit(s, now, tokens, max_wait),
-            None => {
-                let (s, admit) = self.rule.admit_new(now, tokens, max_wait)?;
-                *state = Some(s);
-                Ok(admit)
-            }
-        }
+        let state = state.get_or_insert_with(|| self.engine.empty());
+        self.engine.admit(state, now, tokens, max_wait)
     }
 
-    /// Undo `admit` of `tokens` if nothing was admitted after it in its bucket.
-    pub(crate) fn refund(
-        &self,
-        key: Option<&K>,
-        place: Place,
-        tokens: u64,
-        admit: &Admit,
-        now: u64,
-    ) {
+    /// Undo `admit` if nothing was admitted after it in its bucket.
+    pub(crate) fn refund(&self, key: Option<&K>, place: Place, admit: &Admit, now: u64) {
+        let e = &self.engine;
+        // Undone, and as if unused again.
+        let undo = |s: &mut E::State| {
+            e.undo(s, admit);
+            e.expires(s) <= now
+        };
         match (place, key) {
             (Place::Table, Some(key)) => {
                 let hash = self.hasher.hash_one(key);
                 let mut table = self.shard(hash);
                 if let Some(i) = table.find(hash, key) {
-                    if table.update(i, |s| self.rule.refund(s, tokens, admit, now)) == Some(true) {
+                    if table.update(i, |p| e.unpacked(p, undo)) == Some(true) {
                         table.remove(&self.hasher, i);
                     }
                 }
             }
             (place, _) => {
                 let mut state = lock(self.shared(place));
-                if let Some(s) = state.as_mut() {
-                    if self.rule.refund(s, tokens, admit, now) {
-                        *state = None;
-                    }
+                if state.as_mut().is_some_and(undo) {
+                    *state = None;
                 }
             }
         }
@@ -151,10 +145,13 @@ impl<K: Hash + Eq, R: Rule> Core<K, R> {
 
     /// The bucket of `key` at `now`.
     pub(crate) fn view(&self, key: &K, now: u64) -> View {
+        let e = &self.engine;
         let hash = self.hasher.hash_one(key);
-        let table = self.shard(hash);
-        let state = table.find(hash, key).and_then(|i| table.get(i));
-        self.rule.view(state, now)
+        let mut table = self.shard(hash);
+        let found = table.find(hash, key);
+        found
+            .and_then(|i| table.update(i, |p| e.unpacked(p, |s| e.view(s, now))))
+            .unwrap_or_else(|| e.view(&e.empty(), now))
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -164,6 +161,6 @@ impl<K: Hash + Eq, R: Rule> Core<K, R> {
     /// Heap bytes of the tables' slots.
     pub(crate) fn allocated_bytes(&self) -> usize {
         let slots: usize = self.shards.iter().map(|s| lock(&s.0).capacity()).sum();
-        slots * slot_size::<K, R::State>() + std::mem::size_of_val(&*self.shards)
+        slots * slot_size::<K, E::Packed>() + std::mem::size_of_val(&*self.shards)
     }
 }

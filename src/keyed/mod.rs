@@ -47,16 +47,12 @@ mod client_ip;
 mod core;
 mod extractor;
 mod forwarded;
-mod gcra;
 mod ip;
 mod layer;
-mod log;
 mod remote;
-mod rule;
 mod stable;
 mod store;
 mod table;
-mod window;
 
 #[cfg(feature = "redis")]
 pub(crate) use self::remote::RemoteKeys;

@@ -10,12 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::core::{Core, Place};
-use super::gcra::GcraRule;
-use super::log::LogRule;
 use super::remote::RemoteKeys;
-use super::rule::{Admit, Rule};
-use super::window::WindowRule;
-use crate::bucket::{Align, Clock};
+use crate::clock::{Align, Clock};
+use crate::engine::{Admit, Engine, Gcra, Log, Windows};
 use crate::{Algorithm, Denied, ExceedsBurst, Quota, Snapshot, Throttled, Undecided};
 
 /// The default cap on tracked keys.
@@ -43,7 +40,7 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// |---|---|---|
 /// | token bucket, leaky bucket | the instant the bucket is full again (8 bytes) | 16 bytes |
 /// | fixed window, sliding window | the latest window and two counts (16 bytes) | 24 bytes |
-/// | sliding log | a pointer to the key's log: 56 bytes plus 16 per admission within the period | 16 bytes + the log |
+/// | sliding log | a pointer to the key's log: 48 bytes plus 16 per admission within the period | 16 bytes + the log |
 ///
 /// # The cap on keys
 /// At most [`max_keys`](KeyedBucketBuilder::max_keys) keys are tracked (default
@@ -90,25 +87,25 @@ struct Shared<K> {
     algorithm: Algorithm,
     clock: Clock,
     max_keys: usize,
-    engine: Engine<K>,
+    tables: Tables<K>,
     /// Decisions made by a limit shared with other processes (Redis).
     remote: Option<RemoteKeys<K>>,
 }
 
-/// The store, specialised to the algorithm's per-key state.
-enum Engine<K> {
-    Gcra(Core<K, GcraRule>),
-    Window(Core<K, WindowRule>),
-    Log(Core<K, LogRule>),
+/// The store, specialised to the algorithm's engine.
+enum Tables<K> {
+    Gcra(Core<K, Gcra>),
+    Windows(Core<K, Windows>),
+    Log(Core<K, Log>),
 }
 
-/// Runs `$body` with `$core` bound to the engine's store, whichever its rule.
+/// Runs `$body` with `$core` bound to the store, whichever its engine.
 macro_rules! on_core {
-    ($engine:expr, $core:ident => $body:expr) => {
-        match $engine {
-            Engine::Gcra($core) => $body,
-            Engine::Window($core) => $body,
-            Engine::Log($core) => $body,
+    ($tables:expr, $core:ident => $body:expr) => {
+        match $tables {
+            Tables::Gcra($core) => $body,
+            Tables::Windows($core) => $body,
+            Tables::Log($core) => $body,
         }
     };
 }
@@ -218,18 +215,15 @@ impl<K> KeyedBucketBuilder<K> {
         let shards = prev_power_of_two(wanted.min(self.max_keys).min(1 << 12));
         let shard_max = self.max_keys / shards;
         let (quota, algorithm) = (self.quota, self.algorithm);
-        let engine = match algorithm {
+        let tables = match algorithm {
             Algorithm::FixedWindow | Algorithm::SlidingWindow => {
                 let align = Align::new(self.window_origin, &self.clock);
-                let rule = WindowRule::new(quota, algorithm, align, self.clock.now_ns());
-                Engine::Window(Core::new(rule, shards, shard_max))
+                let phase = align.phase(quota.period_ns(), self.clock.now_ns());
+                let windows = Windows::new(quota, algorithm, phase);
+                Tables::Windows(Core::new(windows, shards, shard_max))
             }
-            Algorithm::SlidingLog => Engine::Log(Core::new(LogRule::new(quota), shards, shard_max)),
-            _ => Engine::Gcra(Core::new(
-                GcraRule::new(quota, algorithm),
-                shards,
-                shard_max,
-            )),
+            Algorithm::SlidingLog => Tables::Log(Core::new(Log::new(quota), shards, shard_max)),
+            _ => Tables::Gcra(Core::new(Gcra::new(quota, algorithm), shards, shard_max)),
         };
         KeyedBucket {
             shared: Arc::new(Shared {
@@ -237,7 +231,7 @@ impl<K> KeyedBucketBuilder<K> {
                 algorithm,
                 clock: self.clock,
                 max_keys: self.max_keys,
-                engine,
+                tables,
                 remote: self.remote,
             }),
         }
@@ -327,15 +321,15 @@ where
     fn try_acquire_local(&self, key: &K, n: u32) -> Result<(), Denied> {
         let s = &*self.shared;
         let tokens = u64::from(n);
-        // The store's decision, inlined per rule: nothing of the grant is kept.
-        on_core!(&s.engine, core => {
+        // The store's decision, inlined per engine: nothing of the grant is kept.
+        on_core!(&s.tables, core => {
             if tokens == 0 {
                 return Ok(());
             }
-            if tokens > core.rule.capacity() {
+            if tokens > core.engine.capacity() {
                 return Err(Denied::ExceedsBurst(ExceedsBurst {
                     requested: n,
-                    burst: u32::try_from(core.rule.capacity()).unwrap_or(u32::MAX),
+                    burst: u32::try_from(core.engine.capacity()).unwrap_or(u32::MAX),
                 }));
             }
             match core.acquire(key, s.clock.now_ns(), tokens, 0) {
@@ -349,7 +343,7 @@ where
     pub fn snapshot(&self, key: &K) -> Snapshot {
         let s = &*self.shared;
         let now = s.clock.now_ns();
-        let view = on_core!(&s.engine, core => core.view(key, now));
+        let view = on_core!(&s.tables, core => core.view(key, now));
         Snapshot {
             quota: s.quota,
             effective: s.quota,
@@ -363,12 +357,12 @@ where
     }
 
     /// Admit one request (one token) for `key`, or reserve it up to `max_wait` ahead; else
-    /// the wait, in nanoseconds. One token always fits a rule's capacity.
+    /// the wait, in nanoseconds. One token always fits an engine's capacity.
     #[inline]
     pub(crate) fn acquire(&self, key: &K, max_wait: u64) -> Result<Grant, u64> {
         let s = &*self.shared;
         let now = s.clock.now_ns();
-        on_core!(&s.engine, core => {
+        on_core!(&s.tables, core => {
             let (admit, place) = core.acquire(key, now, 1, max_wait)?;
             Ok(Grant { admit, now, place })
         })
@@ -379,7 +373,7 @@ impl<K: Hash + Eq> KeyedBucket<K> {
     /// The number of keys tracked now. It includes keys whose bucket is full again but has
     /// not been swept yet.
     pub fn len(&self) -> usize {
-        on_core!(&self.shared.engine, core => core.len())
+        on_core!(&self.shared.tables, core => core.len())
     }
 
     /// Whether no key is tracked.
@@ -390,14 +384,14 @@ impl<K: Hash + Eq> KeyedBucket<K> {
     /// Heap bytes held by the tables (slots; not any heap data the keys themselves own, nor
     /// the logs of [`Algorithm::SlidingLog`], 16 bytes per admission within the period).
     pub fn allocated_bytes(&self) -> usize {
-        on_core!(&self.shared.engine, core => core.allocated_bytes())
+        on_core!(&self.shared.tables, core => core.allocated_bytes())
     }
 
     /// Admit one request from the one bucket shared by requests that have no key.
     pub(crate) fn acquire_keyless(&self, max_wait: u64) -> Result<Grant, u64> {
         let s = &*self.shared;
         let now = s.clock.now_ns();
-        on_core!(&s.engine, core => {
+        on_core!(&s.tables, core => {
             let admit = core.acquire_shared(Place::Keyless, now, 1, max_wait)?;
             Ok(Grant { admit, now, place: Place::Keyless })
         })
@@ -411,7 +405,7 @@ impl<K: Hash + Eq> KeyedBucket<K> {
             (Place::Table, None) => Place::Keyless,
             (place, _) => place,
         };
-        on_core!(&s.engine, core => core.refund(key, place, 1, &grant.admit, now));
+        on_core!(&s.tables, core => core.refund(key, place, &grant.admit, now));
     }
 }
 
@@ -452,9 +446,8 @@ impl<K> KeyedBucket<K> {
     /// Tokens left and the time until the limit resets, right after `grant`, seen when it is
     /// due (a reservation: at its instant).
     pub(crate) fn status(&self, grant: &Grant) -> (u64, Duration) {
-        let at = grant.now.max(grant.admit.at);
         let (remaining, reset) =
-            on_core!(&self.shared.engine, core => core.rule.status(&grant.admit, at));
+            on_core!(&self.shared.tables, core => core.engine.status(&grant.admit));
         (remaining, Duration::from_nanos(reset))
     }
 
@@ -481,7 +474,7 @@ impl<K> fmt::Debug for KeyedBucket<K> {
             .field("max_keys", &self.shared.max_keys)
             .field(
                 "shards",
-                &on_core!(&self.shared.engine, c => c.shard_count()),
+                &on_core!(&self.shared.tables, c => c.shard_count()),
             )
             .finish_non_exhaustive()
     }
@@ -512,7 +505,7 @@ mod tests {
             .max_keys(3)
             .shards(64)
             .build();
-        assert_eq!(on_core!(&b.shared.engine, c => c.shard_count()), 2);
+        assert_eq!(on_core!(&b.shared.tables, c => c.shard_count()), 2);
     }
 
     #[tokio::test(start_paused = true)]

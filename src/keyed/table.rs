@@ -1,5 +1,5 @@
 //! One shard of a [`KeyedBucket`](super::KeyedBucket): an open-addressing table from key to
-//! its state (a [`Slot`]), with linear probing and no tombstones.
+//! its state (a [`Packed`] one), with linear probing and no tombstones.
 //!
 //! # Memory
 //! A slot is an `Option<(K, S)>`. Every state has a niche (a `NonZeroU64` or a `Box`), so the
@@ -23,7 +23,7 @@
 
 use std::hash::{BuildHasher, Hash};
 
-use super::rule::Slot;
+use crate::engine::Packed;
 
 #[derive(Debug)]
 struct Entry<K, S> {
@@ -66,7 +66,7 @@ fn empty_slots<K, S>(n: usize) -> Box<[Option<Entry<K, S>>]> {
     (0..n).map(|_| None).collect()
 }
 
-impl<K: Hash + Eq, S: Slot> Table<K, S> {
+impl<K: Hash + Eq, S: Packed> Table<K, S> {
     pub(crate) fn new() -> Self {
         Table {
             slots: empty_slots(0),
@@ -114,11 +114,6 @@ impl<K: Hash + Eq, S: Slot> Table<K, S> {
                 Some(_) => i = self.next(i),
             }
         }
-    }
-
-    /// The state in slot `i` (from [`find`](Self::find)).
-    pub(crate) fn get(&self, i: usize) -> Option<&S> {
-        self.slots[i].as_ref().map(|e| &e.state)
     }
 
     /// Changes the state in slot `i` (from [`find`](Self::find)) with `f`.
@@ -254,6 +249,7 @@ impl<K: Hash + Eq, S: Slot> Table<K, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{Engine, Log, Windows};
     use std::num::NonZeroU64;
 
     type Tats = Table<u64, NonZeroU64>;
@@ -268,17 +264,17 @@ mod tests {
         t.insert(&h, h.hash_one(key), key, tat, now, max)
     }
 
-    fn find(t: &Tats, key: u64) -> Option<u64> {
+    fn find(t: &mut Tats, key: u64) -> Option<u64> {
         let i = t.find(hasher().hash_one(key), &key)?;
-        t.get(i).map(|s| s.get())
+        t.update(i, |s| s.get())
     }
 
     #[test]
     fn slot_sizes() {
         assert_eq!(slot_size::<u64, NonZeroU64>(), 16);
         assert_eq!(slot_size::<std::net::IpAddr, NonZeroU64>(), 32);
-        assert_eq!(slot_size::<u64, super::super::window::Windows>(), 24);
-        assert_eq!(slot_size::<u64, super::super::log::KeyLog>(), 16);
+        assert_eq!(slot_size::<u64, <Windows as Engine>::Packed>(), 24);
+        assert_eq!(slot_size::<u64, <Log as Engine>::Packed>(), 16);
     }
 
     #[test]
@@ -290,9 +286,9 @@ mod tests {
         assert_eq!(t.len(), 1000);
         assert!(t.capacity() * 3 >= t.len() * 4);
         for k in 0..1000 {
-            assert_eq!(find(&t, k), Some(10 + k));
+            assert_eq!(find(&mut t, k), Some(10 + k));
         }
-        assert_eq!(find(&t, 5000), None);
+        assert_eq!(find(&mut t, 5000), None);
     }
 
     #[test]
@@ -308,7 +304,7 @@ mod tests {
         }
         assert!(t.capacity() <= big, "{} > {big}", t.capacity());
         for k in 10_000..20_000 {
-            assert_eq!(find(&t, k), Some(1000 + k), "key {k}");
+            assert_eq!(find(&mut t, k), Some(1000 + k), "key {k}");
         }
         // And at 50_000 every entry has expired: the first inserts sweep and shrink.
         for k in 0..20_000 {
@@ -330,7 +326,7 @@ mod tests {
         for k in 2000..2099 {
             assert!(insert(&mut t, k, 50, 20, 100), "key {k}");
         }
-        assert_eq!(find(&t, 1), Some(u64::MAX / 2));
+        assert_eq!(find(&mut t, 1), Some(u64::MAX / 2));
         assert!(t.len() <= 100);
     }
 
@@ -349,7 +345,7 @@ mod tests {
             let now = step;
             let later = |tat: u64| NonZeroU64::new(tat).unwrap();
             if let Some(i) = t.find(h.hash_one(key), &key) {
-                let tat = t.get(i).unwrap().get();
+                let tat = t.update(i, |s| s.get()).unwrap();
                 if tat > now {
                     t.update(i, |s| *s = later(tat + 3));
                     model.insert(key, tat + 3);
@@ -362,7 +358,7 @@ mod tests {
             model.insert(key, now + 40);
             for (k, tat) in &model {
                 if *tat > now {
-                    assert_eq!(find(&t, *k), Some(*tat), "key {k} at step {step}");
+                    assert_eq!(find(&mut t, *k), Some(*tat), "key {k} at step {step}");
                 }
             }
         }

@@ -210,7 +210,7 @@ impl Hint {
 }
 
 /// When a request of `cost` fits in a bucket full again at `full` (GCRA, as
-/// [`schedule`](crate::bucket::schedule)): `full + cost − max(tolerance, cost)`. A leaky
+/// [`schedule`](crate::engine::gcra::schedule)): `full + cost − max(tolerance, cost)`. A leaky
 /// bucket's cost above its tolerance goes once the bucket is full again.
 fn fits_at(full: u64, cost: u64, tolerance: u64) -> u64 {
     full.saturating_sub(tolerance.saturating_sub(cost))

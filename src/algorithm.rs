@@ -1,26 +1,25 @@
-//! [`Algorithm`]: how a [`Bucket`](super::Bucket) turns its [`Quota`](crate::Quota) into
+//! [`Algorithm`]: how a [`Bucket`](crate::Bucket) turns its [`Quota`](crate::Quota) into
 //! admissions.
 //!
 //! # Why an enum, not a trait
 //! The algorithm is chosen by name, as a value, and the handles stay one concrete type:
-//! [`Bucket`](super::Bucket), [`KeyedBucket`](crate::KeyedBucket) and the layers are not
+//! [`Bucket`](crate::Bucket), [`KeyedBucket`](crate::KeyedBucket) and the layers are not
 //! generic over it, so a service stack's type does not change with the algorithm and a
 //! configuration file can pick it. The set is closed on purpose: every algorithm must also
 //! exist per key (in a compact per-key state), as a Lua script in Redis, and under `pause`
 //! and `set_quota`, which a user-supplied trait implementation could not promise. Inside,
-//! each place dispatches once to code specialised for the algorithm: the token and leaky
-//! bucket share the lock-free GCRA cell (no virtual call, no lock on their fast path), the
-//! windows implement one internal `Window` model for a bucket and one per-key rule for the
-//! keyed store. The enum is `#[non_exhaustive]`, so algorithms can be added without a
-//! breaking change.
+//! each algorithm is one engine that the bucket and the keyed table both decide with, and
+//! each place dispatches once to it (the token and leaky bucket admit on the bucket's
+//! lock-free cell: no virtual call, no lock on their fast path). The enum is
+//! `#[non_exhaustive]`, so algorithms can be added without a breaking change.
 
 /// How a bucket decides, chosen by name at construction with
-/// [`Bucket::with_algorithm`](super::Bucket::with_algorithm).
+/// [`Bucket::with_algorithm`](crate::Bucket::with_algorithm).
 ///
-/// Every algorithm works behind the same [`Bucket`](super::Bucket) handle, so the waiting and
+/// Every algorithm works behind the same [`Bucket`](crate::Bucket) handle, so the waiting and
 /// rejecting layers, weighted costs, fair (FIFO), quiet and cancel-safe waiting,
-/// [`pause`](super::Bucket::pause), [`snapshot`](super::Bucket::snapshot) and
-/// [`set_quota`](super::Bucket::set_quota) work the same for each.
+/// [`pause`](crate::Bucket::pause), [`snapshot`](crate::Bucket::snapshot) and
+/// [`set_quota`](crate::Bucket::set_quota) work the same for each.
 ///
 /// # Choosing an algorithm
 ///
@@ -41,13 +40,13 @@
 ///
 /// **Leaky bucket, weighted**: a request goes once the one before it has drained, and its `n`
 /// tokens then drain over the next `n` intervals. An idle leaky bucket therefore takes a
-/// request of any allowed cost at once, and [`try_acquire`](super::Bucket::try_acquire)
+/// request of any allowed cost at once, and [`try_acquire`](crate::Bucket::try_acquire)
 /// admits it; charging the `n` intervals *before* the request instead would make every cost
 /// above one wait however long the bucket had been idle.
 ///
 /// **Fixed windows** are aligned to multiples of the period since the UNIX epoch (a
 /// one-minute window resets on the minute), or to an instant of your choice
-/// ([`BucketBuilder::window_origin`](super::BucketBuilder::window_origin),
+/// ([`BucketBuilder::window_origin`](crate::BucketBuilder::window_origin),
 /// [`KeyedBucketBuilder::window_origin`](crate::keyed::KeyedBucketBuilder::window_origin)).
 /// A client can take `count` at the end of one window and `count` again at the start of the
 /// next: up to twice the limit across a boundary.
@@ -69,7 +68,7 @@ pub enum Algorithm {
     TokenBucket,
     /// Leaky bucket: one admission per interval, strictly spaced; at most
     /// [`max_queue`](Algorithm::max_queue) requests wait in
-    /// [`acquire`](super::Bucket::acquire), more are refused at once.
+    /// [`acquire`](crate::Bucket::acquire), more are refused at once.
     ///
     /// Build it with [`Algorithm::leaky_bucket`] and match it as `LeakyBucket { .. }`: naming
     /// the field is deprecated, so that settings can be added without a breaking change.
@@ -88,7 +87,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// A leaky bucket ([`Algorithm::LeakyBucket`]) with at most `max_queue` requests waiting in
-    /// [`acquire`](super::Bucket::acquire) at once.
+    /// [`acquire`](crate::Bucket::acquire) at once.
     ///
     /// ```
     /// use tower_throttle::Algorithm;

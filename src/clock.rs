@@ -1,8 +1,9 @@
-//! The clock of buckets and keyed stores: nanoseconds since the bucket was made.
+//! The clock of buckets and keyed stores: nanoseconds since the bucket was made, and where
+//! window boundaries fall on it.
 //!
 //! The default reads tokio's clock, so `#[tokio::test(start_paused = true)]` drives decisions
 //! and waits on one timeline. With the `quanta` feature a bucket can opt into the CPU's
-//! time-stamp counter instead ([`BucketBuilder::tsc_clock`](super::BucketBuilder::tsc_clock),
+//! time-stamp counter instead ([`BucketBuilder::tsc_clock`](crate::BucketBuilder::tsc_clock),
 //! [`KeyedBucketBuilder::tsc_clock`](crate::keyed::KeyedBucketBuilder::tsc_clock)),
 //! which reads in about a third of the time. Waits still sleep on tokio's timer; only the
 //! decisions read the TSC.
@@ -66,6 +67,50 @@ impl Clock {
             Clock::Tsc { .. } => Instant::now()
                 .checked_add(Duration::from_nanos(ns.saturating_sub(now)))
                 .unwrap_or_else(far),
+        }
+    }
+}
+
+/// Where a limit's window boundaries fall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Align {
+    /// At multiples of the period since the UNIX epoch (a minute window resets on the minute).
+    Epoch,
+    /// At this instant of the limit's clock (nanoseconds, before its origin if negative) and
+    /// every period from it.
+    At(i128),
+}
+
+impl Align {
+    /// Boundaries at `origin` and every period from it, or at multiples of the period since
+    /// the UNIX epoch (`None`), on `clock`.
+    pub(crate) fn new(origin: Option<Instant>, clock: &Clock) -> Self {
+        origin.map_or(Align::Epoch, |origin| {
+            let now = Instant::now();
+            let ahead = |a: Instant, b| i128::try_from(a.duration_since(b).as_nanos());
+            let offset = if origin >= now {
+                ahead(origin, now).unwrap_or(i128::MAX / 4)
+            } else {
+                -ahead(now, origin).unwrap_or(i128::MAX / 4)
+            };
+            Align::At(i128::from(clock.now_ns()) + offset)
+        })
+    }
+
+    /// The offset `phase` of the boundaries of windows of `width` ns: they fall where
+    /// `(t + phase) % width == 0`. `clock_now`: the clock's reading.
+    pub(crate) fn phase(self, width: u64, clock_now: u64) -> u64 {
+        match self {
+            Align::Epoch => {
+                let wall = std::time::SystemTime::now()
+                    .duration_since(std::time::SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+                (wall % width + width - clock_now % width) % width
+            }
+            Align::At(origin) => {
+                let width = i128::from(width);
+                u64::try_from((-origin).rem_euclid(width)).unwrap_or(0)
+            }
         }
     }
 }

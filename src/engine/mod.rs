@@ -1,0 +1,141 @@
+//! The algorithms, each written once as a pure [`Engine`]: a state, an instant and a cost in;
+//! a decision and the new state out. No clock, no lock, no atomics: the stores (the
+//! [`Bucket`](crate::Bucket)'s cell and queue, the keyed table) keep the states and read the
+//! clock, and every algorithm means the same in each of them.
+//!
+//! | engine | algorithms | state | per key |
+//! |---|---|---|---|
+//! | [`Gcra`] | token bucket, leaky bucket | `tat`, the instant the bucket is full again | 8 bytes |
+//! | [`Windows`] | fixed window, sliding window | the latest window and two counts | 16 bytes |
+//! | [`Log`] | sliding log | the admissions within the last period | boxed |
+//!
+//! Instants are nanoseconds on the store's clock. An engine admits in arrival order: nothing
+//! is counted before what it admitted or booked last. [`pause`] holds the rule every engine
+//! follows after a pause.
+
+pub(crate) mod gcra;
+mod log;
+pub(crate) mod pause;
+mod window;
+
+use std::fmt;
+
+pub(crate) use self::gcra::Gcra;
+pub(crate) use self::log::Log;
+pub(crate) use self::pause::{Model, Paused};
+pub(crate) use self::window::{Phase, Windows};
+use crate::Quota;
+
+/// A state as the keyed table keeps it, one per key: small, with a niche (an `Option` of it
+/// costs nothing), and knowing when it stops mattering.
+pub(crate) trait Packed: fmt::Debug + Send {
+    /// The instant from which this state means no more than no state at all: the table may
+    /// then forget it.
+    fn expires(&self) -> u64;
+}
+
+/// An admission made by an engine: its instant, its cost, and the engine's records of the
+/// state right after and right before it, to describe it ([`Engine::status`]) and undo it
+/// ([`Engine::undo`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Admit {
+    /// The instant it counts at.
+    pub(crate) at: u64,
+    pub(crate) cost: u64,
+    pub(crate) after: [u64; 3],
+    pub(crate) before: [u64; 3],
+}
+
+/// A limit seen at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct View {
+    /// Tokens that fit now.
+    pub(crate) available: u64,
+    /// Nanoseconds until one token fits (0 when one does).
+    pub(crate) next_in: u64,
+    /// Nanoseconds until the limit is as if unused.
+    pub(crate) full_in: u64,
+}
+
+/// One algorithm's decisions.
+///
+/// Deciding is two steps, so that several limits can decide together: the
+/// [`earliest`](Engine::earliest) instant at which a cost fits (a pure question), then
+/// [`commit`](Engine::commit) it at an instant at or after that. [`admit`](Engine::admit)
+/// composes them for one limit.
+pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
+    /// What the limit has admitted, as the engine decides on it.
+    type State: fmt::Debug + Send;
+    /// The state as the keyed table keeps it.
+    type Packed: Packed;
+
+    /// The most tokens one request may take.
+    fn capacity(&self) -> u64;
+
+    /// The state of a limit that has admitted nothing.
+    fn empty(&self) -> Self::State;
+
+    /// The earliest instant `≥ from` at which `cost` (1 ..= [`capacity`](Engine::capacity))
+    /// fits after everything `state` holds, and not before what it admitted last.
+    fn earliest(&self, state: &Self::State, cost: u64, from: u64) -> u64;
+
+    /// Count `cost` at `at`, an instant [`earliest`](Engine::earliest) allows.
+    fn commit(&self, state: &mut Self::State, cost: u64, at: u64) -> Admit;
+
+    /// Admit `cost` at `now`, or book it for an instant at most `max_wait` later; else the
+    /// wait until it would fit, with `state` unchanged.
+    #[inline]
+    fn admit(
+        &self,
+        state: &mut Self::State,
+        now: u64,
+        cost: u64,
+        max_wait: u64,
+    ) -> Result<Admit, u64> {
+        self.forget(state, now);
+        let at = self.earliest(state, cost, now);
+        if at > now.saturating_add(max_wait) {
+            return Err(at - now);
+        }
+        Ok(self.commit(state, cost, at))
+    }
+
+    /// Drop what can no longer count at `now` or later: memory only, no decision changes.
+    #[inline]
+    fn forget(&self, _state: &mut Self::State, _now: u64) {}
+
+    /// Undo `admit` if the state took nothing since (else its tokens stay spent): a key's
+    /// charge that another limit refused, a booking given up.
+    fn undo(&self, state: &mut Self::State, admit: &Admit);
+
+    /// Give back `cost` counted at `at`, the admissions since staying as they were decided: a
+    /// permit dropped unused. Only called where that is exact (for [`Gcra`], before the bucket
+    /// refilled past it).
+    fn release(&self, state: &mut Self::State, cost: u64, at: u64);
+
+    /// Tokens left, and nanoseconds until the limit resets, right after `admit`, at its
+    /// instant: the response fields.
+    fn status(&self, admit: &Admit) -> (u64, u64);
+
+    /// The limit with `state` at `now`.
+    fn view(&self, state: &Self::State, now: u64) -> View;
+
+    /// The instant from which `state` means no more than [`empty`](Engine::empty).
+    fn expires(&self, state: &Self::State) -> u64;
+
+    /// A pause ends at `end`: admission restarts as from an empty limit (see [`pause`]).
+    /// Returns the instant until which a [`Ramp`](pause::Ramp) must hold the limit from `end`; an engine
+    /// that restarts its own state (the token and leaky bucket) returns `end`: no ramp.
+    fn restart(&self, state: &mut Self::State, end: u64) -> u64;
+
+    /// The engine for `quota` from `now` on, with `state` carried over: never more available
+    /// at `now` than before (no burst), fractional progress kept. `phase`: where the windows
+    /// of a new period fall.
+    fn with_quota(&self, state: &mut Self::State, quota: Quota, phase: Phase, now: u64) -> Self;
+
+    /// `state` as the keyed table keeps it.
+    fn pack(&self, state: Self::State) -> Self::Packed;
+
+    /// Run `f` on the state `packed` holds (written back after).
+    fn unpacked<R>(&self, packed: &mut Self::Packed, f: impl FnOnce(&mut Self::State) -> R) -> R;
+}
