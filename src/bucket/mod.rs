@@ -23,8 +23,8 @@
 mod acquire;
 mod backend;
 mod builder;
+mod cell;
 mod feedback;
-mod gcra;
 mod queue;
 mod remote;
 mod shared;

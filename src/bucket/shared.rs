@@ -84,11 +84,12 @@ use std::time::Duration;
 
 use tokio::time::Sleep;
 
-use super::gcra::{schedule, Gcra, Level};
+use super::cell::Cell;
 use super::queue::{Entry, Queue};
 use super::{Algorithm, ExceedsBurst, QueueFull, Remote};
 use crate::clock::{Align, Clock};
-use crate::engine::{Log, Model, Paused, Phase, Windows};
+use crate::engine::gcra::{schedule, Gcra};
+use crate::engine::{Engine as _, Log, Model, Paused, Phase, View, Windows};
 use crate::observe::Observer;
 use crate::Quota;
 
@@ -129,7 +130,8 @@ pub(crate) struct Shared {
     algorithm: Algorithm,
     /// Where window boundaries fall.
     align: Align,
-    gcra: Gcra,
+    /// The token and leaky bucket's state, for the lock-free path.
+    cell: Cell,
     /// The most tokens one request may take.
     capacity: AtomicU32,
     paused_until: AtomicU64,
@@ -164,8 +166,16 @@ struct State {
     last_went: u64,
     /// A pause was set and no waiter went after its end yet (see [`AFTER_PAUSE`]).
     resumed: bool,
-    /// Window engines, with the ramp after a pause.
-    window: Option<Box<dyn Model>>,
+    engine: Kind,
+}
+
+/// The engine a bucket decides with.
+#[derive(Debug)]
+enum Kind {
+    /// The token and leaky bucket, whose state is the [`Cell`].
+    Gcra(Gcra),
+    /// A window engine, with the ramp after a pause.
+    Window(Box<dyn Model>),
 }
 
 /// An admission granted and not used yet.
@@ -201,14 +211,6 @@ pub(crate) enum Reservation {
     Later(Waiter),
 }
 
-fn engine_params(quota: &Quota, algorithm: Algorithm) -> (u64, u64) {
-    let interval = quota.interval_ns();
-    match algorithm {
-        Algorithm::LeakyBucket { .. } => (interval, interval),
-        _ => (interval, interval * u64::from(quota.burst_size())),
-    }
-}
-
 fn capacity_of(quota: &Quota, algorithm: Algorithm) -> u32 {
     match algorithm {
         Algorithm::TokenBucket | Algorithm::LeakyBucket { .. } => quota.burst_size(),
@@ -216,14 +218,14 @@ fn capacity_of(quota: &Quota, algorithm: Algorithm) -> u32 {
     }
 }
 
-fn window_of(quota: Quota, algorithm: Algorithm, now: u64, align: Align) -> Option<Box<dyn Model>> {
+fn engine_of(quota: Quota, algorithm: Algorithm, now: u64, align: Align) -> Kind {
     match algorithm {
         Algorithm::FixedWindow | Algorithm::SlidingWindow => {
             let phase = align.phase(quota.period_ns(), now);
-            Some(Paused::boxed(Windows::new(quota, algorithm, phase)))
+            Kind::Window(Paused::boxed(Windows::new(quota, algorithm, phase)))
         }
-        Algorithm::SlidingLog => Some(Paused::boxed(Log::new(quota))),
-        _ => None,
+        Algorithm::SlidingLog => Kind::Window(Paused::boxed(Log::new(quota))),
+        _ => Kind::Gcra(Gcra::new(quota, algorithm)),
     }
 }
 
@@ -236,11 +238,10 @@ impl Shared {
         remote: Option<Arc<dyn Remote>>,
         observer: Option<Arc<dyn Observer>>,
     ) -> Self {
-        let (interval, tolerance) = engine_params(&quota, algorithm);
         Shared {
             algorithm,
             align,
-            gcra: Gcra::new(interval, tolerance),
+            cell: Cell::new(&Gcra::new(quota, algorithm)),
             capacity: AtomicU32::new(capacity_of(&quota, algorithm)),
             paused_until: AtomicU64::new(0),
             spaced: AtomicBool::new(false),
@@ -253,7 +254,7 @@ impl Shared {
                 credited_until: 0,
                 last_went: 0,
                 resumed: false,
-                window: window_of(quota, algorithm, clock.now_ns(), align),
+                engine: engine_of(quota, algorithm, clock.now_ns(), align),
             }),
             clock,
             lock_free: algorithm.is_gcra() && remote.is_none(),
@@ -270,7 +271,7 @@ impl Shared {
             return None;
         }
         let now = self.clock.now_ns();
-        let tat = self.gcra.try_admit(u64::from(tokens), now).ok()?;
+        let tat = self.cell.try_admit(u64::from(tokens), now).ok()?;
         self.observe_admitted(tokens, 0);
         Some(Permit {
             tokens,
@@ -332,7 +333,7 @@ impl Shared {
         let now = self.clock.now_ns();
         if self.lock_free && self.waiting.load(Ordering::Acquire) == 0 {
             return self
-                .gcra
+                .cell
                 .try_admit(u64::from(tokens), now)
                 .map(|tat| Permit {
                     tokens,
@@ -355,13 +356,13 @@ impl Shared {
     /// timer: the timer's own lateness, and as much again when the guard made it wait for a
     /// later timer.
     fn slack(&self, st: &State) -> u64 {
-        match &st.window {
-            None => st.quota.interval_ns().max(TIMER_SLACK).saturating_mul(2),
-            Some(_) if self.credits() => {
+        match &st.engine {
+            Kind::Gcra(_) => st.quota.interval_ns().max(TIMER_SLACK).saturating_mul(2),
+            Kind::Window(_) if self.credits() => {
                 let interval = st.quota.period_ns() / u64::from(st.quota.count());
                 interval.max(TIMER_SLACK).saturating_mul(2)
             }
-            Some(_) => 0,
+            Kind::Window(_) => 0,
         }
     }
 
@@ -376,7 +377,7 @@ impl Shared {
     /// at a rate 2 % higher instead, so that a waiter catching up on a late one never goes
     /// closer than 98 % of an interval after it (see [`set_spaced`](Self::set_spaced)).
     fn guard_params(&self) -> (u64, u64) {
-        let (interval, tolerance) = self.gcra.params();
+        let (interval, tolerance) = self.cell.params();
         if self.spaced.load(Ordering::Acquire) {
             let faster = |v: u64| v - (v as f64 * SPACED_MARGIN) as u64;
             (faster(interval), faster(tolerance))
@@ -392,7 +393,7 @@ impl Shared {
             guard.saturating_add(self.guard_lag())
         } else {
             // Less the guard's extra token.
-            guard.saturating_sub(self.gcra.params().0)
+            guard.saturating_sub(self.cell.params().0)
         }
     }
 
@@ -400,7 +401,7 @@ impl Shared {
     /// token at the same instant (the guard's bucket is 2 % smaller beyond its first token).
     /// Exact to the nanosecond: a deadline a nanosecond late is a timer tick late.
     fn guard_lag(&self) -> u64 {
-        let (interval, tolerance) = self.gcra.params();
+        let (interval, tolerance) = self.cell.params();
         let (unit, guard_tolerance) = self.guard_params();
         let beyond = tolerance.saturating_sub(interval);
         beyond.saturating_sub(guard_tolerance.saturating_sub(unit))
@@ -426,8 +427,16 @@ impl Shared {
         }
         let from = from.max(self.paused_until.load(Ordering::Acquire));
         let slack = self.slack(st);
-        let Some(window) = st.window.as_mut() else {
-            return self.gcra.earliest(u64::from(tokens), ahead, from);
+        let window = match &mut st.engine {
+            Kind::Gcra(g) => {
+                let mut tat = self.cell.tat();
+                if ahead > 0 {
+                    // Those ahead go on schedule.
+                    g.commit(&mut tat, ahead, from);
+                }
+                return g.earliest(&tat, u64::from(tokens), from);
+            }
+            Kind::Window(w) => w,
         };
         let from = from.max(st.tail);
         // Keep what a late waiter, credited back by the slack, still has to count.
@@ -442,8 +451,8 @@ impl Shared {
             return Err(u64::MAX);
         }
         let from = from.max(self.paused_until.load(Ordering::Acquire));
-        if st.window.is_none() {
-            let (at, tat) = self.gcra.admit_from(u64::from(tokens), from, now)?;
+        if let Kind::Gcra(_) = st.engine {
+            let (at, tat) = self.cell.admit_from(u64::from(tokens), from, now)?;
             return Ok(Permit { tokens, at, tat });
         }
         let at = self.predict(st, tokens, 0, from);
@@ -471,7 +480,7 @@ impl Shared {
             // Never more than full: an admission it did not heed leaves no debt behind.
             st.guard = guard.min(now.saturating_add(tolerance));
         }
-        if let Some(w) = st.window.as_mut() {
+        if let Kind::Window(w) = &mut st.engine {
             w.commit(u64::from(tokens), at);
         }
         st.tail = st.tail.max(at);
@@ -488,7 +497,7 @@ impl Shared {
         from: u64,
         now: u64,
     ) -> Result<Permit, u64> {
-        if st.window.is_some() {
+        if let Kind::Window(_) = st.engine {
             return self.commit(st, tokens, from, now);
         }
         let (unit, tolerance) = self.guard_params();
@@ -542,9 +551,10 @@ impl Shared {
         let was_first = st.queue.head() == Some(key);
         let e = st.queue.remove(key);
         self.waiting.store(st.queue.len(), Ordering::Release);
-        if st.queue.is_empty() && st.window.is_none() {
+        if let (true, Kind::Gcra(_)) = (st.queue.is_empty(), &st.engine) {
             // The fast path takes over: it must see what the guard saw.
-            self.gcra.raise_tat(self.guard_takeover(st.guard));
+            let floor = self.guard_takeover(st.guard);
+            self.cell.update(|tat| *tat = (*tat).max(floor));
         }
         let next = if was_first {
             if let Some(k) = st.queue.head() {
@@ -583,11 +593,11 @@ impl Shared {
                 }
                 Err(at) => {
                     // The line forms: its guard starts where the bucket is.
-                    st.guard = st.guard.max(self.guard_behind(self.gcra.tat()));
+                    st.guard = st.guard.max(self.guard_behind(self.cell.tat()));
                     at
                 }
             }
-        } else if st.window.is_none() {
+        } else if let Kind::Gcra(_) = st.engine {
             let ahead = st.queue.tokens();
             self.predict(&mut st, tokens, ahead, now)
         } else {
@@ -615,17 +625,18 @@ impl Shared {
         }
         let mut st = self.lock();
         let now = self.clock.now_ns();
-        match st.window.as_mut() {
+        let (tokens, at) = (u64::from(permit.tokens), permit.at);
+        match &mut st.engine {
             // Exact while the bucket has not refilled past the admission; after that its
             // tokens would have come back anyway.
-            None if now < permit.tat => {
-                self.gcra.release(u64::from(permit.tokens));
-                let cost = u64::from(permit.tokens).saturating_mul(self.guard_params().0);
+            Kind::Gcra(g) if now < permit.tat => {
+                self.cell.update(|tat| g.release(tat, tokens, at));
+                let cost = tokens.saturating_mul(self.guard_params().0);
                 st.guard = st.guard.saturating_sub(cost);
             }
-            None => {}
-            Some(w) => {
-                w.release(u64::from(permit.tokens), permit.at);
+            Kind::Gcra(_) => {}
+            Kind::Window(w) => {
+                w.release(tokens, at);
                 if self.credits() {
                     let cost = u64::from(permit.tokens).saturating_mul(st.quota.interval_ns());
                     st.guard = st.guard.saturating_sub(cost);
@@ -651,9 +662,11 @@ impl Shared {
         if before < end || before == 0 {
             st.resumed = true;
             let interval = st.quota.interval_ns();
-            match st.window.as_mut() {
-                None => self.gcra.restart_at(end),
-                Some(w) => w.pause(end, interval),
+            match &mut st.engine {
+                Kind::Gcra(g) => self.cell.update(|tat| {
+                    g.restart(tat, end);
+                }),
+                Kind::Window(w) => w.pause(end, interval),
             }
         }
         // A window's new ramp starts at the end of this pause: the first in line may be due
@@ -680,24 +693,25 @@ impl Shared {
         st.quota = quota;
         let capacity = capacity_of(&quota, self.algorithm);
         self.capacity.store(capacity, Ordering::Release);
-        match st.window.as_mut() {
-            None => {
-                let (interval, tolerance) = engine_params(&quota, self.algorithm);
+        match &mut st.engine {
+            Kind::Gcra(g) => {
                 // Keep the tokens held at the end of a pause in force (an empty bucket then):
                 // a pause's debt is time, not tokens, so a new rate neither shortens nor
                 // stretches it.
                 let paused = self.paused_until.load(Ordering::Acquire);
-                self.gcra.set_params(interval, tolerance, now.max(paused));
+                let mut tat = self.cell.tat();
+                *g = g.with_quota(&mut tat, quota, Phase::KeepEnd, now.max(paused));
+                self.cell.set(g, tat);
                 // Once spaced, the guard restarts one new token after the instant the last
                 // waiter went: a rate control changes the rate often, and the next must keep
                 // its distance at the new rate.
                 st.guard = if self.spaced.load(Ordering::Acquire) && st.last_went > 0 {
                     st.last_went.saturating_add(self.guard_params().0)
                 } else {
-                    self.guard_behind(self.gcra.tat())
+                    self.guard_behind(tat)
                 };
             }
-            Some(w) => {
+            Kind::Window(w) => {
                 let phase = if rate {
                     Phase::KeepEnd
                 } else {
@@ -740,7 +754,7 @@ impl Shared {
         }
     }
 
-    pub(crate) fn level(&self) -> (Level, u64, usize, Quota) {
+    pub(crate) fn level(&self) -> (View, u64, usize, Quota) {
         let mut st = self.lock();
         let now = self.clock.now_ns();
         let paused = self.paused_until.load(Ordering::Acquire);
@@ -748,22 +762,32 @@ impl Shared {
         let quota = st.quota;
         let not_before = now.max(st.tail).max(paused);
         let slack = self.slack(&st);
-        let mut level = match st.window.as_mut() {
-            None => self.gcra.level(now, st.queue.tokens()),
-            Some(w) => {
+        let ahead = st.queue.tokens();
+        let mut level = match &mut st.engine {
+            Kind::Gcra(g) => {
+                let mut tat = self.cell.tat();
+                if ahead > 0 {
+                    // Once those in line have gone.
+                    g.commit(&mut tat, ahead, now);
+                }
+                g.view(&tat, now)
+            }
+            Kind::Window(w) => {
                 w.forget(now.saturating_sub(slack));
                 let view = w.view(now);
-                Level {
+                View {
                     available: if not_before > now { 0 } else { view.available },
                     next_in: 0,
                     full_in: view.full_in.max(not_before - now),
                 }
             }
         };
-        if st.window.is_some() {
+        if let Kind::Window(_) = st.engine {
             level.next_in = self.predict(&mut st, 1, 0, now) - now;
-            if st.window.as_ref().is_some_and(|w| w.ramping(now)) && level.next_in > 0 {
-                level.available = 0;
+            if let (Kind::Window(w), true) = (&st.engine, level.next_in > 0) {
+                if w.ramping(now) {
+                    level.available = 0;
+                }
             }
         }
         if queued > 0 {

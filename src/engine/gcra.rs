@@ -7,8 +7,8 @@
 //! window of length `t` within `B + t/T` tokens. A `tat` at or before `now` is a full bucket:
 //! the same as no state at all.
 //!
-//! The functions on `tat` are what the [`Bucket`](crate::Bucket)'s lock-free cell uses; the
-//! [`Engine`] is what the keyed table uses.
+//! The [`Bucket`](crate::Bucket) keeps `tat` in an atomic and admits on its fast path with
+//! [`schedule`] alone.
 
 use std::num::NonZeroU64;
 
@@ -32,7 +32,7 @@ pub(crate) fn schedule(tat: u64, now: u64, cost: u64, tolerance: u64) -> (u64, u
 }
 
 /// The `tat` of a bucket empty at `end`, its first token due then: the pause's restart.
-pub(crate) fn restart(end: u64, interval: u64, tolerance: u64) -> u64 {
+fn restart(end: u64, interval: u64, tolerance: u64) -> u64 {
     end.saturating_add(tolerance - interval.min(tolerance))
 }
 
@@ -42,7 +42,7 @@ pub(crate) fn restart(end: u64, interval: u64, tolerance: u64) -> u64 {
 /// The bucket holds `(τ − ahead) / T` tokens, `ahead` being how far `tat` lies beyond `now`;
 /// the same number under the new parameters puts `tat` at `now + τ' − (τ − ahead) · T' / T`,
 /// rounded so that it never holds more.
-pub(crate) fn rescale(tat: u64, from: (u64, u64), to: (u64, u64), now: u64) -> u64 {
+fn rescale(tat: u64, from: (u64, u64), to: (u64, u64), now: u64) -> u64 {
     let ((old_interval, old_tolerance), (interval, tolerance)) = (from, to);
     let ahead = tat.saturating_sub(now);
     // Tokens held, in nanoseconds of the new interval (negative: a debt).
@@ -55,7 +55,7 @@ pub(crate) fn rescale(tat: u64, from: (u64, u64), to: (u64, u64), now: u64) -> u
 }
 
 /// The bucket with `tat` at `now`.
-pub(crate) fn view(tat: u64, now: u64, interval: u64, tolerance: u64) -> View {
+fn view(tat: u64, now: u64, interval: u64, tolerance: u64) -> View {
     let ahead = tat.saturating_sub(now);
     View {
         available: (tolerance / interval).saturating_sub(ahead.div_ceil(interval)),
