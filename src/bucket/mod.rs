@@ -25,15 +25,17 @@ mod backend;
 mod builder;
 mod cell;
 mod feedback;
+mod guard;
 mod queue;
 mod remote;
 mod shared;
+mod snapshot;
+mod turn;
+mod waiter;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::time::Instant;
 
 pub use self::acquire::Acquire;
 pub(crate) use self::backend::{Backend, Local};
@@ -44,7 +46,9 @@ pub use self::feedback::{Feedback, Sent};
 pub(crate) use self::remote::RemoteLearned;
 pub(crate) use self::remote::{Outcome, Remote, RemoteAcquire, RemoteDecision, RemoteOutcome};
 pub(crate) use self::shared::Shared;
-pub(crate) use self::shared::{Permit, Reservation, Waiter};
+pub(crate) use self::shared::{Permit, Reservation};
+pub use self::snapshot::Snapshot;
+pub(crate) use self::waiter::Waiter;
 use crate::adaptive::{Adaptive, Control};
 pub use crate::algorithm::Algorithm;
 #[allow(deprecated)]
@@ -354,26 +358,6 @@ impl Bucket {
         }
     }
 
-    /// A read-only view of the bucket now, for headers and metrics.
-    ///
-    /// For a bucket kept in a shared store this is this process's view only (its local state
-    /// at the same quota, which holds pauses but no admission):
-    /// [`Snapshot::local_view`] says so.
-    pub fn snapshot(&self) -> Snapshot {
-        let (level, paused_in, waiting, effective) = self.shared.level();
-        let now = Instant::now();
-        Snapshot {
-            quota: self.quota(),
-            effective,
-            available: u32::try_from(level.available).unwrap_or(u32::MAX),
-            next_token_in: Duration::from_nanos(level.next_in),
-            full_in: Duration::from_nanos(level.full_in),
-            paused_until: (paused_in > 0).then(|| now + Duration::from_nanos(paused_in)),
-            waiting,
-            local_view: self.is_shared(),
-        }
-    }
-
     pub(crate) fn check(&self, n: u32) -> Result<(), ExceedsBurst> {
         self.shared.check(n)
     }
@@ -399,35 +383,11 @@ impl fmt::Debug for Bucket {
     }
 }
 
-/// A read-only view of a [`Bucket`], from [`Bucket::snapshot`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Snapshot {
-    /// The bucket's configured quota (its ceiling).
-    pub quota: Quota,
-    /// The quota enforced now: [`quota`](Self::quota), or the same shape at a lower rate while
-    /// the rate follows a server's push-back. Its rate is
-    /// [`effective.per_second_f64()`](Quota::per_second_f64).
-    pub effective: Quota,
-    /// Whole tokens available now.
-    pub available: u32,
-    /// Time until one more token is available (zero when one is available now).
-    pub next_token_in: Duration,
-    /// Time until the bucket is full again.
-    pub full_in: Duration,
-    /// The end of a [`pause`](Bucket::pause) in force, if any.
-    pub paused_until: Option<Instant>,
-    /// Requests waiting in [`acquire`](Bucket::acquire) (or in a waiting layer).
-    pub waiting: usize,
-    /// Whether the bucket's limit is kept in a shared store ([`Bucket::is_shared`]): then
-    /// this is this process's view only, and admissions of the shared limit are not in it.
-    pub local_view: bool,
-}
-
 #[cfg(test)]
 mod spaced_tests {
     use super::*;
     use tokio::task::JoinHandle;
+    use tokio::time::Instant;
 
     type Times = Arc<std::sync::Mutex<Vec<Duration>>>;
 
