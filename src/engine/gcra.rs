@@ -31,39 +31,6 @@ pub(crate) fn schedule(tat: u64, now: u64, cost: u64, tolerance: u64) -> (u64, u
     (new, new.saturating_sub(tolerance.max(cost)))
 }
 
-/// The `tat` of a bucket empty at `end`, its first token due then: the pause's restart.
-fn restart(end: u64, interval: u64, tolerance: u64) -> u64 {
-    end.saturating_add(tolerance - interval.min(tolerance))
-}
-
-/// `tat` under new parameters `to` (interval, tolerance) instead of `from`, keeping the
-/// tokens available at `now` exactly, fraction included (a debt too), capped at the new burst.
-///
-/// The bucket holds `(τ − ahead) / T` tokens, `ahead` being how far `tat` lies beyond `now`;
-/// the same number under the new parameters puts `tat` at `now + τ' − (τ − ahead) · T' / T`,
-/// rounded so that it never holds more.
-fn rescale(tat: u64, from: (u64, u64), to: (u64, u64), now: u64) -> u64 {
-    let ((old_interval, old_tolerance), (interval, tolerance)) = (from, to);
-    let ahead = tat.saturating_sub(now);
-    // Tokens held, in nanoseconds of the new interval (negative: a debt).
-    let held = (i128::from(old_tolerance) - i128::from(ahead)) * i128::from(interval);
-    let held = held
-        .div_euclid(i128::from(old_interval))
-        .min(i128::from(tolerance));
-    let ahead = u64::try_from(i128::from(tolerance) - held).unwrap_or(u64::MAX);
-    now.saturating_add(ahead)
-}
-
-/// The bucket with `tat` at `now`.
-fn view(tat: u64, now: u64, interval: u64, tolerance: u64) -> View {
-    let ahead = tat.saturating_sub(now);
-    View {
-        available: (tolerance / interval).saturating_sub(ahead.div_ceil(interval)),
-        next_in: ahead.saturating_add(interval).saturating_sub(tolerance),
-        full_in: ahead,
-    }
-}
-
 /// A token bucket (tolerance `B·T`) or a leaky bucket (tolerance `T`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Gcra {
@@ -160,34 +127,49 @@ impl Engine for Gcra {
         } else {
             (ahead - 1) % self.interval + 1
         };
-        (
-            view(tat, at, self.interval, self.tolerance).available,
-            reset,
-        )
+        (self.view(&tat, at).available, reset)
     }
 
     fn view(&self, tat: &u64, now: u64) -> View {
-        view(*tat, now, self.interval, self.tolerance)
+        let (interval, tolerance) = (self.interval, self.tolerance);
+        let ahead = tat.saturating_sub(now);
+        View {
+            available: (tolerance / interval).saturating_sub(ahead.div_ceil(interval)),
+            next_in: ahead.saturating_add(interval).saturating_sub(tolerance),
+            full_in: ahead,
+        }
     }
 
     fn expires(&self, tat: &u64) -> u64 {
         *tat
     }
 
+    /// `tat` at least that of a bucket empty at `end`, its first token due then.
     fn restart(&self, tat: &mut u64, end: u64) -> u64 {
-        *tat = (*tat).max(restart(end, self.interval, self.tolerance));
+        let (interval, tolerance) = (self.interval, self.tolerance);
+        *tat = (*tat).max(end.saturating_add(tolerance - interval.min(tolerance)));
         end
     }
 
-    fn with_quota(&self, tat: &mut u64, quota: Quota, _phase: Phase, now: u64) -> Self {
+    /// Keeps the tokens available at `now` exactly, fraction included (a debt too), capped at
+    /// the new burst. The bucket holds `(τ − ahead) / T` tokens, `ahead` being how far `tat`
+    /// lies beyond `now`; the same number under the new parameters puts `tat` at
+    /// `now + τ' − (τ − ahead) · T' / T`, rounded so that it never holds more.
+    fn with_quota(&self, tat: &mut u64, quota: Quota, _: Phase, now: u64) -> Self {
         let algorithm = if self.leaky {
             Algorithm::leaky_bucket(0)
         } else {
             Algorithm::TokenBucket
         };
         let new = Gcra::new(quota, algorithm);
-        let params = |g: &Gcra| (g.interval, g.tolerance);
-        *tat = rescale(*tat, params(self), params(&new), now);
+        let ahead = tat.saturating_sub(now);
+        // Tokens held, in nanoseconds of the new interval (negative: a debt).
+        let held = (i128::from(self.tolerance) - i128::from(ahead)) * i128::from(new.interval);
+        let held = held
+            .div_euclid(i128::from(self.interval))
+            .min(i128::from(new.tolerance));
+        let ahead = u64::try_from(i128::from(new.tolerance) - held).unwrap_or(u64::MAX);
+        *tat = now.saturating_add(ahead);
         new
     }
 

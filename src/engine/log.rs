@@ -78,15 +78,6 @@ impl Log {
         let live = log.total - expired - log.after(now);
         self.limit.saturating_sub(live)
     }
-
-    /// Nanoseconds from `now` until nothing admitted at or before it counts any more.
-    fn clear_in(&self, log: &Entries, now: u64) -> u64 {
-        log.entries
-            .iter()
-            .rev()
-            .find(|e| e.0 <= now)
-            .map_or(0, |e| self.ends(e.0).saturating_sub(now))
-    }
 }
 
 impl Engine for Log {
@@ -128,8 +119,9 @@ impl Engine for Log {
             let i = log.entries.partition_point(|e| e.0 <= at);
             log.entries.insert(i, (at, cost));
         }
-        // The log does not fit in a record: describe the admission now.
-        let status = [self.available(log, at), self.clear_in(log, at), 0];
+        // The log does not fit in a record: describe the admission now. It counts until
+        // `at + width`.
+        let status = [self.available(log, at), self.ends(at) - at, 0];
         Admit {
             at,
             cost,

@@ -144,7 +144,11 @@ impl Windows {
         let w = self.index(t);
         if w < c.w {
             // Bookings in later windows do not count at `t`.
-            let here = if w + 1 == c.w { c.prev } else { 0 };
+            let here = if w.saturating_add(1) == c.w {
+                c.prev
+            } else {
+                0
+            };
             return self.limit.saturating_sub(here);
         }
         let (cur, prev) = Self::at_window(c, w);
@@ -209,7 +213,7 @@ impl Engine for Windows {
                 cur: cur.saturating_add(cost),
                 prev,
             };
-        } else if w + 1 == c.w {
+        } else if w.saturating_add(1) == c.w {
             c.prev = c.prev.saturating_add(cost);
         }
         Admit {
@@ -232,7 +236,7 @@ impl Engine for Windows {
         let w = self.index(at);
         if w == c.w {
             c.cur = c.cur.saturating_sub(cost);
-        } else if w + 1 == c.w {
+        } else if w.saturating_add(1) == c.w {
             c.prev = c.prev.saturating_sub(cost);
         }
     }
