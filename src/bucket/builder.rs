@@ -3,10 +3,9 @@
 use std::sync::Arc;
 
 use super::shared::Shared;
-use crate::clock::{Align, Clock};
-
 use super::{Algorithm, Bucket, Remote};
 use crate::adaptive::{Adaptive, Control, Mode};
+use crate::clock::{Align, Clock};
 use crate::observe::Observer;
 use crate::Quota;
 

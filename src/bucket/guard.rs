@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use super::shared::{Kind, Permit, Shared, State};
 use crate::engine::gcra::schedule;
-use crate::Algorithm;
+use crate::{Algorithm, Quota};
 
 /// How late tokio's timer may fire and still not slow the schedule down: its 1 ms
 /// granularity, plus as much again for the task to be polled.
@@ -48,20 +48,30 @@ impl Shared {
     /// timer: the timer's own lateness, and as much again when the guard made it wait for a
     /// later timer.
     pub(super) fn slack(&self, st: &State) -> u64 {
-        match &st.engine {
-            Kind::Gcra(_) => st.quota.interval_ns().max(TIMER_SLACK).saturating_mul(2),
-            Kind::Window(_) if self.credits() => {
-                let interval = st.quota.period_ns() / u64::from(st.quota.count());
-                interval.max(TIMER_SLACK).saturating_mul(2)
-            }
-            Kind::Window(_) => 0,
+        let interval = match &st.engine {
+            Kind::Gcra(_) => st.quota.interval_ns(),
+            Kind::Window(_) => self.log_interval(&st.quota),
+        };
+        if interval == 0 {
+            return 0;
         }
+        interval.max(TIMER_SLACK).saturating_mul(2)
     }
 
-    /// Whether a window counts a late waiter back to its turn: the sliding log. The aligned
-    /// windows' boundaries do not move.
-    pub(super) fn credits(&self) -> bool {
-        self.algorithm == Algorithm::SlidingLog
+    /// Whether a window counts a late waiter back to its turn: the sliding log, whose
+    /// interval is not nothing. The aligned windows' boundaries do not move.
+    pub(super) fn credits(&self, st: &State) -> bool {
+        self.log_interval(&st.quota) > 0
+    }
+
+    /// The sliding log's interval, by which it counts a late waiter back (0 for the other
+    /// windows).
+    fn log_interval(&self, quota: &Quota) -> u64 {
+        if self.algorithm == Algorithm::SlidingLog {
+            quota.period_ns() / u64::from(quota.count())
+        } else {
+            0
+        }
     }
 
     /// The GCRA engines' guard, as the cost of a token and a tolerance: one token more than

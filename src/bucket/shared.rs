@@ -305,6 +305,7 @@ impl Shared {
         let mut st = self.lock();
         let now = self.clock.now_ns();
         let (tokens, at) = (u64::from(permit.tokens), permit.at);
+        let credits = self.credits(&st);
         match &mut st.engine {
             // Exact while the bucket has not refilled past the admission; after that its
             // tokens would have come back anyway.
@@ -316,8 +317,8 @@ impl Shared {
             Kind::Gcra(_) => {}
             Kind::Window(w) => {
                 w.release(tokens, at);
-                if self.credits() {
-                    let cost = u64::from(permit.tokens).saturating_mul(st.quota.interval_ns());
+                if credits {
+                    let cost = tokens.saturating_mul(st.quota.interval_ns());
                     st.guard = st.guard.saturating_sub(cost);
                 }
             }

@@ -56,7 +56,7 @@ impl Shared {
         if at > now {
             return Err(at);
         }
-        if self.credits() {
+        if self.credits(st) {
             self.log_guard(st, tokens, at, now)?;
         }
         if let Kind::Window(w) = &mut st.engine {

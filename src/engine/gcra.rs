@@ -15,9 +15,6 @@ use std::num::NonZeroU64;
 use super::{Admit, Engine, Packed, Phase, View};
 use crate::{Algorithm, Quota};
 
-/// The largest wait a booking may be granted: keeps `tat` arithmetic far from overflow.
-const MAX_AHEAD: u64 = u64::MAX / 8;
-
 /// Admitting `cost` (`n·T`) at `now` with tolerance `τ`: `(tat after, admission instant)`.
 ///
 /// `tat` moves to `max(tat, now) + n·T`, and the request goes `max(τ, n·T)` before that. For a
@@ -73,6 +70,8 @@ impl Engine for Gcra {
     /// A `tat` kept is never zero: it lies at least one token after some `now ≥ 0`.
     type Packed = NonZeroU64;
 
+    const MAX_AHEAD: u64 = u64::MAX / 8;
+
     fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -98,15 +97,6 @@ impl Engine for Gcra {
             after: [*tat, 0, 0],
             before: [before, 0, 0],
         }
-    }
-
-    #[inline]
-    fn admit(&self, tat: &mut u64, now: u64, cost: u64, max_wait: u64) -> Result<Admit, u64> {
-        let at = self.earliest(tat, cost, now);
-        if at > now.saturating_add(max_wait.min(MAX_AHEAD)) {
-            return Err(at - now);
-        }
-        Ok(self.commit(tat, cost, at))
     }
 
     fn undo(&self, tat: &mut u64, admit: &Admit) {

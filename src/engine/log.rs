@@ -119,15 +119,19 @@ impl Engine for Log {
             let i = log.entries.partition_point(|e| e.0 <= at);
             log.entries.insert(i, (at, cost));
         }
-        // The log does not fit in a record: describe the admission now. It counts until
-        // `at + width`.
-        let status = [self.available(log, at), self.ends(at) - at, 0];
         Admit {
             at,
             cost,
-            after: status,
+            after: [0; 3],
             before: [0; 3],
         }
+    }
+
+    /// The log does not fit in a record: the tokens left at the admission's instant, and its
+    /// period (it counts until `at + width`).
+    fn describe(&self, log: &Entries, admit: &mut Admit) {
+        let at = admit.at;
+        admit.after = [self.available(log, at), self.ends(at) - at, 0];
     }
 
     fn forget(&self, log: &mut Entries, now: u64) {
@@ -246,6 +250,7 @@ mod tests {
         assert_eq!(l.view(&s, 120).available, 1);
         let packed = l.pack(s);
         assert_eq!(packed.expires(), 250);
+        assert_eq!(std::mem::size_of::<KeyLog>(), 48);
     }
 
     #[test]

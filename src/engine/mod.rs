@@ -82,8 +82,12 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
     /// Count `cost` at `at`, an instant [`earliest`](Engine::earliest) allows.
     fn commit(&self, state: &mut Self::State, cost: u64, at: u64) -> Admit;
 
+    /// The longest a booking may lie ahead: keeps the state's arithmetic far from overflow.
+    const MAX_AHEAD: u64 = u64::MAX;
+
     /// Admit `cost` at `now`, or book it for an instant at most `max_wait` later; else the
-    /// wait until it would fit, with `state` unchanged.
+    /// wait until it would fit, with `state` unchanged. The admission is described
+    /// ([`status`](Engine::status)).
     #[inline]
     fn admit(
         &self,
@@ -94,11 +98,18 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
     ) -> Result<Admit, u64> {
         self.forget(state, now);
         let at = self.earliest(state, cost, now);
-        if at > now.saturating_add(max_wait) {
+        if at > now.saturating_add(max_wait.min(Self::MAX_AHEAD)) {
             return Err(at - now);
         }
-        Ok(self.commit(state, cost, at))
+        let mut admit = self.commit(state, cost, at);
+        self.describe(state, &mut admit);
+        Ok(admit)
     }
+
+    /// Record in `admit`, right after it, what [`status`](Engine::status) needs beyond the
+    /// engine's record of the state (an engine whose state does not fit in a record).
+    #[inline]
+    fn describe(&self, _state: &Self::State, _admit: &mut Admit) {}
 
     /// Drop what can no longer count at `now` or later: memory only, no decision changes.
     #[inline]
@@ -113,8 +124,8 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
     /// refilled past it).
     fn release(&self, state: &mut Self::State, cost: u64, at: u64);
 
-    /// Tokens left, and nanoseconds until the limit resets, right after `admit`, at its
-    /// instant: the response fields.
+    /// Tokens left, and nanoseconds until the limit resets, right after `admit` (made by
+    /// [`admit`](Engine::admit)), at its instant: the response fields.
     fn status(&self, admit: &Admit) -> (u64, u64);
 
     /// The limit with `state` at `now`.

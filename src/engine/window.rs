@@ -129,7 +129,7 @@ impl Windows {
         }
         let t = not_before.max(start);
         let room = self.limit - cur - tokens;
-        if carried(prev, end.saturating_sub(t), self.width) <= room {
+        if prev == 0 || carried(prev, end.saturating_sub(t), self.width) <= room {
             return Some(t);
         }
         // The carried share falls linearly: ceil(prev · (end − t) / width) ≤ room
