@@ -64,7 +64,8 @@ pub(super) struct State {
     pub(super) credited_until: u64,
     /// GCRA engines: the instant the last waiter went (0: none yet).
     pub(super) last_went: u64,
-    /// A pause was set and no waiter went after its end yet (see [`AFTER_PAUSE`](super::guard::AFTER_PAUSE)).
+    /// A pause was set and no waiter went after its end yet (see
+    /// [`AFTER_PAUSE`](super::guard::AFTER_PAUSE)).
     pub(super) resumed: bool,
     pub(super) engine: Kind,
 }

@@ -5,7 +5,7 @@
 //!
 //! | engine | algorithms | state | per key |
 //! |---|---|---|---|
-//! | [`Gcra`] | token bucket, leaky bucket | `tat`, the instant the bucket is full again | 8 bytes |
+//! | [`Gcra`] | token bucket, leaky bucket | `tat`: when the bucket is full again | 8 bytes |
 //! | [`Windows`] | fixed window, sliding window | the latest window and two counts | 16 bytes |
 //! | [`Log`] | sliding log | the admissions within the last period | boxed |
 //!
@@ -135,8 +135,9 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
     fn expires(&self, state: &Self::State) -> u64;
 
     /// A pause ends at `end`: admission restarts as from an empty limit (see [`pause`]).
-    /// Returns the instant until which a [`Ramp`](pause::Ramp) must hold the limit from `end`; an engine
-    /// that restarts its own state (the token and leaky bucket) returns `end`: no ramp.
+    /// Returns the instant until which a [`Ramp`](pause::Ramp) must hold the limit from
+    /// `end`; an engine that restarts its own state (the token and leaky bucket) returns
+    /// `end`: no ramp.
     fn restart(&self, state: &mut Self::State, end: u64) -> u64;
 
     /// The engine for `quota` from `now` on, with `state` carried over: never more available
