@@ -12,7 +12,7 @@
 
 use std::num::NonZeroU64;
 
-use super::{Admit, Engine, Packed, Phase, View};
+use super::{Admit, Engine, Packed, Phase};
 use crate::{Algorithm, Quota};
 
 /// Admitting `cost` (`n·T`) at `now` with tolerance `τ`: `(tat after, admission instant)`.
@@ -117,17 +117,12 @@ impl Engine for Gcra {
         } else {
             (ahead - 1) % self.interval + 1
         };
-        (self.view(&tat, at).available, reset)
+        (self.available(&tat, at), reset)
     }
 
-    fn view(&self, tat: &u64, now: u64) -> View {
-        let (interval, tolerance) = (self.interval, self.tolerance);
+    fn available(&self, tat: &u64, now: u64) -> u64 {
         let ahead = tat.saturating_sub(now);
-        View {
-            available: (tolerance / interval).saturating_sub(ahead.div_ceil(interval)),
-            next_in: ahead.saturating_add(interval).saturating_sub(tolerance),
-            full_in: ahead,
-        }
+        (self.tolerance / self.interval).saturating_sub(ahead.div_ceil(self.interval))
     }
 
     fn expires(&self, tat: &u64) -> u64 {

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Admit, Engine, Packed, Phase, View};
+use super::{Admit, Engine, Packed, Phase};
 use crate::Quota;
 
 /// At most `limit` tokens in every window of `width` ns.
@@ -65,18 +65,6 @@ impl Log {
 
     fn ends(&self, at: u64) -> u64 {
         at.saturating_add(self.width)
-    }
-
-    /// Tokens that fit at `now`, ignoring bookings after it.
-    fn available(&self, log: &Entries, now: u64) -> u64 {
-        let expired: u64 = log
-            .entries
-            .iter()
-            .take_while(|e| self.ends(e.0) <= now)
-            .map(|e| e.1)
-            .sum();
-        let live = log.total - expired - log.after(now);
-        self.limit.saturating_sub(live)
     }
 }
 
@@ -159,18 +147,15 @@ impl Engine for Log {
         (admit.after[0], admit.after[1])
     }
 
-    fn view(&self, log: &Entries, now: u64) -> View {
-        let available = self.available(log, now);
-        let next_in = if available > 0 {
-            0
-        } else {
-            self.earliest(log, 1, now) - now
-        };
-        View {
-            available,
-            next_in,
-            full_in: self.expires(log).saturating_sub(now),
-        }
+    fn available(&self, log: &Entries, now: u64) -> u64 {
+        let expired: u64 = log
+            .entries
+            .iter()
+            .take_while(|e| self.ends(e.0) <= now)
+            .map(|e| e.1)
+            .sum();
+        let live = log.total - expired - log.after(now);
+        self.limit.saturating_sub(live)
     }
 
     fn expires(&self, log: &Entries) -> u64 {

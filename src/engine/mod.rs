@@ -128,8 +128,23 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
     /// [`admit`](Engine::admit)), at its instant: the response fields.
     fn status(&self, admit: &Admit) -> (u64, u64);
 
+    /// Tokens that fit at `now` after `state`, bookings after `now` aside.
+    fn available(&self, state: &Self::State, now: u64) -> u64;
+
     /// The limit with `state` at `now`.
-    fn view(&self, state: &Self::State, now: u64) -> View;
+    fn view(&self, state: &Self::State, now: u64) -> View {
+        let available = self.available(state, now);
+        let next_in = if available > 0 {
+            0
+        } else {
+            self.earliest(state, 1, now) - now
+        };
+        View {
+            available,
+            next_in,
+            full_in: self.expires(state).saturating_sub(now),
+        }
+    }
 
     /// The instant from which `state` means no more than [`empty`](Engine::empty).
     fn expires(&self, state: &Self::State) -> u64;

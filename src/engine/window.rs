@@ -12,7 +12,7 @@
 
 use std::num::NonZeroU64;
 
-use super::{Admit, Engine, Packed, View};
+use super::{Admit, Engine, Packed};
 use crate::{Algorithm, Quota};
 
 /// Where the windows of a new period fall ([`Engine::with_quota`]). A period that does not
@@ -139,31 +139,6 @@ impl Windows {
         (t < end).then_some(t)
     }
 
-    /// Tokens that fit at `t` after `c`, ignoring anything committed after `t`.
-    fn available(&self, c: Counts, t: u64) -> u64 {
-        let w = self.index(t);
-        if w < c.w {
-            // Bookings in later windows do not count at `t`.
-            let here = if w.saturating_add(1) == c.w {
-                c.prev
-            } else {
-                0
-            };
-            return self.limit.saturating_sub(here);
-        }
-        let (cur, prev) = Self::at_window(c, w);
-        let carried = if self.sliding {
-            carried(
-                prev,
-                self.start(w.saturating_add(1)).saturating_sub(t),
-                self.width,
-            )
-        } else {
-            0
-        };
-        self.limit.saturating_sub(cur.saturating_add(carried))
-    }
-
     /// Nanoseconds from `t` until the window of `t` ends, if anything counts in it.
     fn reset(&self, c: Counts, t: u64) -> u64 {
         let w = self.index(t);
@@ -243,21 +218,31 @@ impl Engine for Windows {
 
     fn status(&self, admit: &Admit) -> (u64, u64) {
         let c = Counts::from_words(admit.after);
-        (self.available(c, admit.at), self.reset(c, admit.at))
+        (self.available(&c, admit.at), self.reset(c, admit.at))
     }
 
-    fn view(&self, c: &Counts, now: u64) -> View {
-        let available = self.available(*c, now);
-        let next_in = if available > 0 {
-            0
-        } else {
-            self.earliest(c, 1, now) - now
-        };
-        View {
-            available,
-            next_in,
-            full_in: self.expires(c).saturating_sub(now),
+    fn available(&self, c: &Counts, t: u64) -> u64 {
+        let w = self.index(t);
+        if w < c.w {
+            // Bookings in later windows do not count at `t`.
+            let here = if w.saturating_add(1) == c.w {
+                c.prev
+            } else {
+                0
+            };
+            return self.limit.saturating_sub(here);
         }
+        let (cur, prev) = Self::at_window(*c, w);
+        let carried = if self.sliding {
+            carried(
+                prev,
+                self.start(w.saturating_add(1)).saturating_sub(t),
+                self.width,
+            )
+        } else {
+            0
+        };
+        self.limit.saturating_sub(cur.saturating_add(carried))
     }
 
     fn expires(&self, c: &Counts) -> u64 {
@@ -298,7 +283,7 @@ impl Engine for Windows {
             phase,
             sliding: self.sliding,
         };
-        let used = new.limit - self.available(*c, now).min(new.limit);
+        let used = new.limit - self.available(c, now).min(new.limit);
         let w = new.index(now);
         let old = self.index(now);
         // What counts now, split as it was: the current window's own tokens stay in the
