@@ -19,7 +19,8 @@ use std::time::Instant;
 
 use tonic::transport::{Endpoint, Server};
 use tower::ServiceBuilder;
-use tower_throttle::keyed::{HeaderKey, KeyedBucket};
+use tower_throttle::extract::HeaderKey;
+use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::observe::Counters;
 use tower_throttle::retry_after::RetryInfo;
 use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};

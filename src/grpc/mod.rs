@@ -12,8 +12,8 @@
 //! content type, so it is automatic and leaves plain HTTP alone: the default rejection does
 //! it for bodies that convert from text (axum), and [`RejectLayer::grpc`](crate::RejectLayer::grpc)
 //! does it for tonic's body. Keys come from metadata as from headers (gRPC metadata *are*
-//! HTTP/2 headers): [`HeaderKey::x_api_key`](crate::keyed::HeaderKey::x_api_key),
-//! [`HeaderKey::authorization`](crate::keyed::HeaderKey::authorization).
+//! HTTP/2 headers): [`HeaderKey::x_api_key`](crate::extract::HeaderKey::x_api_key),
+//! [`HeaderKey::authorization`](crate::extract::HeaderKey::authorization).
 //!
 //! **Client.** [`RetryAfterLayer::grpc`](crate::RetryAfterLayer::grpc) wraps a tonic
 //! `Channel`: a trailers-only `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a push-back pauses

@@ -30,7 +30,8 @@ pub enum MissingKey {
 ///
 /// ```
 /// use axum::{routing::get, Router};
-/// use tower_throttle::keyed::{KeyedBucket, MissingKey, PeerIp};
+/// use tower_throttle::extract::PeerIp;
+/// use tower_throttle::keyed::{KeyedBucket, MissingKey};
 /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
 ///
 /// let layer = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_second(10)), PeerIp::new())
@@ -52,7 +53,7 @@ pub struct KeyedLayer<K, E> {
 
 impl RateLimitLayer {
     /// One bucket per key: `extractor` finds a request's key (see
-    /// [`KeyExtractor`](super::KeyExtractor)), `bucket` holds a bucket per key.
+    /// [`KeyExtractor`](crate::extract::KeyExtractor)), `bucket` holds a bucket per key.
     pub fn keyed<K, E>(bucket: KeyedBucket<K>, extractor: E) -> KeyedLayer<K, E> {
         KeyedLayer {
             bucket,

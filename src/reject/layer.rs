@@ -12,7 +12,7 @@ use super::limits::Limits;
 use super::rejected::Rejected;
 use super::respond::{Fallback, RespondWith, TooManyRequests};
 use super::service::{Config, Reject};
-use crate::keyed::GlobalKey;
+use crate::extract::GlobalKey;
 use crate::observe::Observer;
 use crate::RateLimitLayer;
 

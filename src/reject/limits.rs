@@ -20,7 +20,8 @@ use super::fields::Policies;
 use super::rejected::{Rejected, RejectedBy, Status};
 use super::wait::Pending;
 use crate::bucket::{Backend, Local, Reservation};
-use crate::keyed::{Grant, KeyExtractor, KeyedBucket, MissingKey, KEYLESS};
+use crate::extract::KeyExtractor;
+use crate::keyed::{Grant, KeyedBucket, MissingKey, KEYLESS};
 use crate::{Bucket, Denied, Throttled};
 
 /// Policy names in `RateLimit-Policy` and `RateLimit`.

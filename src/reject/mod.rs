@@ -18,7 +18,8 @@
 //!
 //! ```
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_throttle::keyed::{HeaderKey, KeyedBucket};
+//! use tower_throttle::extract::HeaderKey;
+//! use tower_throttle::keyed::KeyedBucket;
 //! use tower_throttle::{Bucket, Quota, RateLimitLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]

@@ -12,10 +12,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::{HeaderName, DATE, FORWARDED, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Request};
+use tower_throttle::extract::{ClientIp, KeyExtractor, ProxyHeaders};
 use tower_throttle::headers::{
     parse_retry_after, read_quota_hint, read_retry_after, RetryAfterError, MAX_PARSED_WAIT,
 };
-use tower_throttle::keyed::{ClientIp, KeyExtractor, ProxyHeaders};
 
 /// The largest integer a structured field carries (RFC 9651 §3.3.1).
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
