@@ -625,7 +625,7 @@ async fn only_the_retryable_codes_are_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn a_grpc_call_without_a_key_is_invalid_argument_not_400() {
-    use tower_throttle::keyed::MissingKey;
+    use tower_throttle::reject::MissingKey;
     let mut svc = ServiceBuilder::new()
         .layer(
             RateLimitLayer::keyed(

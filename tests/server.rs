@@ -15,8 +15,8 @@ use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
 use tower_throttle::extract::{HeaderKey, PeerIp};
 use tower_throttle::headers::read_quota_hint;
-use tower_throttle::keyed::{KeyedBucket, MissingKey};
-use tower_throttle::reject::{Rejected, RejectedBy};
+use tower_throttle::keyed::KeyedBucket;
+use tower_throttle::reject::{MissingKey, Rejected, RejectedBy};
 use tower_throttle::{Bucket, Quota, RateLimitLayer};
 
 type Res = Response<String>;

@@ -44,7 +44,7 @@ pub enum ProxyHeaders {
 ///    needs it is treated the same way: the request is keyed by the peer.
 ///
 /// Without a peer address (see [`PeerIp`](super::PeerIp)) there is no key, and the layer's
-/// [`MissingKey`](crate::keyed::MissingKey) outcome applies. Keys are grouped like those of
+/// [`MissingKey`](crate::reject::MissingKey) outcome applies. Keys are grouped like those of
 /// [`PeerIp`](super::PeerIp): IPv6 by /64 unless configured otherwise.
 ///
 /// ```

@@ -12,7 +12,7 @@ use super::stable::KeyDigest;
 /// Finds the key a request is limited by: an API key, a user, a client address…
 ///
 /// `None` means the request has no usable key (the input is missing or malformed); the
-/// layer then applies its [`MissingKey`](crate::keyed::MissingKey) outcome. An extractor must not
+/// layer then applies its [`MissingKey`](crate::reject::MissingKey) outcome. An extractor must not
 /// panic, whatever the request holds.
 ///
 /// Any `Fn(&Request<B>) -> Option<K>` is an extractor:
@@ -68,7 +68,7 @@ impl<B> KeyExtractor<B> for GlobalKey {
 /// random seed, so clients cannot pick values that collide in its table.
 ///
 /// A request without the header, with an empty value or with the header repeated has no key
-/// (see [`MissingKey`](crate::keyed::MissingKey)).
+/// (see [`MissingKey`](crate::reject::MissingKey)).
 ///
 /// Anyone can send any value: key by a header only when the value is checked (an API key
 /// that your service authenticates), or accept that a client may spend someone else's quota
@@ -137,7 +137,7 @@ impl fmt::Debug for HeaderKey {
 /// The address is read from the request extensions: a [`SocketAddr`](std::net::SocketAddr)
 /// (insert it in your hyper accept loop), or, with the `axum` feature, axum's
 /// `ConnectInfo<SocketAddr>` (serve with `into_make_service_with_connect_info`). Without
-/// either the request has no key (see [`MissingKey`](crate::keyed::MissingKey)).
+/// either the request has no key (see [`MissingKey`](crate::reject::MissingKey)).
 ///
 /// IPv6 clients are keyed by their /64 (one customer usually holds a whole /64, and could
 /// otherwise take a fresh bucket with every address); IPv4-mapped IPv6 addresses count as

@@ -38,7 +38,6 @@
 
 mod core;
 mod gcra;
-mod layer;
 mod log;
 mod remote;
 mod rule;
@@ -51,5 +50,4 @@ pub(crate) use self::remote::RemoteKeys;
 pub(crate) use self::remote::{KeyId, RemoteKeyed, KEYLESS};
 pub(crate) use self::store::Grant;
 
-pub use self::layer::{KeyedLayer, MissingKey};
 pub use self::store::{KeyedBucket, KeyedBucketBuilder, DEFAULT_MAX_KEYS};

@@ -48,6 +48,7 @@
 
 mod fields;
 mod future;
+mod keyed_layer;
 mod layer;
 mod limits;
 mod rejected;
@@ -55,9 +56,8 @@ mod respond;
 mod service;
 mod wait;
 
-pub(crate) use self::limits::{Keyed, Limits};
-
 pub use self::future::ResponseFuture;
+pub use self::keyed_layer::{KeyedLayer, MissingKey};
 pub use self::layer::RejectLayer;
 pub use self::rejected::{Rejected, RejectedBy};
 pub use self::respond::{Fallback, OnReject, Oneshot, RespondWith, TooManyRequests};
