@@ -19,9 +19,9 @@
 //! `Channel`: a trailers-only `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a push-back pauses
 //! the shared bucket for it — every worker holds — and the call is retried after it; a
 //! negative or malformed push-back is not retried; without one, the exponential backoff
-//! applies; the [`RetryThrottle`] stops retries while the server keeps failing. A call's
-//! deadline (`grpc-timeout`) covers every attempt: a retry carries the time left, and none
-//! is made that could not go out before the deadline.
+//! applies; the [retry throttle](crate::RetryAfterLayer::grpc_retry_throttle) stops retries
+//! while the server keeps failing. A call's deadline (`grpc-timeout`) covers every attempt: a
+//! retry carries the time left, and none is made that could not go out before the deadline.
 //!
 //! ```
 //! use std::time::Duration;
@@ -101,7 +101,6 @@ mod classify;
 mod client;
 mod reject;
 mod request;
-mod throttle;
 mod wire;
 
 pub(crate) use self::classify::{on_response, GrpcPolicy};
@@ -110,4 +109,3 @@ pub(crate) use self::reject::{is_grpc_request, refusal};
 pub use self::client::{GrpcRetry, GrpcRetryLayer, ToHttp};
 pub use self::reject::ResourceExhausted;
 pub use self::request::GrpcRequest;
-pub use self::throttle::{RetryThrottle, RetryThrottleError};
