@@ -14,7 +14,8 @@ use std::net::SocketAddr;
 
 use axum::routing::get;
 use axum::Router;
-use tower_throttle::keyed::{HeaderKey, KeyedBucket};
+use tower_throttle::extract::HeaderKey;
+use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::{Bucket, Quota, RateLimitLayer};
 
 /// The app: `GET /` behind a per-API-key limit and a global ceiling.

@@ -19,7 +19,8 @@ use std::time::Instant;
 
 use tonic::transport::{Endpoint, Server};
 use tower::ServiceBuilder;
-use tower_throttle::keyed::{HeaderKey, KeyedBucket};
+use tower_throttle::extract::HeaderKey;
+use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::observe::Counters;
 use tower_throttle::retry_after::RetryInfo;
 use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
@@ -60,7 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let channel = Endpoint::from_shared(url)?.connect().await?;
     let stack = ServiceBuilder::new()
         .layer(
-            // A6 retry throttling (`.grpc_retry_throttle(RetryThrottle::new(10, 0.1)?)`) is
+            // A6 retry throttling (`.grpc_retry_throttle(RetryBudget::a6(10, 0.1))`) is
             // for failing servers: it would count every push-back here as a failure.
             RetryAfterLayer::new(bucket.clone()).max_retries(8).grpc(),
         )

@@ -37,7 +37,8 @@
 //! ```
 //! use axum::{routing::get, Router};
 //! use tower::ServiceExt;
-//! use tower_throttle::keyed::{HeaderKey, KeyedBucket};
+//! use tower_throttle::extract::HeaderKey;
+//! use tower_throttle::keyed::KeyedBucket;
 //! use tower_throttle::{Bucket, Quota, RateLimitLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -55,8 +56,8 @@
 //! # }
 //! ```
 //!
-//! See [`reject`] and [`keyed`] for bounded waits, fallbacks, dry runs and key extractors
-//! (peer IP, proxy-aware client IP, headers).
+//! See [`reject`] for bounded waits, fallbacks and dry runs, and [`extract`] for the key
+//! extractors (peer IP, proxy-aware client IP, headers).
 //!
 //! # Server push-back: retry outside, rate limit inside
 //!
@@ -139,6 +140,7 @@ pub mod bucket;
 mod clock;
 mod denied;
 mod engine;
+pub mod extract;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod headers;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tower_throttle::{retry_after, AcquireError, Algorithm, Bucket, Denied, Quota};
+use tower_throttle::{AcquireError, Algorithm, Bucket, Denied, Quota};
 
 #[tokio::test(start_paused = true)]
 async fn acquire_error_is_denied() {
@@ -27,11 +27,6 @@ fn the_leaky_bucket_field_still_builds_and_matches() {
     };
     assert_eq!(max_queue, 3);
     assert_eq!(old.max_queue(), Some(3));
-}
-
-#[test]
-fn max_retry_after_is_the_parser_bound() {
-    assert_eq!(retry_after::MAX_RETRY_AFTER, retry_after::MAX_PARSED_WAIT);
 }
 
 #[cfg(feature = "redis")]

@@ -16,10 +16,11 @@ use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Code, Status};
 use tower::util::MapRequest;
 use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
-use tower_throttle::grpc::{GrpcRetry, RetryThrottle};
-use tower_throttle::keyed::{HeaderKey, KeyedBucket};
+use tower_throttle::extract::HeaderKey;
+use tower_throttle::grpc::GrpcRetry;
+use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::observe::Observer;
-use tower_throttle::retry_after::{Jitter, RetryInfo};
+use tower_throttle::retry_after::{Jitter, RetryBudget, RetryInfo};
 use tower_throttle::{Bucket, Quota, RateLimit, RateLimitLayer, RetryAfterLayer};
 
 /// Serves `echo` behind `server` (a `Server` builder, layered or not) on a free port.
@@ -440,7 +441,7 @@ async fn retry_throttling_stops_retries_while_the_server_fails_and_resumes_after
     });
     let channel = serve!(Server::builder(), echo.clone());
     let bucket = Bucket::new(Quota::per_second(10_000).burst(100));
-    let throttle = RetryThrottle::new(10, 0.1).unwrap();
+    let throttle = RetryBudget::a6(10, 0.1);
     let retry = RetryAfterLayer::new(bucket.clone())
         .max_retries(100)
         .backoff(
@@ -574,7 +575,7 @@ async fn unavailable_with_a_push_back_is_retried_exactly_after_it() {
 async fn only_the_retryable_codes_are_retried() {
     let internal = |_| Some((Code::Internal, None));
     let bucket = Bucket::new(Quota::per_second(100));
-    let throttle = RetryThrottle::new(10, 0.1).unwrap();
+    let throttle = RetryBudget::a6(10, 0.1);
     let retry = RetryAfterLayer::new(bucket.clone())
         .backoff(
             Duration::from_millis(10),
@@ -624,7 +625,7 @@ async fn only_the_retryable_codes_are_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn a_grpc_call_without_a_key_is_invalid_argument_not_400() {
-    use tower_throttle::keyed::MissingKey;
+    use tower_throttle::reject::MissingKey;
     let mut svc = ServiceBuilder::new()
         .layer(
             RateLimitLayer::keyed(

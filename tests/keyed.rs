@@ -11,7 +11,8 @@ use proptest::prelude::*;
 use tokio::time::advance;
 use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
-use tower_throttle::keyed::{ClientIp, KeyedBucket};
+use tower_throttle::extract::ClientIp;
+use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::{Bucket, Quota, RateLimitLayer};
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -1068,7 +1068,7 @@ async fn keyed_rejecting_layers_on_a_sliding_log_share_each_keys_window() {
 
     use http::{Request, Response, StatusCode};
     use tower::{service_fn, Layer, ServiceExt};
-    use tower_throttle::keyed::HeaderKey;
+    use tower_throttle::extract::HeaderKey;
     use tower_throttle::{KeyedBucket, RateLimitLayer};
 
     let prefix = unique_prefix("keyed-log");
@@ -1076,7 +1076,7 @@ async fn keyed_rejecting_layers_on_a_sliding_log_share_each_keys_window() {
     let server = |redis: RedisKeyed| {
         assert_eq!(redis.algorithm(), Algorithm::SlidingLog);
         RateLimitLayer::keyed(
-            KeyedBucket::<tower_throttle::keyed::KeyDigest>::from(redis),
+            KeyedBucket::<tower_throttle::extract::KeyDigest>::from(redis),
             HeaderKey::x_api_key(),
         )
         .reject()

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use http::{Request, Response, StatusCode};
 use redis_support::{redis_url, unique_prefix};
 use tower::{service_fn, Layer, ServiceExt};
-use tower_throttle::keyed::{HeaderKey, KeyDigest};
+use tower_throttle::extract::{HeaderKey, KeyDigest};
 use tower_throttle::observe::Observer;
 use tower_throttle::redis::{RedisBucket, RedisKeyed};
 use tower_throttle::reject::Rejected;

@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use http::{Request, Response, StatusCode};
 use redis_support::{redis_url, unique_prefix};
 use tower::{service_fn, Layer, ServiceExt};
-use tower_throttle::keyed::{HeaderKey, KeyDigest, KeyExtractor, PeerIp, StableKey};
+use tower_throttle::extract::{HeaderKey, KeyDigest, KeyExtractor, PeerIp, StableKey};
 use tower_throttle::redis::RedisKeyed;
 use tower_throttle::{KeyedBucket, Quota, RateLimitLayer};
 

@@ -154,7 +154,7 @@ async fn rejecting_layers_of_two_processes_share_one_redis_limit() {
 async fn keyed_process(
     prefix: &str,
     quota: Quota,
-) -> tower_throttle::KeyedBucket<tower_throttle::keyed::KeyDigest> {
+) -> tower_throttle::KeyedBucket<tower_throttle::extract::KeyDigest> {
     let redis = tower_throttle::redis::RedisKeyed::builder(quota)
         .url(redis_url())
         .key_prefix(prefix)
@@ -173,7 +173,7 @@ fn keyed_request(key: &str) -> Request<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyed_rejecting_layers_of_two_processes_share_each_keys_limit() {
-    use tower_throttle::keyed::HeaderKey;
+    use tower_throttle::extract::HeaderKey;
     let prefix = unique_prefix("keyed-reject");
     let quota = Quota::per_minute(3).burst(3);
     let ok = || {
@@ -201,7 +201,7 @@ async fn keyed_rejecting_layers_of_two_processes_share_each_keys_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_global_refusal_gives_the_keys_redis_token_back() {
-    use tower_throttle::keyed::HeaderKey;
+    use tower_throttle::extract::HeaderKey;
     let prefix = unique_prefix("keyed-refund");
     let quota = Quota::per_minute(3).burst(3);
     let ok = || {
@@ -403,7 +403,7 @@ async fn a_keyed_rejecting_layer_admits_once_another_process_gave_the_token_back
         .build()
         .await
         .unwrap();
-    let server = RateLimitLayer::keyed(keyed, tower_throttle::keyed::HeaderKey::x_api_key())
+    let server = RateLimitLayer::keyed(keyed, tower_throttle::extract::HeaderKey::x_api_key())
         .reject()
         .layer(service_fn(|_: Request<String>| async {
             Ok::<_, Infallible>(Response::new(String::new()))

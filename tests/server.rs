@@ -13,9 +13,10 @@ use tokio::time::{advance, Instant};
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
+use tower_throttle::extract::{HeaderKey, PeerIp};
 use tower_throttle::headers::read_quota_hint;
-use tower_throttle::keyed::{HeaderKey, KeyedBucket, MissingKey, PeerIp};
-use tower_throttle::reject::{Rejected, RejectedBy};
+use tower_throttle::keyed::KeyedBucket;
+use tower_throttle::reject::{MissingKey, Rejected, RejectedBy};
 use tower_throttle::{Bucket, Quota, RateLimitLayer};
 
 type Res = Response<String>;

@@ -126,7 +126,9 @@ async fn the_axum_example_end_to_end() {
 #[tokio::test]
 async fn peer_ip_from_axum_connect_info() {
     use axum::routing::get as route;
-    use tower_throttle::keyed::{KeyedBucket, MissingKey, PeerIp};
+    use tower_throttle::extract::PeerIp;
+    use tower_throttle::keyed::KeyedBucket;
+    use tower_throttle::reject::MissingKey;
     use tower_throttle::RateLimitLayer;
 
     let app = || {

@@ -7,16 +7,16 @@
 use http::{HeaderMap, StatusCode};
 use tonic::Code;
 
-use super::throttle::RetryThrottle;
 use super::wire::{header_code, is_grpc, pushback, Pushback};
-use crate::retry_after::{Action, Attempt, Policy, Verdict};
+use crate::retry_after::{Action, Attempt, Policy, RetryBudget, Verdict};
 
 /// The gRPC part of the retry policy.
 #[derive(Debug, Clone)]
 pub(crate) struct GrpcPolicy {
     /// The codes retried (A6 `retryableStatusCodes`).
     pub(crate) retryable: Vec<Code>,
-    pub(crate) throttle: Option<RetryThrottle>,
+    /// A6 retry throttling: successes deposit, failures take.
+    pub(crate) throttle: Option<RetryBudget>,
 }
 
 impl Default for GrpcPolicy {
@@ -44,7 +44,7 @@ pub(crate) fn on_response(
     let Some(code) = header_code(headers) else {
         // Response headers: committed. Counted as a success, the status being in trailers
         // the layer does not wait for.
-        throttle.map(RetryThrottle::success);
+        throttle.map(RetryBudget::deposit);
         return None;
     };
     let give_up = Verdict {
@@ -52,13 +52,13 @@ pub(crate) fn on_response(
         cooldown: None,
     };
     if code == Code::Ok {
-        throttle.map(RetryThrottle::success);
+        throttle.map(RetryBudget::deposit);
         return Some(give_up);
     }
     if !grpc.retryable.contains(&code) {
         return Some(give_up); // final; not a failure for the throttle (A6)
     }
-    throttle.map(RetryThrottle::failure);
+    throttle.map(RetryBudget::take);
     let throttled = throttle.is_some_and(|t| !t.allows_retry());
     if throttled {
         trace_event!(warn, ?code, "retries throttled; returning the failure");

@@ -11,8 +11,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::request::GrpcRequest;
-use super::throttle::RetryThrottle;
-use crate::retry_after::{HttpResponse, ResponseFuture, RetryAfter};
+use crate::retry_after::{HttpResponse, ResponseFuture, RetryAfter, RetryBudget};
 use crate::{BoxError, RetryAfterLayer};
 
 /// A6's suggested per-call buffer: a request body larger than this is sent once.
@@ -31,9 +30,10 @@ impl RetryAfterLayer {
         self.with(|p| p.grpc.retryable = codes)
     }
 
-    /// Throttle retries of gRPC calls as A6 does: see [`RetryThrottle`]. Shared by every
-    /// clone of the layer. Off by default.
-    pub fn grpc_retry_throttle(self, throttle: RetryThrottle) -> Self {
+    /// Throttle retries of gRPC calls as A6 does, with a budget made by [`RetryBudget::a6`]:
+    /// failed attempts take from it, successful ones give back. Shared by every clone of the
+    /// layer. Off by default.
+    pub fn grpc_retry_throttle(self, throttle: RetryBudget) -> Self {
         self.with(|p| p.grpc.throttle = Some(throttle))
     }
 
@@ -78,7 +78,7 @@ impl RetryAfterLayer {
 /// ```
 /// use std::time::Duration;
 /// use tower::ServiceBuilder;
-/// use tower_throttle::grpc::RetryThrottle;
+/// use tower_throttle::retry_after::RetryBudget;
 /// use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -89,7 +89,7 @@ impl RetryAfterLayer {
 ///     .layer(
 ///         RetryAfterLayer::new(bucket.clone())
 ///             .max_retries(4)
-///             .grpc_retry_throttle(RetryThrottle::new(10, 0.1)?)
+///             .grpc_retry_throttle(RetryBudget::a6(10, 0.1))
 ///             .grpc(),
 ///     )
 ///     .layer(RateLimitLayer::new(bucket.clone()))

@@ -12,16 +12,16 @@
 //! content type, so it is automatic and leaves plain HTTP alone: the default rejection does
 //! it for bodies that convert from text (axum), and [`RejectLayer::grpc`](crate::RejectLayer::grpc)
 //! does it for tonic's body. Keys come from metadata as from headers (gRPC metadata *are*
-//! HTTP/2 headers): [`HeaderKey::x_api_key`](crate::keyed::HeaderKey::x_api_key),
-//! [`HeaderKey::authorization`](crate::keyed::HeaderKey::authorization).
+//! HTTP/2 headers): [`HeaderKey::x_api_key`](crate::extract::HeaderKey::x_api_key),
+//! [`HeaderKey::authorization`](crate::extract::HeaderKey::authorization).
 //!
 //! **Client.** [`RetryAfterLayer::grpc`](crate::RetryAfterLayer::grpc) wraps a tonic
 //! `Channel`: a trailers-only `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a push-back pauses
 //! the shared bucket for it — every worker holds — and the call is retried after it; a
 //! negative or malformed push-back is not retried; without one, the exponential backoff
-//! applies; the [`RetryThrottle`] stops retries while the server keeps failing. A call's
-//! deadline (`grpc-timeout`) covers every attempt: a retry carries the time left, and none
-//! is made that could not go out before the deadline.
+//! applies; the [retry throttle](crate::RetryAfterLayer::grpc_retry_throttle) stops retries
+//! while the server keeps failing. A call's deadline (`grpc-timeout`) covers every attempt: a
+//! retry carries the time left, and none is made that could not go out before the deadline.
 //!
 //! ```
 //! use std::time::Duration;
@@ -101,7 +101,6 @@ mod classify;
 mod client;
 mod reject;
 mod request;
-mod throttle;
 mod wire;
 
 pub(crate) use self::classify::{on_response, GrpcPolicy};
@@ -110,4 +109,3 @@ pub(crate) use self::reject::{is_grpc_request, refusal};
 pub use self::client::{GrpcRetry, GrpcRetryLayer, ToHttp};
 pub use self::reject::ResourceExhausted;
 pub use self::request::GrpcRequest;
-pub use self::throttle::{RetryThrottle, RetryThrottleError};

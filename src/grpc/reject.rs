@@ -67,7 +67,8 @@ impl<K, E, O> RejectLayer<K, E, O> {
     ///
     /// ```
     /// use tower::{service_fn, ServiceBuilder, ServiceExt};
-    /// use tower_throttle::keyed::{HeaderKey, KeyedBucket};
+    /// use tower_throttle::extract::HeaderKey;
+    /// use tower_throttle::keyed::KeyedBucket;
     /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]

@@ -7,6 +7,8 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use tonic::Code;
 
+use crate::headers::{ceil, digits};
+
 /// The status of a gRPC call, in a trailers-only response or in trailers.
 pub(crate) const GRPC_STATUS: &str = "grpc-status";
 /// The status message (percent-encoded; the crate only writes plain ASCII).
@@ -36,11 +38,11 @@ const TIMEOUT_UNITS: [(u8, u64); 6] = [
 /// sign, an unknown unit): a malformed timeout is no deadline, as tonic's server reads it.
 /// Zero is read as a deadline already past.
 pub(crate) fn timeout(headers: &HeaderMap) -> Option<Duration> {
-    let (unit, digits) = headers.get(GRPC_TIMEOUT)?.as_bytes().split_last()?;
-    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+    let (unit, value) = headers.get(GRPC_TIMEOUT)?.as_bytes().split_last()?;
+    if value.len() > 8 {
         return None;
     }
-    let value: u32 = std::str::from_utf8(digits).ok()?.parse().ok()?; // 8 digits fit
+    let value = u32::try_from(digits(value)?).ok()?; // 8 digits fit
     let (_, len) = TIMEOUT_UNITS.iter().find(|(u, _)| u == unit)?;
     Duration::from_nanos(*len).checked_mul(value) // 99,999,999 hours fit too
 }
@@ -88,24 +90,17 @@ pub(crate) fn pushback(headers: &HeaderMap) -> Pushback {
     let Some(value) = headers.get(PUSHBACK) else {
         return Pushback::Absent;
     };
-    let digits = value.as_bytes();
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return Pushback::Stop; // a sign, a space, a fraction, anything else
-    }
-    match std::str::from_utf8(digits)
-        .ok()
-        .and_then(|s| s.parse::<i32>().ok())
-    {
-        Some(ms) => Pushback::After(Duration::from_millis(ms.unsigned_abs().into())),
-        None => Pushback::Stop, // out of the 32-bit range
+    // A sign, a space, a fraction, anything but digits, or out of the 32-bit range: stop.
+    match digits(value.as_bytes()).filter(|&ms| ms <= i32::MAX as u64) {
+        Some(ms) => Pushback::After(Duration::from_millis(ms)),
+        None => Pushback::Stop,
     }
 }
 
 /// The value of `grpc-retry-pushback-ms` for a wait: whole milliseconds, rounded **up** (a
 /// client that honours it never comes back early), at most `i32::MAX`.
 pub(crate) fn pushback_value(wait: Duration) -> HeaderValue {
-    let ms = wait.as_nanos().div_ceil(1_000_000);
-    HeaderValue::from(u64::try_from(ms).unwrap_or(u64::MAX).min(i32::MAX as u64))
+    HeaderValue::from(ceil(wait, Duration::from_millis(1)).min(i32::MAX as u64))
 }
 
 /// The code of a response that carries its status in its headers (a trailers-only

@@ -1,20 +1,13 @@
-//! Per-key limits: [`KeyedBucket`] (a bucket per key, of any [`Algorithm`](crate::Algorithm),
-//! forgotten when unused again), the
-//! [`KeyExtractor`]s that find a request's key, and [`KeyedLayer`] (per-key plus global, made
-//! by [`RateLimitLayer::keyed`](crate::RateLimitLayer::keyed)).
-//!
-//! | Extractor | Key | Use |
-//! |---|---|---|
-//! | [`PeerIp`] | connection address (IPv6 by /64) | servers facing clients directly |
-//! | [`ClientIp`] | client address behind trusted proxies | behind a load balancer / CDN |
-//! | [`HeaderKey`] | a header's value ([`KeyDigest`]) | API keys, tenant ids |
-//! | [`GlobalKey`] | one key for all | a single shared bucket |
-//! | any `Fn(&Request<B>) -> Option<K>` | yours | users, routes… |
+//! Per-key limits: [`KeyedBucket`], a bucket per key, of any [`Algorithm`](crate::Algorithm),
+//! forgotten when unused again. A layer
+//! ([`RateLimitLayer::keyed`](crate::RateLimitLayer::keyed)) finds each request's key with a
+//! [`KeyExtractor`](crate::extract::KeyExtractor).
 //!
 //! ```
 //! use std::net::SocketAddr;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_throttle::keyed::{KeyedBucket, PeerIp};
+//! use tower_throttle::extract::PeerIp;
+//! use tower_throttle::keyed::KeyedBucket;
 //! use tower_throttle::{Bucket, Quota, RateLimitLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -43,14 +36,8 @@
 //! # }
 //! ```
 
-mod client_ip;
 mod core;
-mod extractor;
-mod forwarded;
-mod ip;
-mod layer;
 mod remote;
-mod stable;
 mod store;
 mod table;
 
@@ -59,9 +46,4 @@ pub(crate) use self::remote::RemoteKeys;
 pub(crate) use self::remote::{KeyId, RemoteKeyed, KEYLESS};
 pub(crate) use self::store::Grant;
 
-pub use self::client_ip::{ClientIp, ProxyHeaders};
-pub use self::extractor::{GlobalKey, HeaderKey, KeyExtractor, PeerIp};
-pub use self::ip::{Cidr, CidrError};
-pub use self::layer::{KeyedLayer, MissingKey};
-pub use self::stable::{KeyDigest, StableKey, KEY_SCHEME_VERSION};
 pub use self::store::{KeyedBucket, KeyedBucketBuilder, DEFAULT_MAX_KEYS};

@@ -5,10 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::stable::KeyDigest;
-#[cfg(feature = "redis")]
-use super::stable::StableKey;
 use crate::bucket::RemoteDecision;
+use crate::extract::KeyDigest;
+#[cfg(feature = "redis")]
+use crate::extract::StableKey;
 
 /// A key as every process names it.
 pub(crate) type KeyId = KeyDigest;
@@ -30,7 +30,8 @@ pub(crate) trait RemoteKeyed: Send + Sync + fmt::Debug {
 /// A shared keyed limit, and how its keys of type `K` are named.
 pub(crate) struct RemoteKeys<K> {
     pub(crate) store: Arc<dyn RemoteKeyed>,
-    /// `K`'s [`StableKey::key_digest`](super::StableKey::key_digest): fixed when the keyed bucket is made from the store.
+    /// `K`'s [`StableKey::key_digest`](crate::extract::StableKey::key_digest): fixed when the
+    /// keyed bucket is made from the store.
     pub(crate) name: fn(&K) -> KeyId,
 }
 

@@ -53,13 +53,14 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// # Memory
 /// A slot holds the key and its state; a growing table is 1/2 to 3/4 full, so a token bucket
 /// with `u64` keys takes 21 to 32 bytes per tracked key, and windows 32 to 48 (see
-/// [`allocated_bytes`](KeyedBucket::allocated_bytes)). [`HeaderKey`](super::HeaderKey) keys
-/// are `u64`; IP keys take 16 more bytes per slot.
+/// [`allocated_bytes`](KeyedBucket::allocated_bytes)).
+/// [`HeaderKey`](crate::extract::HeaderKey) keys are `u64`; IP keys take 16 more bytes per
+/// slot.
 ///
 /// # Hashing
 /// Keys are hashed with a randomly seeded `foldhash`. Keys that an attacker can choose freely
 /// (a header, a path) should go through a keyed digest first, as
-/// [`HeaderKey`](super::HeaderKey) does.
+/// [`HeaderKey`](crate::extract::HeaderKey) does.
 ///
 /// ```
 /// use std::time::Duration;
@@ -297,7 +298,7 @@ where
 
     /// Take `n` tokens from the bucket of `key`, asking the store the limit is kept in:
     /// this process (as [`try_acquire`](KeyedBucket::try_acquire), without waiting), or the
-    /// shared store (one round trip, the key named by its [`StableKey`](super::StableKey)
+    /// shared store (one round trip, the key named by its [`StableKey`](crate::extract::StableKey)
     /// digest).
     ///
     /// # Errors

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::backend::max_cost;
 use super::error::RedisError;
-use crate::keyed::KeyDigest;
+use crate::extract::KeyDigest;
 use crate::{Algorithm, Bucket, Denied, Quota};
 
 /// What a decision does when Redis fails: unreachable, slower than the timeout, a reply that

@@ -1,5 +1,5 @@
 //! Redis key names: `<prefix>:{<name>}` for a bucket, `<prefix>:v1:{<digest>}` for a key of
-//! a keyed limit (the [key scheme](crate::keyed::StableKey), version 1).
+//! a keyed limit (the [key scheme](crate::extract::StableKey), version 1).
 //!
 //! The part in braces is the Redis Cluster *hash tag*: the slot is computed from it alone, so
 //! one bucket's key always lands on one slot, and keyed limits spread over the cluster. Key
@@ -9,7 +9,7 @@
 //! client can pick a slot or step into another namespace with `{`, `}` or `:`.
 
 use super::error::RedisError;
-use crate::keyed::{KeyDigest, KEY_SCHEME_VERSION};
+use crate::extract::{KeyDigest, KEY_SCHEME_VERSION};
 
 /// The longest prefix accepted.
 pub(crate) const MAX_PREFIX_LEN: usize = 64;

@@ -15,15 +15,15 @@ use super::failure::{
 use super::key::keyed_key;
 use super::lane::Lanes;
 use super::told;
-use crate::keyed::StableKey;
+use crate::extract::StableKey;
 use crate::{Algorithm, Denied, ExceedsBurst, Quota, Throttled};
 
 /// One limit per key, kept in Redis and shared by every process: the keyed variant of
 /// [`RedisBucket`](super::RedisBucket), with the same semantics for each key.
 ///
 /// Keys are any [`StableKey`] (`&str`, `String`, `&[u8]`, integers, IP addresses, a
-/// [`KeyDigest`](crate::keyed::KeyDigest), …) and may come from requests: they are named by
-/// their digest (the [key scheme](crate::keyed::StableKey), version 1) in fixed-length Redis
+/// [`KeyDigest`](crate::extract::KeyDigest), …) and may come from requests: they are named by
+/// their digest (the [key scheme](crate::extract::StableKey), version 1) in fixed-length Redis
 /// keys `<prefix>:v1:{<32 hex digits>}`, so a key never appears in Redis, cannot be too long,
 /// cannot choose a Redis Cluster slot or reach another namespace, and is named alike by every
 /// process, build and platform — and by the layers: a

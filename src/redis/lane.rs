@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::backend::Timed;
-use crate::keyed::KeyDigest;
+use crate::extract::KeyDigest;
 
 /// When the Redis bucket is full again, as far as this process knows, in ns since `origin`
 /// (0 = nothing known): only a wake-up schedule for waiters, never a refusal. Tokens can be

@@ -51,7 +51,7 @@
 //!   says so; a key that lost its TTL gets it back on the next decision.
 //! - **Keys**: `<prefix>:{<name>}` for a bucket; `<prefix>:v1:{<digest>}` for a key of a
 //!   keyed limit, the digest specified and versioned (see
-//!   [`StableKey`](crate::keyed::StableKey)): the same in every process, build and platform,
+//!   [`StableKey`](crate::extract::StableKey)): the same in every process, build and platform,
 //!   and the same through [`RedisKeyed`] and through the layers. The sliding log adds
 //!   `<that key>:log`. The braces are the Redis Cluster hash tag: all the keys of one
 //!   decision share one slot, so each decision runs on one shard of a cluster (see

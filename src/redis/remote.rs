@@ -8,7 +8,8 @@ use std::time::Duration;
 use super::{RedisBucket, RedisKeyed};
 use crate::adaptive::Cut;
 use crate::bucket::{Outcome, Remote, RemoteDecision, RemoteLearned, RemoteOutcome};
-use crate::keyed::{KeyId, RemoteKeyed, RemoteKeys, StableKey};
+use crate::extract::StableKey;
+use crate::keyed::{KeyId, RemoteKeyed, RemoteKeys};
 use crate::{Bucket, Denied, KeyedBucket, Quota};
 use tokio::time::Instant;
 

@@ -13,14 +13,11 @@ use http::header::RETRY_AFTER;
 use http::{HeaderMap, HeaderValue};
 
 use super::rejected::{Rejected, Status};
-use crate::headers::{ceil_secs, policy_value, ratelimit_value};
+use crate::headers::{
+    ceil_secs, insert_x_ratelimit, policy_value, ratelimit_value, RATELIMIT, RATELIMIT_POLICY,
+    X_RATELIMIT_REMAINING,
+};
 use crate::Quota;
-
-const RATELIMIT_POLICY: &str = "ratelimit-policy";
-const RATELIMIT: &str = "ratelimit";
-const X_LIMIT: &str = "x-ratelimit-limit";
-const X_REMAINING: &str = "x-ratelimit-remaining";
-const X_RESET: &str = "x-ratelimit-reset";
 
 /// The policy of `quota` as (`q`, `w`): its count per period, the period in whole seconds.
 /// A period that is not whole seconds is widened to the next second, with the count it holds.
@@ -140,12 +137,9 @@ impl Fields {
 }
 
 fn x_fields(headers: &mut HeaderMap, s: &Status) {
-    if headers.contains_key(X_REMAINING) {
-        return;
+    if !headers.contains_key(X_RATELIMIT_REMAINING) {
+        insert_x_ratelimit(headers, window(s.quota).0, s.remaining, s.reset);
     }
-    headers.insert(X_LIMIT, HeaderValue::from(window(s.quota).0));
-    headers.insert(X_REMAINING, HeaderValue::from(s.remaining));
-    headers.insert(X_RESET, HeaderValue::from(ceil_secs(s.reset)));
 }
 
 #[cfg(test)]

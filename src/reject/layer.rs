@@ -12,7 +12,7 @@ use super::limits::Limits;
 use super::rejected::Rejected;
 use super::respond::{Fallback, RespondWith, TooManyRequests};
 use super::service::{Config, Reject};
-use crate::keyed::GlobalKey;
+use crate::extract::GlobalKey;
 use crate::observe::Observer;
 use crate::RateLimitLayer;
 
@@ -20,7 +20,7 @@ use crate::RateLimitLayer;
 /// server side.
 ///
 /// Made by [`RateLimitLayer::reject`] (one bucket for everything) or
-/// [`KeyedLayer::reject`](crate::keyed::KeyedLayer::reject) (a bucket per key, and optionally a
+/// [`KeyedLayer::reject`](super::KeyedLayer::reject) (a bucket per key, and optionally a
 /// global ceiling). Cloning this layer does not create a new bucket: every service it wraps,
 /// and every clone of those, draws from the same buckets.
 ///

@@ -17,10 +17,12 @@ use http::Request;
 use tokio::time::Instant;
 
 use super::fields::Policies;
+use super::keyed_layer::MissingKey;
 use super::rejected::{Rejected, RejectedBy, Status};
 use super::wait::Pending;
 use crate::bucket::{Backend, Local, Reservation};
-use crate::keyed::{Grant, KeyExtractor, KeyedBucket, MissingKey, KEYLESS};
+use crate::extract::KeyExtractor;
+use crate::keyed::{Grant, KeyedBucket, KEYLESS};
 use crate::{Bucket, Denied, Throttled};
 
 /// Policy names in `RateLimit-Policy` and `RateLimit`.

@@ -18,7 +18,8 @@
 //!
 //! ```
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_throttle::keyed::{HeaderKey, KeyedBucket};
+//! use tower_throttle::extract::HeaderKey;
+//! use tower_throttle::keyed::KeyedBucket;
 //! use tower_throttle::{Bucket, Quota, RateLimitLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -47,6 +48,7 @@
 
 mod fields;
 mod future;
+mod keyed_layer;
 mod layer;
 mod limits;
 mod rejected;
@@ -54,9 +56,8 @@ mod respond;
 mod service;
 mod wait;
 
-pub(crate) use self::limits::{Keyed, Limits};
-
 pub use self::future::ResponseFuture;
+pub use self::keyed_layer::{KeyedLayer, MissingKey};
 pub use self::layer::RejectLayer;
 pub use self::rejected::{Rejected, RejectedBy};
 pub use self::respond::{Fallback, OnReject, Oneshot, RespondWith, TooManyRequests};

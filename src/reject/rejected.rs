@@ -18,7 +18,7 @@ pub enum RejectedBy {
     /// The bucket of a single-bucket layer.
     Bucket,
     /// The request had no key and the layer rejects such requests
-    /// ([`MissingKey::Reject`](crate::keyed::MissingKey::Reject)).
+    /// ([`MissingKey::Reject`](super::MissingKey::Reject)).
     MissingKey,
 }
 

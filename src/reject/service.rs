@@ -14,7 +14,7 @@ use super::future::ResponseFuture;
 use super::limits::{Limits, Verdict};
 use super::respond::{OnReject, TooManyRequests};
 use super::wait::Wait;
-use crate::keyed::{GlobalKey, KeyExtractor};
+use crate::extract::{GlobalKey, KeyExtractor};
 use crate::observe::Observer;
 
 /// Answers requests over the limit at once (`429 Too Many Requests`), and passes the others

@@ -1,11 +1,12 @@
 //! Honour a server's push-back: `429`/`503` and `Retry-After`, with a coordinated, shared
 //! backoff.
 //!
-//! [`RetryAfterLayer`] reads `Retry-After` (delta-seconds or an HTTP-date, see [`parse`]),
-//! [pauses](crate::Bucket::pause) the shared bucket for the whole cooldown — so every worker
-//! holds, not just the one that got the 429 — and retries once the cooldown is over. Jitter is
-//! added on top of the server's value, never subtracted. Transport errors and other 5xx get
-//! exponential backoff with jitter, a retry cap and a retry budget; other 4xx are final.
+//! [`RetryAfterLayer`] reads `Retry-After` (delta-seconds or an HTTP-date, see
+//! [`read_retry_after`](crate::headers::read_retry_after)), [pauses](crate::Bucket::pause)
+//! the shared bucket for the whole cooldown — so every worker holds, not just the one that
+//! got the 429 — and retries once the cooldown is over. Jitter is added on top of the
+//! server's value, never subtracted. Transport errors and other 5xx get exponential backoff
+//! with jitter, a retry cap and a retry budget; other 4xx are final.
 //!
 //! Stack it outside the rate limit of the same bucket, so every attempt costs a token:
 //!
@@ -51,7 +52,6 @@ mod backoff;
 mod budget;
 mod future;
 mod layer;
-mod parse;
 mod policy;
 mod replay;
 mod service;
@@ -62,9 +62,6 @@ pub use self::backoff::Jitter;
 pub use self::budget::RetryBudget;
 pub use self::future::ResponseFuture;
 pub use self::layer::RetryAfterLayer;
-#[allow(deprecated)]
-pub use self::parse::MAX_RETRY_AFTER;
-pub use self::parse::{from_headers, parse, parse_bytes, RetryAfterError, MAX_PARSED_WAIT};
 pub use self::policy::Failure;
 #[cfg(feature = "grpc")]
 pub(crate) use self::policy::Verdict;

@@ -10,7 +10,9 @@ use http::{HeaderMap, Method, StatusCode};
 use super::backoff::{uniform, Backoff};
 use super::budget::RetryBudget;
 use super::replay::is_idempotent;
-use crate::headers::{read_quota_hint, read_quota_rate, read_stated_rate};
+use crate::headers::{
+    read_quota_hint, read_quota_rate, read_retry_after, read_stated_rate, RetryAfterError,
+};
 use crate::{Bucket, Sent};
 
 /// Whether a failed request may have reached the server.
@@ -201,7 +203,7 @@ impl Policy {
             }
         }
         let rate_limited_403 = status == StatusCode::FORBIDDEN && exhausted.is_some();
-        let retry_after = super::from_headers(headers, now);
+        let retry_after = read_retry_after(headers, now);
         if self.push_back.contains(&status) || rate_limited_403 {
             let reset = exhausted.and_then(|h| h.reset);
             return self.on_push_back(status, retry_after, reset, stated, rate_limited_403, a);
@@ -250,7 +252,7 @@ impl Policy {
     pub(crate) fn on_push_back(
         &self,
         status: StatusCode,
-        retry_after: Result<Option<Duration>, super::RetryAfterError>,
+        retry_after: Result<Option<Duration>, RetryAfterError>,
         reset: Option<Duration>,
         stated: Option<f64>,
         rate_limited_403: bool,
@@ -260,7 +262,7 @@ impl Policy {
         let cooldown = match retry_after {
             Ok(Some(d)) => d,
             Ok(None) => reset.unwrap_or(self.default_cooldown),
-            Err(super::RetryAfterError::Invalid) => self.default_cooldown,
+            Err(RetryAfterError::Invalid) => self.default_cooldown,
             Err(_) => Duration::MAX,
         };
         if cooldown > self.max_retry_after {

@@ -12,9 +12,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::{HeaderName, DATE, FORWARDED, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Request};
-use tower_throttle::headers::{ratelimit_value, read_quota_hint};
-use tower_throttle::keyed::{ClientIp, KeyExtractor, ProxyHeaders};
-use tower_throttle::retry_after::{self, RetryAfterError, MAX_PARSED_WAIT};
+use tower_throttle::extract::{ClientIp, KeyExtractor, ProxyHeaders};
+use tower_throttle::headers::{
+    parse_retry_after, read_quota_hint, read_retry_after, RetryAfterError, MAX_PARSED_WAIT,
+};
 
 /// The largest integer a structured field carries (RFC 9651 §3.3.1).
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
@@ -44,26 +45,23 @@ impl<'a> Input<'a> {
     }
 }
 
-/// `retry_after::parse_bytes` on any bytes: never more than [`MAX_PARSED_WAIT`]; a wait read
+/// `headers::parse_retry_after` on any bytes: never more than [`MAX_PARSED_WAIT`]; a wait read
 /// reads the same once written as delta-seconds and as an HTTP-date.
 pub fn retry_after_parse(data: &[u8]) {
     let mut input = Input(data);
     let now = input.now();
     let value = input.0;
-    let parsed = retry_after::parse_bytes(value, now);
-    if let Ok(value) = HeaderValue::from_bytes(value) {
-        assert_eq!(retry_after::parse(&value, now), parsed.ok());
-    }
+    let parsed = parse_retry_after(value, now);
     let Ok(wait) = parsed else { return };
     assert!(wait <= MAX_PARSED_WAIT, "{wait:?} from {value:?}");
     assert_eq!(wait.subsec_nanos(), 0, "whole seconds from {value:?}");
     let delta = wait.as_secs().to_string();
-    assert_eq!(retry_after::parse_bytes(delta.as_bytes(), now), Ok(wait));
+    assert_eq!(parse_retry_after(delta.as_bytes(), now), Ok(wait));
     let date = httpdate::fmt_http_date(now + wait);
-    assert_eq!(retry_after::parse_bytes(date.as_bytes(), now), Ok(wait));
+    assert_eq!(parse_retry_after(date.as_bytes(), now), Ok(wait));
 }
 
-/// `retry_after::from_headers` on any `Retry-After` and `Date` lines: the answer is the
+/// `headers::read_retry_after` on any `Retry-After` and `Date` lines: the answer is the
 /// largest valid wait (a too-long one wins); written back as a `Date` and an HTTP-date
 /// `Retry-After`, it reads the same.
 pub fn retry_after_from_headers(data: &[u8]) {
@@ -79,7 +77,7 @@ pub fn retry_after_from_headers(data: &[u8]) {
             headers.append(name, value);
         }
     }
-    let answer = retry_after::from_headers(&headers, now);
+    let answer = read_retry_after(&headers, now);
     // Each field alone, measured against the reference the function uses.
     let reference = headers
         .get(DATE)
@@ -88,7 +86,7 @@ pub fn retry_after_from_headers(data: &[u8]) {
     let each: Vec<_> = headers
         .get_all(RETRY_AFTER)
         .iter()
-        .map(|v| retry_after::parse_bytes(v.as_bytes(), reference))
+        .map(|v| parse_retry_after(v.as_bytes(), reference))
         .collect();
     match answer {
         Ok(None) => assert!(each.is_empty()),
@@ -103,10 +101,7 @@ pub fn retry_after_from_headers(data: &[u8]) {
                 header(&httpdate::fmt_http_date(reference + wait)),
             );
             // Any local clock: the Date field is the reference.
-            assert_eq!(
-                retry_after::from_headers(&again, UNIX_EPOCH),
-                Ok(Some(wait))
-            );
+            assert_eq!(read_retry_after(&again, UNIX_EPOCH), Ok(Some(wait)));
         }
         Err(RetryAfterError::TooLong) => {
             assert!(each.contains(&Err(RetryAfterError::TooLong)));
@@ -116,7 +111,7 @@ pub fn retry_after_from_headers(data: &[u8]) {
 }
 
 /// `headers::read_quota_hint` on any rate-limit field lines: a hint read is written back as
-/// a `RateLimit` field (under any policy name) and reads the same.
+/// a `RateLimit` field and reads the same.
 pub fn ratelimit_field(data: &[u8]) {
     const NAMES: [&str; 6] = [
         "ratelimit",
@@ -129,13 +124,11 @@ pub fn ratelimit_field(data: &[u8]) {
     let mut input = Input(data);
     let now = input.now();
     let mut headers = HeaderMap::new();
-    let mut name_of_policy = String::new();
     for line in input.lines() {
         let Some((&kind, value)) = line.split_first() else {
             continue;
         };
         if usize::from(kind) >= NAMES.len() {
-            name_of_policy = String::from_utf8_lossy(value).into_owned();
             continue;
         }
         if let Ok(value) = HeaderValue::from_bytes(value) {
@@ -147,17 +140,18 @@ pub fn ratelimit_field(data: &[u8]) {
     };
     let reset = hint.reset.unwrap_or(Duration::ZERO);
     assert_eq!(reset.subsec_nanos(), 0, "whole seconds");
+    let (remaining, reset) = (
+        hint.remaining.min(SF_INTEGER_MAX),
+        reset.as_secs().min(SF_INTEGER_MAX),
+    );
     let mut again = HeaderMap::new();
     again.insert(
         "ratelimit",
-        ratelimit_value(&name_of_policy, hint.remaining, reset),
+        header(&format!("\"p\";r={remaining};t={reset}")),
     );
-    let back = read_quota_hint(&again, now).expect("an emitted field reads back");
-    assert_eq!(back.remaining, hint.remaining.min(SF_INTEGER_MAX));
-    assert_eq!(
-        back.reset,
-        Some(Duration::from_secs(reset.as_secs().min(SF_INTEGER_MAX)))
-    );
+    let back = read_quota_hint(&again, now).expect("a written field reads back");
+    assert_eq!(back.remaining, remaining);
+    assert_eq!(back.reset, Some(Duration::from_secs(reset)));
 }
 
 /// The peers a request may come from: trusted proxies and outsiders, both families.

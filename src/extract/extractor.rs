@@ -12,13 +12,13 @@ use super::stable::KeyDigest;
 /// Finds the key a request is limited by: an API key, a user, a client address…
 ///
 /// `None` means the request has no usable key (the input is missing or malformed); the
-/// layer then applies its [`MissingKey`](super::MissingKey) outcome. An extractor must not
+/// layer then applies its [`MissingKey`](crate::reject::MissingKey) outcome. An extractor must not
 /// panic, whatever the request holds.
 ///
 /// Any `Fn(&Request<B>) -> Option<K>` is an extractor:
 ///
 /// ```
-/// use tower_throttle::keyed::KeyExtractor;
+/// use tower_throttle::extract::KeyExtractor;
 ///
 /// let by_user = |req: &http::Request<()>| {
 ///     req.headers().get("x-user-id")?.to_str().ok()?.parse::<u64>().ok()
@@ -68,14 +68,14 @@ impl<B> KeyExtractor<B> for GlobalKey {
 /// random seed, so clients cannot pick values that collide in its table.
 ///
 /// A request without the header, with an empty value or with the header repeated has no key
-/// (see [`MissingKey`](super::MissingKey)).
+/// (see [`MissingKey`](crate::reject::MissingKey)).
 ///
 /// Anyone can send any value: key by a header only when the value is checked (an API key
 /// that your service authenticates), or accept that a client may spend someone else's quota
 /// by sending their key.
 ///
 /// ```
-/// use tower_throttle::keyed::{HeaderKey, KeyExtractor};
+/// use tower_throttle::extract::{HeaderKey, KeyExtractor};
 ///
 /// let api_key = HeaderKey::x_api_key();
 /// let req = |key: &str| http::Request::builder().header("x-api-key", key).body(()).unwrap();
@@ -137,7 +137,7 @@ impl fmt::Debug for HeaderKey {
 /// The address is read from the request extensions: a [`SocketAddr`](std::net::SocketAddr)
 /// (insert it in your hyper accept loop), or, with the `axum` feature, axum's
 /// `ConnectInfo<SocketAddr>` (serve with `into_make_service_with_connect_info`). Without
-/// either the request has no key (see [`MissingKey`](super::MissingKey)).
+/// either the request has no key (see [`MissingKey`](crate::reject::MissingKey)).
 ///
 /// IPv6 clients are keyed by their /64 (one customer usually holds a whole /64, and could
 /// otherwise take a fresh bucket with every address); IPv4-mapped IPv6 addresses count as
@@ -146,7 +146,7 @@ impl fmt::Debug for HeaderKey {
 ///
 /// ```
 /// use std::net::SocketAddr;
-/// use tower_throttle::keyed::{KeyExtractor, PeerIp};
+/// use tower_throttle::extract::{KeyExtractor, PeerIp};
 ///
 /// let mut req = http::Request::new(());
 /// req.extensions_mut().insert("[2001:db8:1:2:3:4:5:6]:443".parse::<SocketAddr>()?);

@@ -33,7 +33,7 @@ pub const KEY_SCHEME_VERSION: u32 = 1;
 /// and a layer whose extractor returns `String::from("alice")` share one limit.
 ///
 /// ```
-/// use tower_throttle::keyed::{KeyDigest, StableKey};
+/// use tower_throttle::extract::{KeyDigest, StableKey};
 ///
 /// assert_eq!("alice".key_digest(), String::from("alice").key_digest());
 /// assert_eq!("alice".key_digest(), b"alice".key_digest());

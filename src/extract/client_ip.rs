@@ -44,12 +44,12 @@ pub enum ProxyHeaders {
 ///    needs it is treated the same way: the request is keyed by the peer.
 ///
 /// Without a peer address (see [`PeerIp`](super::PeerIp)) there is no key, and the layer's
-/// [`MissingKey`](super::MissingKey) outcome applies. Keys are grouped like those of
+/// [`MissingKey`](crate::reject::MissingKey) outcome applies. Keys are grouped like those of
 /// [`PeerIp`](super::PeerIp): IPv6 by /64 unless configured otherwise.
 ///
 /// ```
 /// use std::net::SocketAddr;
-/// use tower_throttle::keyed::{ClientIp, KeyExtractor};
+/// use tower_throttle::extract::{ClientIp, KeyExtractor};
 ///
 /// let client_ip = ClientIp::trusting(["10.0.0.0/8"])?;
 ///

@@ -13,7 +13,7 @@ use http::Request;
 /// (`::ffff:10.1.2.3`) are matched as the IPv4 address they carry.
 ///
 /// ```
-/// use tower_throttle::keyed::Cidr;
+/// use tower_throttle::extract::Cidr;
 ///
 /// let proxies: Cidr = "10.0.0.0/8".parse()?;
 /// assert!(proxies.contains("10.20.30.40".parse()?));

@@ -1,40 +1,23 @@
-//! Parsing of the `Retry-After` response field ([RFC 9110 §10.2.3]).
-//!
-//! A `Retry-After` value is either *delta-seconds* (`120`) or an *HTTP-date*
-//! (`Sun, 06 Nov 1994 08:49:37 GMT`). Both are turned into the [`Duration`] to wait.
-//!
-//! ```
-//! use std::time::{Duration, SystemTime};
-//!
-//! let value = http::HeaderValue::from_static("120");
-//! let wait = tower_throttle::retry_after::parse(&value, SystemTime::now());
-//! assert_eq!(wait, Some(Duration::from_secs(120)));
-//! ```
-//!
-//! Parsing never panics and never overflows: values that are malformed are
-//! [`RetryAfterError::Invalid`], and waits longer than [`MAX_PARSED_WAIT`] (including numbers
-//! too large for any integer type) are [`RetryAfterError::TooLong`].
+//! The `Retry-After` response field ([RFC 9110 §10.2.3]): *delta-seconds* (`120`) or an
+//! *HTTP-date* (`Sun, 06 Nov 1994 08:49:37 GMT`), read as the [`Duration`] to wait.
 //!
 //! [RFC 9110 §10.2.3]: https://www.rfc-editor.org/rfc/rfc9110#section-10.2.3
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use http::header::{DATE, RETRY_AFTER};
-use http::{HeaderMap, HeaderValue};
+use http::header::RETRY_AFTER;
+use http::HeaderMap;
 
-/// The longest wait the parser accepts as a valid `Retry-After` value: 365 days.
+use super::values::{date, digits, http_date, trim_ows};
+
+/// The longest wait accepted as a valid `Retry-After` value: 365 days.
 ///
 /// Anything longer is almost certainly a server bug (or an attempt to park the client forever)
 /// and is reported as [`RetryAfterError::TooLong`]. This bounds what is *valid*; how long a
 /// client is willing to *sleep* is the retry layer's
-/// [`max_retry_after`](super::RetryAfterLayer::max_retry_after) (5 minutes by default).
+/// [`max_retry_after`](crate::RetryAfterLayer::max_retry_after) (5 minutes by default).
 pub const MAX_PARSED_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
-
-/// The parser's bound on valid values, renamed [`MAX_PARSED_WAIT`] so that it is not taken
-/// for the retry layer's [`max_retry_after`](super::RetryAfterLayer::max_retry_after).
-#[deprecated(note = "renamed `MAX_PARSED_WAIT`")]
-pub const MAX_RETRY_AFTER: Duration = MAX_PARSED_WAIT;
 
 /// Why a `Retry-After` value was not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,14 +40,7 @@ impl fmt::Display for RetryAfterError {
 
 impl std::error::Error for RetryAfterError {}
 
-/// Parse a Retry-After value: delta-seconds or an HTTP-date measured against `now`.
-///
-/// Returns `None` for any value [`parse_bytes`] rejects.
-pub fn parse(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
-    parse_bytes(value.as_bytes(), now).ok()
-}
-
-/// Parse a Retry-After value, reporting why it was rejected.
+/// Parse a `Retry-After` value: delta-seconds, or an HTTP-date measured against `now`.
 ///
 /// - Delta-seconds are one or more ASCII digits, nothing else: no sign, no fraction. Leading
 ///   zeros are allowed (`0005` is 5 seconds).
@@ -75,18 +51,26 @@ pub fn parse(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
 ///   time from `now` to that date; a date in the past is [`Duration::ZERO`].
 /// - Leading and trailing spaces and tabs are ignored.
 ///
-/// A wait longer than [`MAX_PARSED_WAIT`] is [`RetryAfterError::TooLong`]; anything else that
-/// is not one of the forms above (empty, negative, fractional, signed, non-ASCII) is
-/// [`RetryAfterError::Invalid`].
-pub fn parse_bytes(value: &[u8], now: SystemTime) -> Result<Duration, RetryAfterError> {
+/// A wait longer than [`MAX_PARSED_WAIT`] (numbers too large for any integer type included)
+/// is [`RetryAfterError::TooLong`]; anything else that is not one of the forms above (empty,
+/// negative, fractional, signed, non-ASCII) is [`RetryAfterError::Invalid`]. This never
+/// panics and never overflows, whatever the bytes.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use tower_throttle::headers::parse_retry_after;
+///
+/// assert_eq!(parse_retry_after(b"120", SystemTime::now()), Ok(Duration::from_secs(120)));
+/// ```
+pub fn parse_retry_after(value: &[u8], now: SystemTime) -> Result<Duration, RetryAfterError> {
     let value = trim_ows(value);
-    if value.is_empty() {
-        return Err(RetryAfterError::Invalid);
-    }
-    let wait = if value.iter().all(u8::is_ascii_digit) {
-        delta_seconds(value)?
+    let wait = if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
+        digits(value)
+            .map(Duration::from_secs)
+            .ok_or(RetryAfterError::TooLong)?
     } else {
-        http_date(value)?
+        http_date(value)
+            .ok_or(RetryAfterError::Invalid)?
             .duration_since(now)
             .unwrap_or(Duration::ZERO)
     };
@@ -108,19 +92,16 @@ pub fn parse_bytes(value: &[u8], now: SystemTime) -> Result<Duration, RetryAfter
 /// wait among them is used, so the client never retries earlier than any of them asks; for the
 /// same reason a field asking for too long ([`RetryAfterError::TooLong`]) wins over shorter
 /// ones. Invalid fields are skipped; if none is valid, the error of the first one is returned.
-pub fn from_headers(
+pub fn read_retry_after(
     headers: &HeaderMap,
     now: SystemTime,
 ) -> Result<Option<Duration>, RetryAfterError> {
-    let reference = headers
-        .get(DATE)
-        .and_then(|date| http_date(trim_ows(date.as_bytes())).ok())
-        .unwrap_or(now);
+    let reference = date(headers).unwrap_or(now);
     let mut longest = None;
     let mut first_error = None;
     let mut too_long = false;
     for value in headers.get_all(RETRY_AFTER) {
-        match parse_bytes(value.as_bytes(), reference) {
+        match parse_retry_after(value.as_bytes(), reference) {
             Ok(wait) => longest = longest.max(Some(wait)),
             Err(e) => {
                 too_long |= e == RetryAfterError::TooLong;
@@ -140,43 +121,11 @@ pub fn from_headers(
     }
 }
 
-/// Strip leading and trailing optional whitespace (SP / HTAB).
-fn trim_ows(mut value: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = value {
-        value = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = value {
-        value = rest;
-    }
-    value
-}
-
-/// `digits` is non-empty and all ASCII digits.
-fn delta_seconds(digits: &[u8]) -> Result<Duration, RetryAfterError> {
-    digits
-        .iter()
-        .try_fold(0u64, |secs, d| {
-            secs.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-        })
-        .map(Duration::from_secs)
-        .ok_or(RetryAfterError::TooLong)
-}
-
-fn http_date(value: &[u8]) -> Result<SystemTime, RetryAfterError> {
-    // Only visible ASCII and spaces may appear in a date; this also rules out the wider
-    // whitespace that `httpdate` would otherwise trim.
-    if !value.iter().all(|&b| b == b' ' || b.is_ascii_graphic()) {
-        return Err(RetryAfterError::Invalid);
-    }
-    std::str::from_utf8(value)
-        .ok()
-        .and_then(|s| httpdate::parse_http_date(s).ok())
-        .ok_or(RetryAfterError::Invalid)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::DATE;
+    use http::HeaderValue;
     use std::time::UNIX_EPOCH;
 
     /// Sun, 06 Nov 1994 08:49:37 GMT.
@@ -199,47 +148,42 @@ mod tests {
     #[test]
     fn delta_seconds_form() {
         let now = SystemTime::now();
-        assert_eq!(parse_bytes(b"0", now), Ok(Duration::ZERO));
-        assert_eq!(parse_bytes(b"120", now), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_bytes(b"0005", now), Ok(Duration::from_secs(5)));
-        assert_eq!(
-            parse(&HeaderValue::from_static("120"), now),
-            Some(Duration::from_secs(120))
-        );
+        assert_eq!(parse_retry_after(b"0", now), Ok(Duration::ZERO));
+        assert_eq!(parse_retry_after(b"120", now), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_retry_after(b"0005", now), Ok(Duration::from_secs(5)));
     }
 
     #[test]
     fn imf_fixdate() {
         let now = before_nov_6_1994(90);
-        let wait = parse_bytes(b"Sun, 06 Nov 1994 08:49:37 GMT", now);
+        let wait = parse_retry_after(b"Sun, 06 Nov 1994 08:49:37 GMT", now);
         assert_eq!(wait, Ok(Duration::from_secs(90)));
     }
 
     #[test]
     fn rfc850_date() {
         let now = before_nov_6_1994(90);
-        let wait = parse_bytes(b"Sunday, 06-Nov-94 08:49:37 GMT", now);
+        let wait = parse_retry_after(b"Sunday, 06-Nov-94 08:49:37 GMT", now);
         assert_eq!(wait, Ok(Duration::from_secs(90)));
     }
 
     #[test]
     fn asctime_date() {
         let now = before_nov_6_1994(90);
-        let wait = parse_bytes(b"Sun Nov  6 08:49:37 1994", now);
+        let wait = parse_retry_after(b"Sun Nov  6 08:49:37 1994", now);
         assert_eq!(wait, Ok(Duration::from_secs(90)));
     }
 
     #[test]
     fn surrounding_whitespace_is_ignored() {
         let now = before_nov_6_1994(1);
-        assert_eq!(parse_bytes(b" \t7\t ", now), Ok(Duration::from_secs(7)));
         assert_eq!(
-            parse_bytes(b"  Sun, 06 Nov 1994 08:49:37 GMT\t", now),
-            Ok(Duration::from_secs(1))
+            parse_retry_after(b" \t7\t ", now),
+            Ok(Duration::from_secs(7))
         );
         assert_eq!(
-            parse(&HeaderValue::from_static(" 3 "), now),
-            Some(Duration::from_secs(3))
+            parse_retry_after(b"  Sun, 06 Nov 1994 08:49:37 GMT\t", now),
+            Ok(Duration::from_secs(1))
         );
     }
 
@@ -247,7 +191,7 @@ mod tests {
     fn past_date_is_zero() {
         let now = nov_6_1994() + Duration::from_secs(3600);
         assert_eq!(
-            parse_bytes(b"Sun, 06 Nov 1994 08:49:37 GMT", now),
+            parse_retry_after(b"Sun, 06 Nov 1994 08:49:37 GMT", now),
             Ok(Duration::ZERO)
         );
     }
@@ -256,11 +200,11 @@ mod tests {
     fn far_future_date_is_too_long() {
         let now = before_nov_6_1994(0);
         assert_eq!(
-            parse_bytes(b"Fri, 31 Dec 9999 23:59:59 GMT", now),
+            parse_retry_after(b"Fri, 31 Dec 9999 23:59:59 GMT", now),
             Err(RetryAfterError::TooLong)
         );
         assert_eq!(
-            parse_bytes(b"Wed, 06 Nov 1996 08:49:37 GMT", now),
+            parse_retry_after(b"Wed, 06 Nov 1996 08:49:37 GMT", now),
             Err(RetryAfterError::TooLong)
         );
     }
@@ -270,11 +214,11 @@ mod tests {
         let now = SystemTime::now();
         let max = MAX_PARSED_WAIT.as_secs();
         assert_eq!(
-            parse_bytes(max.to_string().as_bytes(), now),
+            parse_retry_after(max.to_string().as_bytes(), now),
             Ok(MAX_PARSED_WAIT)
         );
         assert_eq!(
-            parse_bytes((max + 1).to_string().as_bytes(), now),
+            parse_retry_after((max + 1).to_string().as_bytes(), now),
             Err(RetryAfterError::TooLong)
         );
     }
@@ -283,13 +227,16 @@ mod tests {
     fn huge_numbers_are_too_long() {
         let now = SystemTime::now();
         let too_long = Err(RetryAfterError::TooLong);
-        assert_eq!(parse_bytes(b"18446744073709551615", now), too_long);
-        assert_eq!(parse_bytes(b"18446744073709551616", now), too_long);
-        assert_eq!(parse_bytes("9".repeat(10_000).as_bytes(), now), too_long);
+        assert_eq!(parse_retry_after(b"18446744073709551615", now), too_long);
+        assert_eq!(parse_retry_after(b"18446744073709551616", now), too_long);
+        assert_eq!(
+            parse_retry_after("9".repeat(10_000).as_bytes(), now),
+            too_long
+        );
         // Leading zeros do not count towards the size.
         let padded = format!("{}42", "0".repeat(10_000));
         assert_eq!(
-            parse_bytes(padded.as_bytes(), now),
+            parse_retry_after(padded.as_bytes(), now),
             Ok(Duration::from_secs(42))
         );
     }
@@ -319,13 +266,12 @@ mod tests {
             b"1994-11-06T08:49:37Z",
         ] {
             assert_eq!(
-                parse_bytes(value, now),
+                parse_retry_after(value, now),
                 Err(RetryAfterError::Invalid),
                 "{:?}",
                 String::from_utf8_lossy(value)
             );
         }
-        assert_eq!(parse(&HeaderValue::from_static("-1"), now), None);
     }
 
     #[test]
@@ -343,14 +289,14 @@ mod tests {
     #[test]
     fn no_field_is_none() {
         let headers = map(&[(DATE, "Sun, 06 Nov 1994 08:49:37 GMT")]);
-        assert_eq!(from_headers(&headers, SystemTime::now()), Ok(None));
+        assert_eq!(read_retry_after(&headers, SystemTime::now()), Ok(None));
     }
 
     #[test]
     fn single_field() {
         let headers = map(&[(RETRY_AFTER, "30")]);
         assert_eq!(
-            from_headers(&headers, SystemTime::now()),
+            read_retry_after(&headers, SystemTime::now()),
             Ok(Some(Duration::from_secs(30)))
         );
     }
@@ -365,7 +311,7 @@ mod tests {
             (RETRY_AFTER, "60"),
         ]);
         assert_eq!(
-            from_headers(&headers, now),
+            read_retry_after(&headers, now),
             Ok(Some(Duration::from_secs(100)))
         );
     }
@@ -374,12 +320,12 @@ mod tests {
     fn several_invalid_fields_report_the_first_error() {
         let headers = map(&[(RETRY_AFTER, "99999999999"), (RETRY_AFTER, "-1")]);
         assert_eq!(
-            from_headers(&headers, SystemTime::now()),
+            read_retry_after(&headers, SystemTime::now()),
             Err(RetryAfterError::TooLong)
         );
         let headers = map(&[(RETRY_AFTER, "-1"), (RETRY_AFTER, "x")]);
         assert_eq!(
-            from_headers(&headers, SystemTime::now()),
+            read_retry_after(&headers, SystemTime::now()),
             Err(RetryAfterError::Invalid)
         );
     }
@@ -388,7 +334,7 @@ mod tests {
     fn a_too_long_field_wins_over_shorter_ones() {
         let headers = map(&[(RETRY_AFTER, "5"), (RETRY_AFTER, "99999999999")]);
         assert_eq!(
-            from_headers(&headers, SystemTime::now()),
+            read_retry_after(&headers, SystemTime::now()),
             Err(RetryAfterError::TooLong)
         );
         // Even behind an invalid field.
@@ -398,7 +344,7 @@ mod tests {
             (RETRY_AFTER, "99999999999"),
         ]);
         assert_eq!(
-            from_headers(&headers, SystemTime::now()),
+            read_retry_after(&headers, SystemTime::now()),
             Err(RetryAfterError::TooLong)
         );
     }
@@ -415,7 +361,7 @@ mod tests {
             before_nov_6_1994(3600),
         ] {
             assert_eq!(
-                from_headers(&headers, local),
+                read_retry_after(&headers, local),
                 Ok(Some(Duration::from_secs(60)))
             );
         }
@@ -428,7 +374,7 @@ mod tests {
             (RETRY_AFTER, "Sun, 06 Nov 1994 08:49:37 GMT"),
         ]);
         assert_eq!(
-            from_headers(&headers, before_nov_6_1994(5)),
+            read_retry_after(&headers, before_nov_6_1994(5)),
             Ok(Some(Duration::from_secs(5)))
         );
     }
@@ -437,7 +383,7 @@ mod tests {
     fn date_field_does_not_change_delta_seconds() {
         let headers = map(&[(DATE, "Sun, 06 Nov 1994 08:49:37 GMT"), (RETRY_AFTER, "15")]);
         assert_eq!(
-            from_headers(&headers, SystemTime::now()),
+            read_retry_after(&headers, SystemTime::now()),
             Ok(Some(Duration::from_secs(15)))
         );
     }

@@ -3,8 +3,9 @@
 
 use std::fmt;
 
-use super::store::KeyedBucket;
-use crate::reject::{Keyed, Limits, RejectLayer};
+use super::layer::RejectLayer;
+use super::limits::{Keyed, Limits};
+use crate::keyed::KeyedBucket;
 use crate::{Bucket, RateLimitLayer};
 
 /// What happens to a request whose key cannot be extracted (the header is missing, the peer
@@ -18,7 +19,8 @@ pub enum MissingKey {
     /// clients are served, together, at the rate of one key.
     #[default]
     Shared,
-    /// Refuse them with `400 Bad Request` ([`RejectedBy::MissingKey`](crate::reject::RejectedBy::MissingKey)).
+    /// Refuse them with `400 Bad Request`
+    /// ([`RejectedBy::MissingKey`](super::RejectedBy::MissingKey)).
     Reject,
     /// Let them through the per-key limit; the global ceiling, if any, still applies. Only
     /// for traffic you trust (an internal health check).
@@ -30,7 +32,9 @@ pub enum MissingKey {
 ///
 /// ```
 /// use axum::{routing::get, Router};
-/// use tower_throttle::keyed::{KeyedBucket, MissingKey, PeerIp};
+/// use tower_throttle::extract::PeerIp;
+/// use tower_throttle::keyed::KeyedBucket;
+/// use tower_throttle::reject::MissingKey;
 /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
 ///
 /// let layer = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_second(10)), PeerIp::new())
@@ -52,7 +56,7 @@ pub struct KeyedLayer<K, E> {
 
 impl RateLimitLayer {
     /// One bucket per key: `extractor` finds a request's key (see
-    /// [`KeyExtractor`](super::KeyExtractor)), `bucket` holds a bucket per key.
+    /// [`KeyExtractor`](crate::extract::KeyExtractor)), `bucket` holds a bucket per key.
     pub fn keyed<K, E>(bucket: KeyedBucket<K>, extractor: E) -> KeyedLayer<K, E> {
         KeyedLayer {
             bucket,
