@@ -33,15 +33,3 @@ fn the_leaky_bucket_field_still_builds_and_matches() {
 fn max_retry_after_is_the_parser_bound() {
     assert_eq!(retry_after::MAX_RETRY_AFTER, retry_after::MAX_PARSED_WAIT);
 }
-
-#[cfg(feature = "redis")]
-#[test]
-fn redis_decision_error_is_denied() {
-    fn takes(e: tower_throttle::redis::RedisDecisionError) -> Option<Duration> {
-        e.wait()
-    }
-    let e = Bucket::new(Quota::per_second(1))
-        .try_acquire(2)
-        .unwrap_err();
-    assert_eq!(takes(e), None);
-}
