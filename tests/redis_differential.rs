@@ -39,7 +39,6 @@
 
 use std::time::Duration;
 
-use redis::Script;
 use tower_throttle::{Algorithm, Bucket, Denied, KeyedBucket, Quota};
 
 #[path = "redis_support/lua.rs"]
@@ -47,7 +46,7 @@ mod lua;
 mod redis_support;
 
 use lua::{
-    connection, forget, int, invoke, micros_up, scripts, Args, Rng, ACQUIRE, PAUSE, RELEASE,
+    connection, forget, int, invoke, micros_up, scripts, Args, Lua, Rng, ACQUIRE, PAUSE, RELEASE,
 };
 
 /// Sequences per algorithm, operations per sequence.
@@ -64,7 +63,7 @@ struct Pair<'a> {
     args: Args,
     conn: &'a mut redis::Connection,
     /// Acquire, pause, release.
-    scripts: [Script; 3],
+    scripts: [Lua; 3],
     key: String,
     /// Redis time of the start, µs.
     origin_us: u64,
@@ -363,7 +362,7 @@ async fn sliding_log_agrees_with_redis() {
 /// A window's scripts with `L` configured and `E` in force, at instants the test names.
 struct Lowered {
     conn: redis::Connection,
-    scripts: [Script; 3],
+    scripts: [Lua; 3],
     key: String,
     /// Window, µs; `L`; `E`.
     width: u64,
@@ -515,7 +514,7 @@ fn a_lowered_limit_raised_mid_window_keeps_the_configured_bound() {
 /// in-process bucket given the same changes at the same instants.
 struct Changing {
     conn: redis::Connection,
-    scripts: [Script; 3],
+    scripts: [Lua; 3],
     key: String,
     algorithm: Algorithm,
     /// The quota the limit was built with: a window keeps its width.

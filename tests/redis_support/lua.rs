@@ -127,9 +127,15 @@ fn sources(algorithm: Algorithm) -> [&'static str; 3] {
     }
 }
 
+/// A script, with its source for `EVAL`.
+pub struct Lua {
+    script: Script,
+    source: String,
+}
+
 /// The production script of `algorithm` and operation `op` ([`ACQUIRE`], [`PAUSE`],
 /// [`RELEASE`]), with the clock taken from `ARGV[15]` and ten-minute TTLs.
-pub fn script(algorithm: Algorithm, op: usize) -> Script {
+pub fn script(algorithm: Algorithm, op: usize) -> Lua {
     let source = sources(algorithm)[op];
     assert!(
         source.contains(CLOCK) && source.contains(TTL),
@@ -138,11 +144,14 @@ pub fn script(algorithm: Algorithm, op: usize) -> Script {
     let source = source
         .replace(CLOCK, "local now = tonumber(ARGV[15])")
         .replace(TTL, "local ms = 600000");
-    Script::new(&source)
+    Lua {
+        script: Script::new(&source),
+        source,
+    }
 }
 
 /// The acquire, pause and release scripts of `algorithm`.
-pub fn scripts(algorithm: Algorithm) -> [Script; 3] {
+pub fn scripts(algorithm: Algorithm) -> [Lua; 3] {
     [ACQUIRE, PAUSE, RELEASE].map(|op| script(algorithm, op))
 }
 
@@ -222,19 +231,34 @@ pub fn connection() -> redis::Connection {
         .unwrap_or_else(|e| panic!("redis at {url} (set TOWER_THROTTLE_REDIS_URL): {e}"))
 }
 
-/// Call `script` on `key` (and `key:log`) with `args`: the items of its reply.
+/// Call `lua` on `key` (and `key:log`) with `args`: the items of its reply. Other tests on
+/// the same server flush the script cache (`SCRIPT FLUSH`): flushed between the load and
+/// the call, the script goes in whole (`EVAL`), as the crate's calls do.
 pub fn invoke(
     conn: &mut redis::Connection,
-    script: &Script,
+    lua: &Lua,
     key: &str,
     args: impl IntoIterator<Item = u64>,
 ) -> Vec<Value> {
-    let mut call = script.prepare_invoke();
-    call.key(key).key(format!("{key}:log"));
-    for a in args {
+    let keys = [key.to_owned(), format!("{key}:log")];
+    let args: Vec<u64> = args.into_iter().collect();
+    let mut call = lua.script.prepare_invoke();
+    call.key(&keys[0]).key(&keys[1]);
+    for a in &args {
         call.arg(a);
     }
-    let reply: Value = call.invoke(conn).expect("script runs");
+    let reply: Value = match call.invoke(conn) {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            redis::cmd("EVAL")
+                .arg(&lua.source)
+                .arg(keys.len())
+                .arg(&keys[..])
+                .arg(&args)
+                .query(conn)
+        }
+        other => other,
+    }
+    .expect("script runs");
     let Value::Array(items) = reply else {
         panic!("reply {reply:?}")
     };
