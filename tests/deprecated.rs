@@ -28,15 +28,3 @@ fn the_leaky_bucket_field_still_builds_and_matches() {
     assert_eq!(max_queue, 3);
     assert_eq!(old.max_queue(), Some(3));
 }
-
-#[cfg(feature = "redis")]
-#[test]
-fn redis_decision_error_is_denied() {
-    fn takes(e: tower_throttle::redis::RedisDecisionError) -> Option<Duration> {
-        e.wait()
-    }
-    let e = Bucket::new(Quota::per_second(1))
-        .try_acquire(2)
-        .unwrap_err();
-    assert_eq!(takes(e), None);
-}

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::backend::Options;
+use super::config::Options;
 use super::error::RedisError;
 use super::failure::FailurePolicy;
 use super::{RedisBucket, RedisKeyed};
@@ -31,7 +31,8 @@ macro_rules! shared_settings {
         /// decision runs on the primary that owns the limit's slot; `MOVED`, `ASK` and
         /// failovers are followed by the client, and the failure policy applies per call as
         /// with one server. The cluster connects at [`build`](Self::build)
-        /// (`connect_lazily` is refused). See [Redis Cluster](super#redis-cluster).
+        /// (`connect_lazily` is refused). See
+        /// [Redis Cluster](https://github.com/tower-throttle/tower-throttle/blob/main/docs/redis.md#redis-cluster).
         #[cfg(feature = "redis-cluster")]
         pub fn cluster<I, S>(mut self, nodes: I) -> Self
         where
@@ -150,8 +151,16 @@ const DEFAULT_LEASE_PERIOD: Duration = Duration::from_millis(100);
 /// The longest lease period accepted.
 const MAX_LEASE_PERIOD: Duration = Duration::from_secs(3600);
 
+impl RedisBucket {
+    /// The way to make a `RedisBucket`: a builder for the URL, key, failure policy, timeouts
+    /// and more; [`build`](RedisBucketBuilder::build) connects.
+    pub fn builder(quota: Quota) -> RedisBucketBuilder {
+        RedisBucketBuilder::new(quota)
+    }
+}
+
 impl RedisBucketBuilder {
-    pub(crate) fn new(quota: Quota) -> Self {
+    fn new(quota: Quota) -> Self {
         RedisBucketBuilder {
             quota,
             name: None,
@@ -186,7 +195,7 @@ impl RedisBucketBuilder {
     /// loses at most its leases (until the bucket refills); first come, first served across
     /// processes holds per lease, not per request. Lease sizes follow each handle's demand
     /// (doubling while used up within their period, up to `max`). See the
-    /// [module docs](super#leases).
+    /// [Redis docs](https://github.com/tower-throttle/tower-throttle/blob/main/docs/redis.md#leases).
     ///
     /// The token bucket only, and `1 ≤ max ≤ burst`: [`build`](Self::build) refuses
     /// anything else.
@@ -294,8 +303,16 @@ pub struct RedisKeyedBuilder {
     options: Options,
 }
 
+impl RedisKeyed {
+    /// The way to make a `RedisKeyed`: a builder for the URL, key prefix, failure policy,
+    /// timeouts and more; [`build`](RedisKeyedBuilder::build) connects.
+    pub fn builder(quota: Quota) -> RedisKeyedBuilder {
+        RedisKeyedBuilder::new(quota)
+    }
+}
+
 impl RedisKeyedBuilder {
-    pub(crate) fn new(quota: Quota) -> Self {
+    fn new(quota: Quota) -> Self {
         RedisKeyedBuilder {
             quota,
             local_capacity: 10_000,

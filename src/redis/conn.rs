@@ -13,6 +13,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::config::Options;
 use super::error::{RedisError, RedisErrorKind};
 
 /// How the connection manager reconnects: quickly, and often.
@@ -31,12 +32,36 @@ pub(crate) enum Conn {
 }
 
 impl Conn {
+    /// The connection `options` name: a URL, or (feature `redis-cluster`) a cluster's nodes.
+    pub(crate) async fn of(options: &Options) -> Result<Self, RedisError> {
+        let (timeout, connect_timeout) = (options.timeout, options.connect_timeout);
+        match (&options.url, &options.cluster) {
+            (Some(url), None) => Conn::single(url, timeout, connect_timeout),
+            (None, Some(nodes)) => {
+                if nodes.is_empty() {
+                    return Err(RedisError::config("redis cluster: no node given"));
+                }
+                if options.lazy {
+                    return Err(RedisError::config(
+                        "a redis cluster connects at build: connect_lazily is not supported with it",
+                    ));
+                }
+                #[cfg(feature = "redis-cluster")]
+                return Conn::cluster(nodes, timeout, connect_timeout).await;
+                #[cfg(not(feature = "redis-cluster"))]
+                return Err(RedisError::config(
+                    "a redis cluster needs the `redis-cluster` feature",
+                ));
+            }
+            (Some(_), Some(_)) => Err(RedisError::config(
+                "set either a redis url or a cluster's nodes, not both",
+            )),
+            (None, None) => Err(RedisError::config("redis url not set")),
+        }
+    }
+
     /// A connection to the server at `url`, made on first use.
-    pub(crate) fn single(
-        url: &str,
-        timeout: Duration,
-        connect_timeout: Duration,
-    ) -> Result<Self, RedisError> {
+    fn single(url: &str, timeout: Duration, connect_timeout: Duration) -> Result<Self, RedisError> {
         let client = ::redis::Client::open(url)
             .map_err(|e| RedisError::with_source(RedisErrorKind::Config, "invalid redis url", e))?;
         let config = ConnectionManagerConfig::new()
@@ -54,7 +79,7 @@ impl Conn {
     /// A connection to the cluster that `nodes` belong to (any of them will do: the client
     /// learns the others), made now: the cluster client learns the slot map as it connects.
     #[cfg(feature = "redis-cluster")]
-    pub(crate) async fn cluster(
+    async fn cluster(
         nodes: &[String],
         timeout: Duration,
         connect_timeout: Duration,

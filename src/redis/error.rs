@@ -137,15 +137,6 @@ impl StdError for RedisError {
     }
 }
 
-/// The error of a decision of [`RedisBucket`](super::RedisBucket) or
-/// [`RedisKeyed`](super::RedisKeyed): now the crate-wide [`Denied`]. A Redis failure the
-/// failure policy refuses is [`Denied::Backend`], whose
-/// [`redis`](crate::BackendError::redis) is the [`RedisError`].
-#[deprecated(
-    note = "renamed `Denied`; `Backend` now carries a `BackendError` (see `BackendError::redis`)"
-)]
-pub type RedisDecisionError = Denied;
-
 impl From<RedisError> for Denied {
     fn from(e: RedisError) -> Self {
         Denied::Backend(BackendError::new(e))

@@ -1,12 +1,12 @@
 //! [`FailurePolicy`]: what a decision does when Redis fails, and the local fallback buckets.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::backend::max_cost;
 use super::error::RedisError;
 use crate::extract::KeyDigest;
 use crate::{Algorithm, Bucket, Denied, Quota};
@@ -32,39 +32,19 @@ use crate::{Algorithm, Bucket, Denied, Quota};
 ///   answer 429.
 /// - **Servers** that would rather serve than refuse during an outage:
 ///   [`Local`](FailurePolicy::Local) with `fraction = 1 / number of processes`, so the
-///   processes together stay near the limit (see the bound below).
+///   processes together stay near the limit.
 /// - **Clients** calling an API that enforces its own limit: [`Open`](FailurePolicy::Open)
 ///   or [`Local`](FailurePolicy::Local) are safe, because the API's own 429s are still
 ///   honoured by [`RetryAfterLayer`](crate::RetryAfterLayer).
 ///
 /// Why `Closed` by default: a default must not multiply the quota. A `Local` default would
-/// need the share of each process, which only the deployment knows (the former default,
-/// `Local { fraction: 1.0 }`, gave N processes N times the quota during an outage).
+/// need the share of each process, which only the deployment knows: `Local { fraction: 1.0 }`
+/// gives N processes N times the quota during an outage.
 ///
-/// # Around an outage
-/// - **Detection.** Each call is bounded by the timeout. A failed call is answered by the
-///   policy; after 3 failures in a row, decisions skip Redis for `probe_interval` (answered
-///   by the policy at once), then one call probes it. One transient error therefore fails
-///   one call, not a probe interval.
-/// - **During.** Admissions booked in Redis before the outage (waiters of the token and leaky
-///   bucket book up to `max(1 s, burst × interval)` ahead) still go at their instants. Beyond
-///   those, `Closed` admits nothing. `Local { fraction }` decides on an in-memory
-///   bucket of the process at `fraction` of the quota (of the rate in force, when a rate
-///   control lowered it: see [`adaptive`](crate::adaptive)), **emptied when the run of
-///   failures begins** (it does not hand out a fresh burst); so N processes with `fraction = 1/N`
-///   admit at most `rate·d + N` tokens in `d` of local decisions. `Open` admits everything.
-/// - **After.** Decisions return to Redis with the first call that succeeds: at most
-///   `probe_interval` after Redis answers again (plus the connection's reconnect delay,
-///   at most 0.5 s). Redis's own state resumes where it was — unless the server lost it (a
-///   restart without persistence), which is a full bucket: one more `burst`.
-/// - **Bound.** Over a run of length `T` with `d` of local decisions, a token bucket's
-///   admissions across all processes stay within `burst + rate·T` (`Closed`), or
-///   `burst + rate·(T + d) + N` (`Local { fraction: 1/N }`), plus `burst` for each time
-///   the server lost its state. Tested with two processes and a server stopped and
-///   restarted mid-run.
-/// - [`RedisKeyed`](super::RedisKeyed) keeps a local bucket per key, created empty, and
-///   starts every key over empty when a new run of failures begins: per key, the same bound.
-///
+/// How failures are detected (after 3 in a row, decisions skip Redis for
+/// [`probe_interval`](super::RedisBucketBuilder::probe_interval), then one call probes it),
+/// what an outage can let through under each policy, and how decisions return to Redis:
+/// [docs/redis.md](https://github.com/tower-throttle/tower-throttle/blob/main/docs/redis.md#failure-policy).
 /// Every fallback decision is counted in
 /// [`RedisStats::fallbacks`](super::RedisStats::fallbacks), and the change of state
 /// (Redis failing, Redis back) is logged once each with the `tracing` feature.
@@ -107,50 +87,99 @@ impl FailurePolicy {
             _ => Ok(None),
         }
     }
+
+    /// The answer to `try_acquire` of `n` tokens when Redis failed; `local` is the local
+    /// fallback's bucket.
+    pub(crate) fn try_acquire(
+        &self,
+        local: Option<&Bucket>,
+        n: u32,
+        error: RedisError,
+    ) -> Result<(), Denied> {
+        match (self, local) {
+            (FailurePolicy::Open, _) => Ok(()),
+            (FailurePolicy::Local { .. }, Some(b)) => b.try_acquire(local_cost(b, n)),
+            _ => Err(error.into()),
+        }
+    }
+
+    /// The answer to `acquire` of `n` tokens when Redis failed; `local` is the local
+    /// fallback's bucket.
+    pub(crate) async fn acquire(
+        &self,
+        local: Option<&Bucket>,
+        n: u32,
+        error: RedisError,
+    ) -> Result<(), Denied> {
+        match (self, local) {
+            (FailurePolicy::Open, _) => Ok(()),
+            (FailurePolicy::Local { .. }, Some(b)) => match b.acquire(local_cost(b, n)).await {
+                Ok(()) => Ok(()),
+                Err(never @ Denied::ExceedsBurst(_)) => Err(never),
+                Err(_) => Err(error.into()),
+            },
+            _ => Err(error.into()),
+        }
+    }
+
+    /// The answer to `pause` when Redis failed (the pause is kept locally anyway).
+    pub(crate) fn pause(&self, error: RedisError) -> Result<(), Denied> {
+        match self {
+            FailurePolicy::Closed => Err(error.into()),
+            _ => Ok(()),
+        }
+    }
 }
 
-/// Cost to ask from a fallback bucket: never more than its largest cost.
+/// Cost to ask from a fallback bucket: never more than its largest cost (its burst, or its
+/// count for the windows).
 fn local_cost(bucket: &Bucket, n: u32) -> u32 {
-    n.min(max_cost(bucket.quota(), bucket.algorithm()))
+    let most = match bucket.algorithm() {
+        Algorithm::TokenBucket | Algorithm::LeakyBucket { .. } => bucket.quota().burst_size(),
+        _ => bucket.quota().count(),
+    };
+    n.min(most)
 }
 
-/// The policy's answer to `try_acquire` when Redis failed.
-pub(crate) fn try_acquire_fallback(
-    policy: &FailurePolicy,
-    local: Option<&Bucket>,
-    n: u32,
-    error: RedisError,
-) -> Result<(), Denied> {
-    match (policy, local) {
-        (FailurePolicy::Open, _) => Ok(()),
-        (FailurePolicy::Local { .. }, Some(b)) => b.try_acquire(local_cost(b, n)),
-        _ => Err(error.into()),
+/// The run of failures a local fallback last decided in: a new run starts it over, empty
+/// (it continues the process's share of the rate, never with a fresh burst).
+#[derive(Debug, Default)]
+struct Run(AtomicU64);
+
+impl Run {
+    /// Whether the run numbered `outage` is another than the last one seen.
+    fn began(&self, outage: u64) -> bool {
+        self.0.swap(outage, Ordering::AcqRel) != outage
     }
 }
 
-/// The policy's answer to `acquire` when Redis failed.
-pub(crate) async fn acquire_fallback(
-    policy: &FailurePolicy,
-    local: Option<&Bucket>,
-    n: u32,
-    error: RedisError,
-) -> Result<(), Denied> {
-    match (policy, local) {
-        (FailurePolicy::Open, _) => Ok(()),
-        (FailurePolicy::Local { .. }, Some(b)) => match b.acquire(local_cost(b, n)).await {
-            Ok(()) => Ok(()),
-            Err(never @ Denied::ExceedsBurst(_)) => Err(never),
-            Err(_) => Err(error.into()),
-        },
-        _ => Err(error.into()),
-    }
+/// The local fallback of a [`RedisBucket`](super::RedisBucket): one in-memory [`Bucket`].
+#[derive(Debug)]
+pub(crate) struct LocalBucket {
+    bucket: Bucket,
+    run: Run,
 }
 
-/// The policy's answer to `pause` when Redis failed (the pause is kept locally anyway).
-pub(crate) fn pause_fallback(policy: &FailurePolicy, error: RedisError) -> Result<(), Denied> {
-    match policy {
-        FailurePolicy::Closed => Err(error.into()),
-        _ => Ok(()),
+impl LocalBucket {
+    pub(crate) fn new(quota: Quota, algorithm: Algorithm) -> Self {
+        LocalBucket {
+            bucket: Bucket::with_algorithm(quota, algorithm),
+            run: Run::default(),
+        }
+    }
+
+    /// The bucket, for a pause or a new quota.
+    pub(crate) fn bucket(&self) -> &Bucket {
+        &self.bucket
+    }
+
+    /// The bucket that decides during the run of failures numbered `outage`: emptied when
+    /// a new run has begun since it last decided.
+    pub(crate) fn fallback(&self, outage: u64) -> &Bucket {
+        if self.run.began(outage) {
+            self.bucket.pause(Duration::ZERO);
+        }
+        &self.bucket
     }
 }
 
@@ -173,8 +202,8 @@ pub(crate) struct LocalTable {
     capacity: usize,
     inner: Mutex<Table>,
     overflow: Bucket,
-    /// The run of failures the buckets belong to ([`Backend::outages`](super::backend)).
-    outage: std::sync::atomic::AtomicU64,
+    /// The run of failures the buckets belong to.
+    run: Run,
 }
 
 #[derive(Debug)]
@@ -187,7 +216,7 @@ impl LocalTable {
     pub(crate) fn new(quota: Quota, algorithm: Algorithm, capacity: usize) -> Self {
         let overflow = Bucket::with_algorithm(quota, algorithm);
         LocalTable {
-            outage: std::sync::atomic::AtomicU64::new(0),
+            run: Run::default(),
             quota,
             algorithm,
             full: overflow.snapshot().available,
@@ -207,8 +236,7 @@ impl LocalTable {
     /// The fallback bucket of a key during the run of failures numbered `outage`: every key
     /// starts over, empty, when a new run begins (no fresh burst per outage).
     pub(crate) fn fallback(&self, id: &KeyDigest, outage: u64) -> Bucket {
-        use std::sync::atomic::Ordering;
-        if self.outage.swap(outage, Ordering::AcqRel) != outage {
+        if self.run.began(outage) {
             self.lock().buckets.clear();
             self.overflow.pause(Duration::ZERO);
         }

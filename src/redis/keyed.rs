@@ -4,19 +4,17 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use super::backend::{bump, Backend, Options, RedisStats};
-use super::builder::RedisKeyedBuilder;
+use super::backend::Backend;
+use super::booking::{self, Tell, Unbooked};
+use super::config::Options;
 use super::error::RedisError;
-use super::failure::{
-    acquire_fallback, pause_fallback, try_acquire_fallback, FailurePolicy, LocalTable,
-};
+use super::failure::{FailurePolicy, LocalTable};
 use super::key::keyed_key;
 use super::lane::Lanes;
+use super::stats::RedisStats;
 use super::told;
-use crate::extract::StableKey;
-use crate::{Algorithm, Denied, ExceedsBurst, Quota, Throttled};
+use crate::extract::{KeyDigest, StableKey};
+use crate::{Algorithm, Bucket, Denied, Quota};
 
 /// One limit per key, kept in Redis and shared by every process: the keyed variant of
 /// [`RedisBucket`](super::RedisBucket), with the same semantics for each key.
@@ -31,7 +29,8 @@ use crate::{Algorithm, Denied, ExceedsBurst, Quota, Throttled};
 /// [`try_acquire`](RedisKeyed::try_acquire) does. Idle keys cost nothing: each Redis key expires when its bucket
 /// is full again (or its window no longer counts).
 ///
-/// Every [`Algorithm`] works, chosen with [`RedisKeyedBuilder::algorithm`].
+/// Every [`Algorithm`] works, chosen with
+/// [`RedisKeyedBuilder::algorithm`](super::RedisKeyedBuilder::algorithm).
 ///
 /// ```no_run
 /// use tower_throttle::redis::RedisKeyed;
@@ -61,7 +60,7 @@ pub struct RedisKeyed {
 }
 
 struct Inner {
-    backend: Backend,
+    backend: Arc<Backend>,
     lanes: Lanes,
     local: Option<LocalTable>,
     /// Listens for the pauses of the other processes (see [`told`](super::told)); stopped
@@ -80,34 +79,12 @@ impl told::Told for Inner {
         let Some(lane) = key.and_then(|key| self.lanes.find(key)) else {
             return;
         };
-        let backend = &self.backend;
-        let remaining = remaining.min(backend.max_pause());
-        lane.hold(Instant::now(), remaining.saturating_add(backend.refill()));
+        booking::hold(&self.backend, &lane, remaining);
         lane.pause_seen();
     }
 }
 
 impl RedisKeyed {
-    /// The way to make a `RedisKeyed`: a builder for the URL, key prefix, failure policy,
-    /// timeouts and more; [`build`](RedisKeyedBuilder::build) connects.
-    pub fn builder(quota: Quota) -> RedisKeyedBuilder {
-        RedisKeyedBuilder::new(quota)
-    }
-
-    /// Connect to the keyed limit under `key_prefix` at `url`, with the default settings
-    /// (see [`RedisKeyedBuilder`]).
-    ///
-    /// # Errors
-    /// As [`RedisKeyedBuilder::build`].
-    #[deprecated(note = "use `RedisKeyed::builder(quota).url(url).key_prefix(prefix).build()`")]
-    pub async fn connect(url: &str, key_prefix: &str, quota: Quota) -> Result<Self, RedisError> {
-        Self::builder(quota)
-            .url(url)
-            .key_prefix(key_prefix)
-            .build()
-            .await
-    }
-
     pub(crate) async fn from_parts(
         options: Options,
         quota: Quota,
@@ -119,7 +96,7 @@ impl RedisKeyed {
             .local_quota(quota)?
             .map(|q| LocalTable::new(q, algorithm, local_capacity));
         let subscribe = told::Subscribe::of(&options);
-        let backend = Backend::connect(options, quota).await?;
+        let backend = Arc::new(Backend::connect(options, quota).await?);
         let inner = Arc::new(Inner {
             backend,
             lanes: Lanes::default(),
@@ -136,7 +113,8 @@ impl RedisKeyed {
         self.inner.backend.quota()
     }
 
-    /// The algorithm of every key (set by [`RedisKeyedBuilder::algorithm`]; default
+    /// The algorithm of every key (set by
+    /// [`algorithm`](super::RedisKeyedBuilder::algorithm); default
     /// [`Algorithm::TokenBucket`]).
     pub fn algorithm(&self) -> Algorithm {
         self.inner.backend.algorithm
@@ -145,7 +123,7 @@ impl RedisKeyed {
     /// The Redis key holding the state of `key`. (The sliding log also keeps its entries in a
     /// sorted set at this key followed by `:log`.)
     pub fn redis_key(&self, key: impl StableKey) -> String {
-        keyed_key(&self.inner.backend.options.prefix, &key.key_digest())
+        self.key_of(&key.key_digest())
     }
 
     /// The failure policy.
@@ -158,15 +136,17 @@ impl RedisKeyed {
         self.inner.backend.stats()
     }
 
-    fn check(&self, n: u32) -> Result<(), ExceedsBurst> {
-        let max = self.inner.backend.max_cost();
-        if n > max {
-            return Err(ExceedsBurst {
-                requested: n,
-                burst: max,
-            });
-        }
-        Ok(())
+    /// The Redis key of the key whose digest is `id`.
+    fn key_of(&self, id: &KeyDigest) -> String {
+        keyed_key(&self.inner.backend.options.prefix, id)
+    }
+
+    /// The local fallback's bucket of the key whose digest is `id`, if the policy has one
+    /// (see [`LocalTable::fallback`]).
+    fn local(&self, id: &KeyDigest) -> Option<Bucket> {
+        let inner = &*self.inner;
+        let outage = inner.backend.outages();
+        inner.local.as_ref().map(|local| local.fallback(id, outage))
     }
 
     /// Take `n` tokens of `key`'s limit now, or say how long until they fit. One round trip.
@@ -177,21 +157,14 @@ impl RedisKeyed {
         if n == 0 {
             return Ok(());
         }
-        self.check(n)?;
-        let inner = &*self.inner;
+        let backend = &self.inner.backend;
+        backend.check(n)?;
         let id = key.key_digest();
-        let rkey = keyed_key(&inner.backend.options.prefix, &id);
-        match inner.backend.acquire(&rkey, n).await {
-            Ok(t) if t.reply.admitted => Ok(()),
-            Ok(t) => Err(Throttled::after(t.reply.wait).into()),
-            Err(e) => {
-                bump(&inner.backend.counters.fallbacks);
-                let local = inner
-                    .local
-                    .as_ref()
-                    .map(|l| l.fallback(&id, inner.backend.outages()));
-                try_acquire_fallback(inner.backend.policy(), local.as_ref(), n, e)
-            }
+        match backend.acquire(&self.key_of(&id), n).await {
+            Ok(t) => Ok(t.reply.decision()?),
+            Err(e) => backend
+                .fallback()
+                .try_acquire(self.local(&id).as_ref(), n, e),
         }
     }
 
@@ -205,18 +178,8 @@ impl RedisKeyed {
     /// # Errors
     /// [`Denied::Backend`] when Redis could not be reached.
     pub async fn release(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
-        if n == 0 {
-            return Ok(());
-        }
-        self.check(n)?;
-        let inner = &*self.inner;
-        let rkey = keyed_key(&inner.backend.options.prefix, &key.key_digest());
-        inner
-            .backend
-            .release(&rkey, n)
-            .await
-            .map(drop)
-            .map_err(Denied::from)
+        let rkey = self.key_of(&key.key_digest());
+        self.inner.backend.give_back(&rkey, n).await
     }
 
     /// Wait until `n` tokens of `key`'s limit are available, then take them.
@@ -235,72 +198,16 @@ impl RedisKeyed {
         if n == 0 {
             return Ok(());
         }
-        self.check(n)?;
         let inner = &*self.inner;
-        let backend = &inner.backend;
         let id = key.key_digest();
-        let rkey = keyed_key(&backend.options.prefix, &id);
-        let gcra = backend.is_gcra();
-        let cost = u64::from(n) * backend.interval_ns();
-        let horizon = backend.reserve_horizon();
         // The key's hint, shared by this process's waiters for it while any waits.
         let entered = inner.lanes.enter(id);
-        let hint = entered.lane();
-        loop {
-            // Re-read after every sleep: another waiter's reply may have moved the instant.
-            let at = if gcra {
-                hint.likely_fits_at(cost, backend.tolerance_ns())
-            } else {
-                hint.window_fits_at(n)
-            };
-            if let Some(early) = at.checked_sub(horizon) {
-                if early > Instant::now() {
-                    tokio::time::sleep_until(early).await;
-                    continue;
-                }
-            }
-            // As for a `RedisBucket`: never book before this process's pause of the key
-            // reached Redis, and a pause while asleep on a booked instant voids it.
-            // (Past the end of the pause held here, it books: a pause that long on its way
-            // has ended anyway.)
-            if hint.pause_pending() && hint.pauses_landed().await {
-                continue;
-            }
-            let voids = hint.voids();
-            match backend.reserve(&rkey, n).await {
-                Ok(t) => {
-                    if gcra {
-                        hint.observe(&t);
-                    } else if !t.reply.admitted {
-                        hint.refused(&t, n);
-                    }
-                    if t.reply.admitted {
-                        if !t.reply.wait.is_zero() {
-                            // The script ran before the reply came: never early.
-                            let booked = Booked {
-                                keyed: Some(self.clone()),
-                                key: rkey.clone(),
-                                n,
-                                at_us: t.at_us,
-                            };
-                            let at = t.received + t.reply.wait;
-                            let voided = hint.voided_before(voids, at).await;
-                            booked.used();
-                            if voided {
-                                continue;
-                            }
-                        }
-                        return Ok(());
-                    }
-                }
-                Err(e) => {
-                    bump(&backend.counters.fallbacks);
-                    let local = inner
-                        .local
-                        .as_ref()
-                        .map(|l| l.fallback(&id, inner.backend.outages()));
-                    return acquire_fallback(backend.policy(), local.as_ref(), n, e).await;
-                }
+        match booking::book(&inner.backend, entered.lane(), &self.key_of(&id), n).await {
+            Ok(_) => Ok(()),
+            Err(Unbooked::Exceeds(e)) => Err(e.into()),
+            Err(Unbooked::Failed(e)) => {
+                let local = self.local(&id);
+                inner.backend.fallback().acquire(local.as_ref(), n, e).await
             }
         }
     }
@@ -316,33 +223,23 @@ impl RedisKeyed {
     pub async fn pause(&self, key: impl StableKey, cooldown: Duration) -> Result<(), Denied> {
         let inner = &*self.inner;
         let backend = &inner.backend;
-        let cooldown = cooldown.min(backend.max_pause());
         let id = key.key_digest();
-        if let Some(local) = &inner.local {
-            local.bucket(&id).pause(cooldown);
-        }
-        let rkey = keyed_key(&backend.options.prefix, &id);
         // The key's waiters in this process asleep on a booked instant book again once the
         // pause is in Redis.
         let entered = inner.lanes.enter(id);
-        entered
-            .lane()
-            .hold(Instant::now(), cooldown.saturating_add(backend.refill()));
-        entered.lane().pause_made();
-        let result = backend.pause(&rkey, cooldown).await;
-        entered.lane().pause_done();
-        drop(entered);
-        match result {
-            Ok(t) => {
-                // The other processes' waiters for the key booked inside it book again.
-                let digest = id.to_string();
-                let told = told::message(inner.listener.id(), t.reply.wait, Some(&digest));
-                let channel = told::keyed_channel(&backend.options.prefix);
-                backend.publish(&channel, &told).await;
-                Ok(())
-            }
-            Err(e) => pause_fallback(backend.policy(), e),
+        let lane = entered.lane();
+        let cooldown = booking::hold(backend, lane, cooldown);
+        if let Some(local) = &inner.local {
+            local.bucket(&id).pause(cooldown);
         }
+        lane.pause_made();
+        let digest = id.to_string();
+        let tell = Tell {
+            channel: &told::keyed_channel(&backend.options.prefix),
+            from: inner.listener.id(),
+            key: Some(&digest),
+        };
+        booking::pause(backend, lane, &self.key_of(&id), cooldown, tell).await
     }
 }
 
@@ -354,37 +251,5 @@ impl fmt::Debug for RedisKeyed {
             .field("algorithm", &self.inner.backend.algorithm)
             .field("failure_policy", self.inner.backend.policy())
             .finish_non_exhaustive()
-    }
-}
-
-/// Tokens of a key booked in Redis for a later instant: given back if the waiter goes away
-/// first.
-struct Booked {
-    keyed: Option<RedisKeyed>,
-    /// The Redis key of the limit's key.
-    key: String,
-    n: u32,
-    /// The booked instant on the Redis clock, µs, as the reply said (windows; else 0).
-    at_us: u64,
-}
-
-impl Booked {
-    /// The instant came: the tokens are spent.
-    fn used(mut self) {
-        self.keyed = None;
-    }
-}
-
-impl Drop for Booked {
-    fn drop(&mut self) {
-        let Some(keyed) = self.keyed.take() else {
-            return;
-        };
-        let (key, n, at_us) = (std::mem::take(&mut self.key), self.n, self.at_us);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = keyed.inner.backend.release_booked(&key, n, at_us).await;
-            });
-        }
     }
 }

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -48,6 +49,9 @@ pub(crate) struct Hint {
     paused: Notify,
     /// Wakes the waiters that wait for the pause to reach Redis before booking again.
     landed: Notify,
+    /// Wakes the waiters asleep before booking when the quota changes: they check their
+    /// request against it again.
+    requota: Notify,
 }
 
 /// A refusal of `tokens`: they should fit from `hi`, ns since `origin` (from the instant
@@ -75,6 +79,7 @@ impl Hint {
             voids: AtomicU64::new(0),
             paused: Notify::new(),
             landed: Notify::new(),
+            requota: Notify::new(),
         }
     }
 
@@ -96,6 +101,16 @@ impl Hint {
     pub(crate) fn pause_done(&self) {
         self.pauses.1.fetch_add(1, Ordering::AcqRel);
         self.landed.notify_waiters();
+    }
+
+    /// The quota changed: the waiters asleep before booking check their request again.
+    pub(crate) fn quota_changed(&self) {
+        self.requota.notify_waiters();
+    }
+
+    /// Until the next [`quota_changed`](Self::quota_changed).
+    pub(crate) fn next_quota_change(&self) -> Notified<'_> {
+        self.requota.notified()
     }
 
     /// Until a pause is made here or heard of, from `voids` (as [`voids`](Self::voids) read

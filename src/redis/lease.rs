@@ -1,6 +1,6 @@
 //! Leases: a process takes a batch of tokens of a [`RedisBucket`](super::RedisBucket) in one
 //! round trip and admits locally from them (the semantics, bound and figures are in the
-//! [module docs](super#leases)).
+//! [Redis docs](https://github.com/tower-throttle/tower-throttle/blob/main/docs/redis.md#leases)).
 //!
 //! This file holds the local side of one handle: the tokens held and until when, the size
 //! of the next lease (doubling while leases are used up within their period, else what the

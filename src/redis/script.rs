@@ -66,7 +66,7 @@ use std::time::Duration;
 use ::redis::Value;
 
 use super::error::{RedisError, RedisErrorKind};
-use crate::Algorithm;
+use crate::{Algorithm, Throttled};
 
 /// One script's source: `TAG`, the shared prelude, then the pieces `lua/<piece>.lua`.
 macro_rules! source {
@@ -192,6 +192,17 @@ pub(crate) struct Reply {
     pub(crate) wait: Duration,
     /// Until the bucket is full again, from the script's `now`.
     pub(crate) full_in: Duration,
+}
+
+impl Reply {
+    /// The decision: admitted, or refused until the tokens fit.
+    pub(crate) fn decision(&self) -> Result<(), Throttled> {
+        if self.admitted {
+            Ok(())
+        } else {
+            Err(Throttled::after(self.wait))
+        }
+    }
 }
 
 /// Check a reply: three non-negative integers, the first 0 or 1, times no larger than

@@ -14,7 +14,7 @@ use ::redis::aio::PubSub;
 use futures_core::Stream;
 use tokio::task::AbortHandle;
 
-use super::backend::Options;
+use super::config::Options;
 
 /// The channel a limit stored at `key` tells its pauses on.
 pub(crate) fn channel(key: &str) -> String {

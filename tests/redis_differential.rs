@@ -13,12 +13,10 @@
 //!
 //! # How the two clocks are lined up
 //! The in-process bucket runs on tokio's paused clock (nanoseconds), the scripts on Redis
-//! `TIME` (microseconds). The test runs the production scripts with two lines changed:
-//! - `now` is read from an extra argument (`ARGV[15]`, after the lease's two, the
-//!   windows' `E` and the three of a change of parameters, here 0) instead of `TIME`, so both sides see the same instants;
-//! - every TTL is ten minutes: Redis expires keys in real time, which here runs apart from
-//!   the test's time, and the scripts never rely on expiry for a decision (a state past its
-//!   horizon reads as fresh by arithmetic alone).
+//! `TIME` (microseconds). The test runs the production scripts with the clock read from an
+//! extra argument, `ARGV[15]`, instead of `TIME`, and long TTLs (see `redis_support/lua.rs`),
+//! so both sides see the same instants. The arguments are rebuilt from the quota as the
+//! crate sends them (`Args`).
 //!
 //! Both sides start on a window boundary (the in-process one found from the bucket's
 //! snapshot, the Redis one a multiple of the window since the UNIX epoch), and every instant
@@ -35,77 +33,37 @@
 //!
 //! A failure names the algorithm, the seed, the operation and the instant. To replay one
 //! sequence with every decision and the stored state printed: `DIFF_ONLY=<index>
-//! DIFF_TRACE=1 cargo test --all-features --lib differential::<algorithm>` (a replay fails
-//! even when the sequence agrees: the others did not run).
+//! DIFF_TRACE=1 cargo test --all-features --test redis_differential <algorithm>` (a replay
+//! fails even when the sequence agrees: the others did not run).
+#![cfg(feature = "redis")]
 
 use std::time::Duration;
 
-use ::redis::{Script, Value};
+use tower_throttle::{Algorithm, Bucket, Denied, KeyedBucket, Quota};
 
-use super::backend::{script_args, Op, Rates, Shape};
-use super::script::sources;
-
-/// The Redis integration tests' helpers: the same server and key prefixes.
-#[path = "../../tests/redis_support/mod.rs"]
+#[path = "redis_support/lua.rs"]
+mod lua;
 mod redis_support;
-use crate::bucket::Backend;
-use crate::{Algorithm, Bucket, Denied, KeyedBucket, Quota, Throttled};
+
+use lua::{
+    connection, forget, int, invoke, micros_up, scripts, Args, Lua, Rng, ACQUIRE, PAUSE, RELEASE,
+};
 
 /// Sequences per algorithm, operations per sequence.
 const SEQUENCES: usize = 600;
 const OPS: usize = 24;
-/// The longest pause the scripts accept, µs.
-const MAX_PAUSE_US: u64 = 10_000_000;
-
-const CLOCK: &str = "local clock = redis.call('TIME')\n\
-                     local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])";
-const TTL: &str = "local ms = math.ceil((horizon - now) / 1000)";
-
-/// The production script of `algorithm` and operation `op` (0 acquire, 1 pause, 2 release),
-/// with the clock taken from `ARGV[15]` and ten-minute TTLs.
-fn script(algorithm: Algorithm, op: usize) -> Script {
-    let source = sources(algorithm)[op];
-    assert!(
-        source.contains(CLOCK) && source.contains(TTL),
-        "the scripts changed"
-    );
-    let source = source
-        .replace(CLOCK, "local now = tonumber(ARGV[15])")
-        .replace(TTL, "local ms = 600000");
-    Script::new(&source)
-}
-
-/// splitmix64: a small seeded generator, so a failure names its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
 
 /// One limit on both sides.
 struct Pair<'a> {
     bucket: Bucket,
     /// Compared until the first pause, for the algorithms without windows to line up.
     keyed: Option<KeyedBucket<u8>>,
-    algorithm: Algorithm,
-    /// The in-process bucket's quota; for the windows its count is the scripts' `E`.
-    quota: Quota,
-    /// The scripts' configured count `L` (≥ `E`: above it, a rate control lowered the rate).
-    limit: u64,
-    conn: &'a mut ::redis::Connection,
+    /// The scripts' arguments: the in-process bucket's quota, whose count is the windows'
+    /// `E`, below a configured count `L` ≥ `E` (above it, a rate control lowered the rate).
+    args: Args,
+    conn: &'a mut redis::Connection,
     /// Acquire, pause, release.
-    scripts: [Script; 3],
+    scripts: [Lua; 3],
     key: String,
     /// Redis time of the start, µs.
     origin_us: u64,
@@ -114,92 +72,27 @@ struct Pair<'a> {
 }
 
 impl Pair<'_> {
-    fn args(&self, arg: u64, book: u64) -> [u64; 15] {
-        let q = &self.quota;
-        let interval = q.interval_ns() / 1000;
-        let burst = u64::from(q.burst_size());
-        let tau = match self.algorithm {
-            Algorithm::LeakyBucket { .. } => interval,
-            _ => interval * burst,
-        };
-        let now = self.origin_us + self.t_us;
-        let window = q.period_ns() / 1000;
-        // Booking (`ARGV[8]`) only when asked: else a try decides now, as `try_acquire`
-        // does; no lease (`ARGV[9]`, `ARGV[10]`); `E` the in-process count (`ARGV[11]`).
-        [
-            interval,
-            burst,
-            arg,
-            MAX_PAUSE_US,
-            tau,
-            window,
-            self.limit,
-            book,
-            0,
-            0,
-            u64::from(q.count()),
-            0,
-            0,
-            0,
-            now,
-        ]
-    }
-
-    /// Run script `op` (0 acquire, 1 pause, 2 release): (admitted, µs).
+    /// Run script `op` ([`ACQUIRE`], [`PAUSE`], [`RELEASE`]): (admitted, µs).
     fn run(&mut self, op: usize, arg: u64) -> (bool, u64) {
         let (ok, us, _) = self.run_booking(op, arg, 0);
         (ok, us)
     }
 
-    /// Run script `op` with `ARGV[8]` = `book`: (admitted, µs, the admission's instant when
-    /// the reply says it — the windows' acquire — else 0).
+    /// Run script `op` with `ARGV[8]` = `book` (a booking only when asked: else a try
+    /// decides now, as `try_acquire` does): (admitted, µs, the admission's instant when the
+    /// reply says it — the windows' acquire — else 0).
     fn run_booking(&mut self, op: usize, arg: u64, book: u64) -> (bool, u64, u64) {
-        let args = self.args(arg, book);
+        let args = self.args.call(arg, book, self.origin_us + self.t_us);
         let items = invoke(self.conn, &self.scripts[op], &self.key, args);
         let at = items.get(3).map_or(0, int);
         (int(&items[0]) == 1, int(&items[1]), at)
     }
 }
 
-/// Call `script` on `key` (and `key:log`) with `args`: the items of its reply.
-fn invoke(
-    conn: &mut ::redis::Connection,
-    script: &Script,
-    key: &str,
-    args: impl IntoIterator<Item = u64>,
-) -> Vec<Value> {
-    let mut call = script.prepare_invoke();
-    call.key(key).key(format!("{key}:log"));
-    for a in args {
-        call.arg(a);
-    }
-    let reply: Value = call.invoke(conn).expect("script runs");
-    let Value::Array(items) = reply else {
-        panic!("reply {reply:?}")
-    };
-    items
-}
-
-/// An integer item of a script's reply.
-fn int(v: &Value) -> u64 {
-    match v {
-        Value::Int(i) => u64::try_from(*i).expect("non-negative"),
-        other => panic!("reply item {other:?}"),
-    }
-}
-
-/// Delete `key` and `key:log`.
-fn forget(conn: &mut ::redis::Connection, key: &str) {
-    let _: Result<(), _> = ::redis::cmd("DEL")
-        .arg(key)
-        .arg(format!("{key}:log"))
-        .query(conn);
-}
-
 /// Runs one random sequence and compares every decision; returns how many bookings it
 /// cancelled (given back before anything else happened).
 async fn sequence(
-    conn: &mut ::redis::Connection,
+    conn: &mut redis::Connection,
     algorithm: Algorithm,
     seed: u64,
     key: String,
@@ -213,7 +106,7 @@ async fn sequence(
     if std::env::var("DIFF_TRACE").is_ok() {
         eprintln!("{algorithm:?} seed {seed:#x}: {quota:?}");
     }
-    let width_us = quota.period_ns() / 1000;
+    let width_us = micros_up(quota.period());
     let bucket = Bucket::with_algorithm(quota, algorithm);
     let aligned = matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow);
     let keyed = (!aligned).then(|| KeyedBucket::builder(quota).algorithm(algorithm).build());
@@ -232,11 +125,9 @@ async fn sequence(
     let mut pair = Pair {
         bucket,
         keyed,
-        algorithm,
-        quota,
-        limit: u64::from(count),
+        args: Args::of(algorithm, quota),
         conn,
-        scripts: [0, 1, 2].map(|op| script(algorithm, op)),
+        scripts: scripts(algorithm),
         key,
         origin_us: epoch_us - epoch_us % width_us + width_us,
         t_us: 0,
@@ -245,10 +136,10 @@ async fn sequence(
     // (drawn apart, so each seed's operations are those it always had).
     let mut lowered = Rng(!seed);
     if algorithm.is_window() && lowered.range(0, 1) == 1 {
-        pair.limit += lowered.range(1, 6);
+        pair.args.limit += lowered.range(1, 6);
     }
     if std::env::var("DIFF_TRACE").is_ok() {
-        eprintln!("{algorithm:?} seed {seed:#x}: L = {}", pair.limit);
+        eprintln!("{algorithm:?} seed {seed:#x}: L = {}", pair.args.limit);
     }
     let max_cost = if algorithm.is_window() { count } else { burst };
     let span = width_us.max(interval_us * u64::from(burst));
@@ -270,7 +161,7 @@ async fn sequence(
             pair.bucket.pause(Duration::from_micros(d));
             pair.keyed = None;
             paused = true;
-            let (ok, _) = pair.run(1, d);
+            let (ok, _) = pair.run(PAUSE, d);
             if std::env::var("DIFF_TRACE").is_ok() {
                 eprintln!("{at}: pause {d}");
             }
@@ -285,7 +176,7 @@ async fn sequence(
         // contains along (what they held before is no longer kept): that waiter stays and
         // goes at its instant, as below.
         if !paused && rng.range(0, 5) == 0 {
-            let (admitted, wait_us, at_us) = pair.run_booking(0, u64::from(n), 1);
+            let (admitted, wait_us, at_us) = pair.run_booking(ACQUIRE, u64::from(n), 1);
             let local = pair.bucket.try_acquire(n);
             if std::env::var("DIFF_TRACE").is_ok() {
                 eprintln!(
@@ -319,7 +210,7 @@ async fn sequence(
                             .try_acquire(n)
                             .unwrap_or_else(|e| panic!("{at}: {n} fit at the booked instant: {e}"));
                     } else {
-                        let (ok, _, _) = pair.run_booking(2, u64::from(n), at_us);
+                        let (ok, _, _) = pair.run_booking(RELEASE, u64::from(n), at_us);
                         assert!(ok, "{at}: cancel");
                         cancels += 1;
                     }
@@ -333,7 +224,7 @@ async fn sequence(
         if rng.range(0, 5) == 0 {
             pair.keyed = None;
             let local = pair.bucket.try_acquire(n);
-            let (admitted, wait_us, _) = pair.run_booking(0, u64::from(n), 1);
+            let (admitted, wait_us, _) = pair.run_booking(ACQUIRE, u64::from(n), 1);
             if std::env::var("DIFF_TRACE").is_ok() {
                 eprintln!("{at}: book n={n} local={local:?} redis=({admitted}, {wait_us})");
             }
@@ -356,17 +247,12 @@ async fn sequence(
             continue;
         }
         // Now and then an admission is given back at once (another limit refused it).
-        let (local, permit) = if rng.range(0, 5) == 0 {
+        let given_back = rng.range(0, 5) == 0;
+        let local = if given_back {
             pair.keyed = None;
-            let Backend::Local(engine) = pair.bucket.backend() else {
-                panic!("an in-process bucket")
-            };
-            match engine.try_admit(n) {
-                Ok(permit) => (Ok(()), Some(permit)),
-                Err(ns) => (Err(Throttled::after(Duration::from_nanos(ns)).into()), None),
-            }
+            pair.bucket.try_acquire_and_give_back(n)
         } else {
-            (pair.bucket.try_acquire(n), None)
+            pair.bucket.try_acquire(n)
         };
         if let Some(keyed) = &pair.keyed {
             assert_eq!(
@@ -375,11 +261,10 @@ async fn sequence(
                 "{at}: keyed and bucket for {n}"
             );
         }
-        let (admitted, wait_us) = pair.run(0, u64::from(n));
+        let (admitted, wait_us) = pair.run(ACQUIRE, u64::from(n));
         if std::env::var("DIFF_TRACE").is_ok() {
-            let state: Option<String> =
-                ::redis::cmd("GET").arg(&pair.key).query(pair.conn).unwrap();
-            let log: Vec<String> = ::redis::cmd("ZRANGE")
+            let state: Option<String> = redis::cmd("GET").arg(&pair.key).query(pair.conn).unwrap();
+            let log: Vec<String> = redis::cmd("ZRANGE")
                 .arg(format!("{}:log", pair.key))
                 .arg(0)
                 .arg(-1)
@@ -399,9 +284,8 @@ async fn sequence(
             }
             Err(other) => panic!("{at}: {other}"),
         }
-        if let Some(permit) = permit {
-            pair.bucket.give_back(permit);
-            let (ok, _) = pair.run(2, u64::from(n));
+        if given_back && admitted {
+            let (ok, _) = pair.run(RELEASE, u64::from(n));
             if std::env::var("DIFF_TRACE").is_ok() {
                 eprintln!("{at}: release {n}");
             }
@@ -411,19 +295,12 @@ async fn sequence(
     if std::env::var("DIFF_TRACE").is_ok() {
         eprintln!("{algorithm:?} seed {seed:#x}: {cancels} bookings cancelled");
     }
-    let _: () = ::redis::cmd("DEL")
+    let _: () = redis::cmd("DEL")
         .arg(&pair.key)
         .arg(format!("{}:log", pair.key))
         .query(pair.conn)
         .expect("cleanup");
     cancels
-}
-
-fn connection() -> ::redis::Connection {
-    let url = redis_support::redis_url();
-    ::redis::Client::open(url.as_str())
-        .and_then(|c| c.get_connection())
-        .unwrap_or_else(|e| panic!("redis at {url} (set TOWER_THROTTLE_REDIS_URL): {e}"))
 }
 
 async fn algorithm_agrees(algorithm: Algorithm, salt: u64) {
@@ -484,8 +361,8 @@ async fn sliding_log_agrees_with_redis() {
 
 /// A window's scripts with `L` configured and `E` in force, at instants the test names.
 struct Lowered {
-    conn: ::redis::Connection,
-    scripts: [Script; 3],
+    conn: redis::Connection,
+    scripts: [Lua; 3],
     key: String,
     /// Window, µs; `L`; `E`.
     width: u64,
@@ -500,7 +377,7 @@ impl Lowered {
         let width = 1_000;
         Lowered {
             conn: connection(),
-            scripts: [0, 1, 2].map(|op| script(algorithm, op)),
+            scripts: scripts(algorithm),
             key: format!(
                 "{{{}}}",
                 redis_support::unique_prefix(&format!("lowered-{algorithm:?}"))
@@ -517,24 +394,17 @@ impl Lowered {
     fn acquire(&mut self, t: u64, n: u64, book: u64) -> (bool, u64) {
         // The interval a rate control sends: that of `E` per window.
         let interval = self.width.div_ceil(self.effective);
-        let args = [
+        let args = Args {
             interval,
-            1,
-            n,
-            MAX_PAUSE_US,
-            interval,
-            self.width,
-            self.limit,
-            book,
-            0,
-            0,
-            self.effective,
-            0,
-            0,
-            0,
-            self.origin + t,
-        ];
-        let items = invoke(&mut self.conn, &self.scripts[0], &self.key, args);
+            burst: 1,
+            tolerance: interval,
+            window: self.width,
+            limit: self.limit,
+            effective: self.effective,
+            from: [0; 3],
+        };
+        let args = args.call(n, book, self.origin + t);
+        let items = invoke(&mut self.conn, &self.scripts[ACQUIRE], &self.key, args);
         (int(&items[0]) == 1, int(&items[1]))
     }
 }
@@ -638,15 +508,22 @@ fn a_lowered_limit_raised_mid_window_keeps_the_configured_bound() {
     }
 }
 
-/// The scripts of one limit called with the arguments the backend builds ([`script_args`]),
-/// through the changes of quota the test makes ([`Rates::set_quota`]), at instants the test
-/// names; beside an in-process bucket given the same changes at the same instants.
+/// The scripts of one limit called with the arguments the crate sends through the changes
+/// of quota the test makes (rebuilt from the quotas: [`configured`], and the parameters
+/// before a change carried until a call is answered), at instants the test names; beside an
+/// in-process bucket given the same changes at the same instants.
 struct Changing {
-    conn: ::redis::Connection,
-    scripts: [Script; 3],
+    conn: redis::Connection,
+    scripts: [Lua; 3],
     key: String,
-    shape: Shape,
-    rates: Rates,
+    algorithm: Algorithm,
+    /// The quota the limit was built with: a window keeps its width.
+    built: Quota,
+    /// The arguments in force.
+    args: Args,
+    /// The interval (µs), the whole tokens of the tolerance and `E` that the state may
+    /// still be kept in: those before the changes not answered yet, the fewest of each.
+    carried: Option<(u64, u64, u64)>,
     bucket: Bucket,
     /// Redis time of the start (a window boundary), µs.
     origin: u64,
@@ -654,18 +531,36 @@ struct Changing {
     t: u64,
 }
 
+/// The arguments the crate sends for a limit built at `built` and configured at `quota`
+/// since, without a rate control: the token and leaky bucket take the new interval and
+/// burst; a window keeps its width and takes the new count per window (the tests change the
+/// count of a window, never its period), `L` never below the count built.
+fn configured(algorithm: Algorithm, built: Quota, quota: Quota) -> Args {
+    let mut args = Args::of(algorithm, quota);
+    args.window = micros_up(built.period());
+    if algorithm.is_window() {
+        assert_eq!(quota.period(), built.period(), "a new count per window");
+        args.limit = args.limit.max(u64::from(built.count()));
+    } else {
+        args.limit = u64::from(built.count());
+        args.effective = args.limit;
+    }
+    args
+}
+
 impl Changing {
     fn new(algorithm: Algorithm, quota: Quota) -> Self {
-        let shape = Shape::new(algorithm, quota, MAX_PAUSE_US).expect("a quota the scripts take");
         Changing {
             conn: connection(),
-            scripts: [0, 1, 2].map(|op| script(algorithm, op)),
+            scripts: scripts(algorithm),
             key: format!(
                 "{{{}}}",
                 redis_support::unique_prefix(&format!("changing-{algorithm:?}"))
             ),
-            rates: Rates::new(shape),
-            shape,
+            algorithm,
+            built: quota,
+            args: configured(algorithm, quota, quota),
+            carried: None,
             bucket: Bucket::builder(quota)
                 .algorithm(algorithm)
                 .window_origin(tokio::time::Instant::now())
@@ -680,20 +575,28 @@ impl Changing {
         self.t += us;
     }
 
-    /// Both sides take the new quota.
+    /// Both sides take the new quota. The calls to Redis carry the parameters before until
+    /// one is answered: the fewest tokens of those of every change since the last answer.
     fn set_quota(&mut self, quota: Quota) {
         self.bucket.set_quota(quota);
-        self.rates.set_quota(quota);
+        let a = &self.args;
+        let before = (a.interval, a.tolerance / a.interval, a.effective);
+        self.carried = Some(match self.carried {
+            None => before,
+            Some((t, k, e)) => (t.min(before.0), k.min(before.1), e.min(before.2)),
+        });
+        self.args = configured(self.algorithm, self.built, quota);
     }
 
-    /// Redis: acquire `n` now, as the backend sends it; (admitted, wait µs).
+    /// Redis: acquire `n` now, as the crate sends it; (admitted, wait µs).
     fn redis(&mut self, n: u32) -> (bool, u64) {
-        let p = self.rates.params();
-        let (args, _) = script_args(&p, &self.shape, Op::Acquire { n, book: false });
-        let now = self.origin + self.t;
-        let args = args.into_iter().chain([now]);
-        let items = invoke(&mut self.conn, &self.scripts[0], &self.key, args);
-        self.rates.answered(&p);
+        let mut args = self.args;
+        if let Some((t, k, e)) = self.carried {
+            args.from = [t, t * k, e];
+        }
+        let args = args.call(u64::from(n), 0, self.origin + self.t);
+        let items = invoke(&mut self.conn, &self.scripts[ACQUIRE], &self.key, args);
+        self.carried = None;
         (int(&items[0]) == 1, int(&items[1]))
     }
 
@@ -775,7 +678,7 @@ async fn a_new_gcra_quota_keeps_the_tokens_held_as_in_process() {
                     (burst, 150_000, false),
                 ]
             };
-            let slower = to.interval_ns() >= from.interval_ns();
+            let slower = to.interval() >= from.interval();
             let larger = leaky || to.burst_size() >= burst;
             for &(used, later, kept) in fills {
                 let at = format!("{algorithm:?} {from:?} → {to:?}, {used} used, {later} µs");
@@ -799,10 +702,10 @@ async fn a_new_gcra_quota_keeps_the_tokens_held_as_in_process() {
                     c.take(1, &at);
                     let (here, there) = c.at_once();
                     assert_eq!(there, here, "{at}: after the next token");
-                    assert_eq!(there.1, to.interval_ns() / 1000, "{at}: the new interval");
+                    assert_eq!(there.1, micros_up(to.interval()), "{at}: the new interval");
                 } else {
                     assert!(
-                        there_wait <= to.interval_ns() / 1000,
+                        there_wait <= micros_up(to.interval()),
                         "{at}: the next token in {there_wait} µs"
                     );
                 }
@@ -870,11 +773,4 @@ async fn two_changes_before_an_answer_give_no_burst() {
     let (here, there) = c.at_once();
     assert_eq!(here, (0, 500_000), "in process");
     assert_eq!(there, here, "redis");
-    // Answered: later calls carry nothing.
-    let (args, len) = script_args(
-        &c.rates.params(),
-        &c.shape,
-        Op::Acquire { n: 1, book: false },
-    );
-    assert_eq!((len, &args[11..]), (8, &[0, 0, 0][..]));
 }

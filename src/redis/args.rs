@@ -1,0 +1,234 @@
+//! The script arguments `ARGV[1]`–`ARGV[14]` of one call (see `lua/common.lua`): what a call
+//! does, under the parameters in force.
+
+use super::params::{Convert, Params, Shape};
+
+/// What a script call does, for the arguments it needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op {
+    /// Take `n` tokens: now, or booked (`book`).
+    Acquire { n: u32, book: bool },
+    /// Give back `n` tokens of an admission (booked for `at_us`, or 0).
+    Release { n: u32, at_us: u64 },
+    /// Pause for this many µs.
+    Pause { us: u64 },
+    /// Take a lease of up to `want` tokens, at least `need`, giving back `back`.
+    Lease { want: u32, need: u32, back: u32 },
+}
+
+/// The script arguments `ARGV[1]`–`ARGV[14]` of one call of `op` under `p` (see
+/// `lua/common.lua`), and how many of them it sends: fewer when the script does not read
+/// the rest. A request larger than the parameters allow (the quota changed since it was
+/// checked) is cut to the most they take: a release gives back less, never more; a lease
+/// takes less.
+pub(crate) fn script_args(p: &Params, shape: &Shape, op: Op) -> ([u64; 14], usize) {
+    let gcra = shape.algorithm.is_gcra();
+    let most = if gcra { p.burst } else { p.limit };
+    let (arg, book, need, back) = match op {
+        Op::Acquire { n, book } => (u64::from(n), u64::from(book), 0, 0),
+        Op::Release { n, at_us } => (u64::from(n.min(most)), at_us, 0, 0),
+        Op::Pause { us } => (us, 0, 0, 0),
+        Op::Lease { want, need, back } => {
+            let want = want.min(p.burst).max(need);
+            (u64::from(want), 0, need, back.min(p.burst))
+        }
+    };
+    let [from_t, from_tau, from_e] = p.convert.map_or([0; 3], Convert::args);
+    let all = [
+        p.interval_us,
+        u64::from(p.burst),
+        arg,
+        shape.max_pause_us,
+        p.tolerance_us,
+        shape.window_us,
+        u64::from(p.limit),
+        book,
+        u64::from(need),
+        u64::from(back),
+        u64::from(p.effective_limit),
+        from_t,
+        from_tau,
+        from_e,
+    ];
+    // The lease script reads two arguments more than the token and leaky bucket's others;
+    // the windows three (the lease's two, unused, then `E`); a re-read after a change three
+    // more.
+    let len = if p.convert.is_some() {
+        14
+    } else if matches!(op, Op::Lease { .. }) {
+        10
+    } else if gcra {
+        8
+    } else {
+        11
+    };
+    (all, len)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::adaptive::effective;
+    use crate::redis::params::Rates;
+    use crate::{Algorithm, Quota};
+
+    /// What `lua/common.lua` checks of its arguments, and what one rate is: `tau` the
+    /// tolerance of `T` (`B × T`, or `T` for the leaky bucket), a request within `B` (token
+    /// and leaky bucket) or `L` (windows).
+    fn consistent(algorithm: Algorithm, args: &[u64; 14]) -> bool {
+        let [t, b, x, _, tau, w, l, _, _, _, e, ft, ftau, fe] = *args;
+        let one_rate = match algorithm {
+            Algorithm::TokenBucket => tau == b * t && x <= b,
+            Algorithm::LeakyBucket { .. } => tau == t && x <= b,
+            _ => x <= l,
+        };
+        t >= 1
+            && b >= 1
+            && tau >= t
+            && w >= 1
+            && l >= 1
+            && (1..=l).contains(&e)
+            && (ft == 0 || ftau >= ft)
+            && (ft > 0 || ftau == 0)
+            && (fe == 0 || fe <= u64::from(u32::MAX))
+            && one_rate
+    }
+
+    fn rates(algorithm: Algorithm, quota: Quota) -> Rates {
+        Rates::new(Shape::new(algorithm, quota, 10_000_000).unwrap())
+    }
+
+    const ALGORITHMS: [Algorithm; 5] = [
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket { max_queue: 16 },
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ];
+
+    /// The arguments of one call are of one rate, whatever changes at the same time: a rate
+    /// control moving the rate up and down (a burst of 1: the tolerance is the interval,
+    /// and an old interval beside a new tolerance is refused by the scripts) while calls
+    /// read their arguments on other threads.
+    #[test]
+    fn one_call_never_mixes_two_rates() {
+        // What a call reading the interval before a change and the tolerance after it sent
+        // (a leaky bucket, the rate going back up): refused by the scripts, `tau < T`.
+        let leaky = Algorithm::LeakyBucket { max_queue: 16 };
+        let quota = Quota::per_second(100).burst(1);
+        let changing = rates(leaky, quota);
+        changing.set_rate(effective(quota, 10.0).unwrap());
+        let slow = changing.params();
+        changing.set_rate(quota);
+        let fast = changing.params();
+        let op = Op::Acquire { n: 1, book: true };
+        let mut torn = script_args(&slow, &changing.shape, op).0;
+        torn[4] = script_args(&fast, &changing.shape, op).0[4];
+        assert!(!consistent(leaky, &torn), "{torn:?}");
+        assert!(torn[4] < torn[0], "the scripts refuse it");
+
+        for algorithm in ALGORITHMS {
+            let quota = Quota::per_second(100).burst(1);
+            let rates = std::sync::Arc::new(rates(algorithm, quota));
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let changer = {
+                let (rates, stop) = (rates.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut i = 0u32;
+                    while !stop.load(Ordering::Relaxed) {
+                        let rate = [100.0, 7.0, 55.0, 1.5][i as usize % 4];
+                        rates.set_rate(effective(quota, rate).unwrap());
+                        if i % 64 == 0 {
+                            rates.set_quota(Quota::per_second(50 + i % 100).burst(1 + i % 3));
+                        }
+                        i = i.wrapping_add(1);
+                    }
+                })
+            };
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    let rates = rates.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..20_000 {
+                            let p = rates.params();
+                            let (args, _) =
+                                script_args(&p, &rates.shape, Op::Acquire { n: 1, book: true });
+                            assert!(consistent(algorithm, &args), "{algorithm:?}: {args:?}");
+                            rates.answered(&p);
+                        }
+                    })
+                })
+                .collect();
+            for r in readers {
+                r.join().unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+            changer.join().unwrap();
+        }
+    }
+
+    /// Every quota and rate gives arguments the scripts take.
+    #[test]
+    fn every_change_gives_arguments_the_scripts_take() {
+        let quotas = [
+            Quota::per_second(1),
+            Quota::per_second(100).burst(10),
+            Quota::per_minute(600),
+            Quota::per_hour(5).burst(3),
+            Quota::new(7, Duration::from_millis(3)),
+            Quota::per_second(1_000_000).burst(1000),
+        ];
+        for algorithm in ALGORITHMS {
+            for built in quotas {
+                let rates = rates(algorithm, built);
+                for quota in quotas {
+                    rates.set_quota(quota);
+                    for rate in [quota.per_second_f64(), quota.per_second_f64() / 3.0, 1e-3] {
+                        rates.set_rate(effective(quota, rate).unwrap());
+                        let p = rates.params();
+                        for op in [
+                            Op::Acquire {
+                                n: p.max_cost,
+                                book: false,
+                            },
+                            Op::Release {
+                                n: u32::MAX,
+                                at_us: 0,
+                            },
+                        ] {
+                            let (args, len) = script_args(&p, &rates.shape, op);
+                            let at = format!("{algorithm:?} {built:?} → {quota:?} at {rate}");
+                            assert!(consistent(algorithm, &args), "{at}: {args:?}");
+                            assert_eq!(len, 14, "{at}: the change is carried");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A change is carried by every call until one made after it is answered; a call
+    /// answered that was made before a later change does not end the later one.
+    #[test]
+    fn a_change_is_carried_until_a_call_made_after_it_is_answered() {
+        let rates = rates(Algorithm::TokenBucket, Quota::per_second(10).burst(10));
+        let args = |p: &Params| script_args(p, &rates.shape, Op::Acquire { n: 1, book: false });
+        let before = rates.params();
+        assert_eq!(args(&before).1, 8, "nothing to carry");
+        rates.set_quota(Quota::per_second(5).burst(4));
+        let first = rates.params();
+        let (all, len) = args(&first);
+        assert_eq!((len, &all[11..]), (14, &[100_000, 1_000_000, 10][..]));
+        rates.set_quota(Quota::per_second(20).burst(8));
+        rates.answered(&first);
+        let second = rates.params();
+        // Either state may be in Redis: the shorter interval, the fewer tokens.
+        assert_eq!(&args(&second).0[11..], &[100_000, 400_000, 10][..]);
+        rates.answered(&second);
+        assert_eq!(args(&rates.params()).1, 8, "answered");
+        assert_eq!(rates.params().quota, Quota::per_second(20).burst(8));
+    }
+}
