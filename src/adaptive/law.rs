@@ -15,9 +15,8 @@ pub(crate) const DECREASE: f64 = 0.5;
 /// (a step is 0.4 % of 50/s). Slow enough that a burst behind the limit hides little of it.
 pub(crate) const VERIFY_STEP: f64 = 0.2;
 /// After a push-back the rate rises above the rate it holds (a guess verified upwards, or the
-/// probe above `HOLD × limit`) only from the success this many after the end of the
-/// cooldown: a refused probe comes at least this many successes after the push-back before
-/// it. Against a server that admits the rate held, at most one request in 101 after the
+/// probe above `HOLD × limit`) only from this many successes after the end of the cooldown
+/// on: a refused probe comes at least this many successes after the push-back before it. Against a server that admits the rate held, at most one request in 101 after the
 /// first push-back is refused.
 pub(crate) const PROBE_AFTER: f64 = 100.0;
 /// Once a limit is estimated, the rate holds at this fraction of it…
@@ -79,7 +78,8 @@ enum Phase {
     /// No limit known yet: growing until the first push-back.
     Search,
     /// Verifying a guess made at a first push-back: held until [`PROBE_AFTER`] successes
-    /// came after the cooldown, then a search in small steps.
+    /// came after the cooldown (successes before its end ignored), then a search in small
+    /// steps.
     Verify,
     /// After a push-back: back towards `HOLD × limit` from `from`, from `since` (the end of
     /// the cooldown); probing above it once [`PROBE_AFTER`] successes came.
@@ -626,8 +626,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_probe_waits_for_its_successes_however_slowly_they_come() {
-        // Successes a second apart: the probe's clock alone would be 40 % above the limit
-        // by the 100th. The rate holds until then, and the probe starts from the hold.
+        // Successes a second apart: counted from the end of the cooldown, the probe would
+        // put the rate at 2.4 times the limit by the 100th. The rate holds until then, and
+        // the probe starts from the hold.
         let (mut law, end) = verified(50.0);
         let limit = law.limit().unwrap();
         let mut t = end;
