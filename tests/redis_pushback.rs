@@ -217,8 +217,9 @@ async fn a_window_on_redis_follows_the_learned_rate(algorithm: Algorithm) {
         .unwrap_or_else(|e| panic!("{algorithm:?}: {big} tokens: {e}"));
     after = after.max(index) + 4;
 
-    // The rate rises with A's successes after the cooldown; Redis follows.
-    for _ in 0..30 {
+    // The rate rises with A's successes after the cooldown (the guess holds for 100 of
+    // them); Redis follows.
+    for _ in 0..130 {
         a.feedback().sending().through(None);
     }
     let raised = per_window(&a);

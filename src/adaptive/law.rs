@@ -14,6 +14,11 @@ pub(crate) const DECREASE: f64 = 0.5;
 /// step above the highest rate that went through, the server's limit to within a few per cent
 /// (a step is 0.4 % of 50/s). Slow enough that a burst behind the limit hides little of it.
 pub(crate) const VERIFY_STEP: f64 = 0.2;
+/// After a push-back the rate rises above the rate it holds (a guess verified upwards, or the
+/// probe above `HOLD × limit`) only from this many successes after the end of the cooldown
+/// on: a refused probe comes at least this many successes after the push-back before it. Against a server that admits the rate held, at most one request in 101 after the
+/// first push-back is refused.
+pub(crate) const PROBE_AFTER: f64 = 100.0;
 /// Once a limit is estimated, the rate holds at this fraction of it…
 pub(crate) const HOLD: f64 = 0.96;
 /// …or at this one once two windows showed a burst behind it: the burst absorbs the jitter
@@ -72,11 +77,12 @@ enum Phase {
     Hold,
     /// No limit known yet: growing until the first push-back.
     Search,
-    /// Verifying a guess made at a first push-back: a search in small steps, successes
-    /// before the end of the cooldown ignored.
+    /// Verifying a guess made at a first push-back: held until [`PROBE_AFTER`] successes
+    /// came after the cooldown (successes before its end ignored), then a search in small
+    /// steps.
     Verify,
-    /// After a push-back: back towards `HOLD × limit` from `from`, then probing, from
-    /// `since` (the end of the cooldown).
+    /// After a push-back: back towards `HOLD × limit` from `from`, from `since` (the end of
+    /// the cooldown); probing above it once [`PROBE_AFTER`] successes came.
     Recover { since: Instant, from: f64 },
 }
 
@@ -99,8 +105,12 @@ pub(crate) struct Law {
     through: Option<Instant>,
     /// Searching: the rate before the last increase (the highest that went through).
     passed: f64,
-    /// Successes since the end of the last cooldown.
+    /// Successes since the end of the last cooldown (or since the rise of a verification
+    /// began: see [`probing`](Self::probing)).
     count: f64,
+    /// When the rate began to rise above the rate held after the last push-back: the
+    /// [`PROBE_AFTER`]-th success after the end of its cooldown.
+    probing: Option<Instant>,
     /// The window the last push-back ended, if it was at most [`WINDOW_SECS`] long.
     window: Option<Window>,
     /// The window running now and when it started: at the end of the last cooldown, or at
@@ -132,6 +142,7 @@ impl Law {
             through: None,
             passed: 0.0,
             count: 0.0,
+            probing: None,
             window: None,
             current: (None, Window::default()),
         }
@@ -365,6 +376,7 @@ impl Law {
         let guess = sent * DECREASE;
         self.limit = Some(guess);
         self.passed = 0.0;
+        self.probing = None;
         self.phase = Phase::Verify;
         let rate = self.set(guess * self.hold());
         self.current = (Some(since), Window::at(rate));
@@ -376,6 +388,8 @@ impl Law {
         let from = self.set(from);
         self.phase = Phase::Recover { since, from };
         self.current = (Some(since), Window::at(from));
+        self.count = 0.0;
+        self.probing = None;
         from
     }
 
@@ -455,6 +469,16 @@ impl Law {
                 if tested.is_none_or(|t| t >= DECREASE * self.rate) {
                     self.passed = self.rate;
                 }
+                if self.probing.is_none() {
+                    if self.count < PROBE_AFTER {
+                        return self.rate;
+                    }
+                    // The rise is a window of its own: the server's bucket stayed full
+                    // while the guess held below its rate.
+                    self.probing = Some(now);
+                    self.count = 0.0;
+                    self.current = (Some(now), Window::at(self.rate));
+                }
                 self.set(self.rate + VERIFY_STEP)
             }
             Phase::Search => {
@@ -473,7 +497,13 @@ impl Law {
                 let hold = self.hold();
                 let target = hold * limit;
                 let back = target - (target - from) * (-t / RECOVER_SECS).exp();
-                let probe = (1.0 - hold) * limit * (t / PROBE_SECS).powi(3);
+                if self.probing.is_none() && self.count >= PROBE_AFTER {
+                    self.probing = Some(now);
+                }
+                let probe = self.probing.map_or(0.0, |p| {
+                    let t = now.saturating_duration_since(p).as_secs_f64();
+                    (1.0 - hold) * limit * (t / PROBE_SECS).powi(3)
+                });
                 let rate = self.set(back.max(from) + probe);
                 if rate >= self.ceiling {
                     self.phase = Phase::Hold;
@@ -503,13 +533,25 @@ mod tests {
         (a - b).abs() < 1e-9 * b.abs().max(1.0)
     }
 
+    /// `PROBE_AFTER - 1` successes 10 ms apart from `from`, at which the rate holds: the
+    /// instant of the next one, which may raise it.
+    fn hold_for_probe(law: &mut Law, from: Instant) -> Instant {
+        let held = law.rate();
+        let mut t = from;
+        for _ in 1..PROBE_AFTER as u32 {
+            assert_eq!(law.succeeded(t, None), held);
+            t += secs(0.01);
+        }
+        t
+    }
+
     /// A configured law pushed back at 100/s, verified up to `limit` and refused one step
     /// above it: (the law, the end of the second cooldown).
     fn verified(limit: f64) -> (Law, Instant) {
         let mut law = Law::capped(100.0, 1.0);
         let t0 = Instant::now();
         law.pushed_back(t0, secs(1.0), 100.0, None);
-        let mut t = t0 + secs(1.0);
+        let mut t = hold_for_probe(&mut law, t0 + secs(1.0));
         while law.rate() + VERIFY_STEP <= limit {
             t += secs(0.02);
             law.succeeded(t, None);
@@ -530,9 +572,13 @@ mod tests {
         let again = law.pushed_back(t0 + secs(0.5), secs(1.0), 100.0, None);
         assert_eq!(again, None);
         assert_eq!(law.succeeded(t0 + secs(0.6), None), 48.0);
-        // After the cooldown each success raises the rate one small step…
-        let r = law.succeeded(t0 + secs(1.1), None);
+        // After the cooldown the guess holds for `PROBE_AFTER` successes, then each success
+        // raises the rate one small step…
+        let t = hold_for_probe(&mut law, t0 + secs(1.0));
+        let r = law.succeeded(t, None);
         assert!(close(r, 48.0 + VERIFY_STEP), "{r}");
+        let r = law.succeeded(t + secs(0.01), None);
+        assert!(close(r, 48.0 + 2.0 * VERIFY_STEP), "{r}");
         // …until a push-back one step above what went through: that is the limit.
         let (law, _) = verified(90.0);
         let limit = law.limit().unwrap();
@@ -561,7 +607,10 @@ mod tests {
     async fn a_later_push_back_holds_just_below_the_rate_refused() {
         let (mut law, end) = verified(50.0);
         let limit = law.limit().unwrap();
-        // Held there, probing slowly: within 1 % of the hold 10 s after the cooldown…
+        // Held there for `PROBE_AFTER` successes (1 s), then probing slowly: within 1 % of
+        // the hold 10 s after the cooldown…
+        let t = hold_for_probe(&mut law, end);
+        assert!(close(law.succeeded(t, None), HOLD * limit));
         let r = law.succeeded(end + secs(10.0), None);
         assert!((HOLD * limit..HOLD * limit * 1.01).contains(&r), "{r}");
         // …refused 20 s later: a close estimate, a mild cut.
@@ -570,7 +619,26 @@ mod tests {
         assert!(close(rate.unwrap(), HOLD * probed), "{rate:?}");
         assert_eq!(law.limit(), Some(probed));
         // Beyond the estimate, up to the ceiling.
+        let t = hold_for_probe(&mut law, end + secs(21.0));
+        law.succeeded(t, None);
         assert_eq!(law.succeeded(end + secs(400.0), None), 100.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_waits_for_its_successes_however_slowly_they_come() {
+        // Successes a second apart: counted from the end of the cooldown, the probe would
+        // put the rate at 2.4 times the limit by the 100th. The rate holds until then, and
+        // the probe starts from the hold.
+        let (mut law, end) = verified(50.0);
+        let limit = law.limit().unwrap();
+        let mut t = end;
+        for _ in 0..PROBE_AFTER as u32 {
+            assert!(close(law.succeeded(t, None), HOLD * limit));
+            t += secs(1.0);
+        }
+        // Back at the estimate `PROBE_SECS` after the 100th success.
+        let t = t - secs(1.0) + secs(PROBE_SECS);
+        assert!(close(law.succeeded(t, None), limit));
     }
 
     #[tokio::test(start_paused = true)]
@@ -674,7 +742,7 @@ mod tests {
         let rate = law.pushed_back(t, secs(1.0), start, None).unwrap();
         assert_eq!(law.limit(), Some(start * DECREASE));
         assert!(close(rate, HOLD * start * DECREASE), "{rate}");
-        let t = t + secs(1.0);
+        let t = hold_for_probe(&mut law, t + secs(1.0));
         assert!(close(law.succeeded(t, None), rate + VERIFY_STEP));
     }
 
