@@ -14,6 +14,10 @@ use tokio::time::Instant;
 use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind, RedisKeyed};
 use tower_throttle::{Denied, Quota};
 
+/// The timeout of the handles of these tests (the default is 50 ms): a loaded machine must
+/// not turn a decision into the failure policy's refusal.
+const TIMEOUT: Duration = Duration::from_secs(1);
+
 async fn bucket(tag: &str, quota: Quota, policy: FailurePolicy) -> RedisBucket {
     raw(&redis_url()).await; // a clear message when Redis is not there
     RedisBucket::builder(quota)
@@ -21,7 +25,7 @@ async fn bucket(tag: &str, quota: Quota, policy: FailurePolicy) -> RedisBucket {
         .key_prefix(unique_prefix(tag))
         .key("bucket")
         .failure_policy(policy)
-        .timeout(Duration::from_secs(1))
+        .timeout(TIMEOUT)
         .build()
         .await
         .expect("connect to the test Redis")
@@ -82,6 +86,34 @@ async fn more_than_the_burst_fails_at_once_without_a_round_trip() {
     assert_eq!(b.stats().round_trips, 0);
 }
 
+/// Empty `b`, change its key's TTL with the command `tamper` (its arguments after the key),
+/// then have `asker` refused by Redis. A try in which a token came back before the refusal
+/// (a stalled machine) is dropped, and the test tries again.
+async fn refused_after(
+    conn: &mut redis::aio::MultiplexedConnection,
+    b: &RedisBucket,
+    asker: &RedisBucket,
+    tamper: &[&str],
+) {
+    for _ in 0..5 {
+        while b.try_acquire(1).await.is_ok() {}
+        let _: () = redis::cmd(tamper[0])
+            .arg(b.redis_key())
+            .arg(&tamper[1..])
+            .query_async(conn)
+            .await
+            .unwrap();
+        match asker.try_acquire(1).await {
+            Ok(()) => continue,
+            refused => {
+                let _ = wait_of(refused);
+                return;
+            }
+        }
+    }
+    panic!("{tamper:?}: never refused");
+}
+
 #[tokio::test]
 async fn every_write_leaves_a_ttl_within_the_time_to_refill() {
     let url = redis_url();
@@ -93,40 +125,25 @@ async fn every_write_leaves_a_ttl_within_the_time_to_refill() {
     assert_ttl_ok(&mut conn, &key, "after one admission").await;
     b.try_acquire(4).await.unwrap();
     assert_ttl_ok(&mut conn, &key, "after emptying the bucket").await;
-    let _ = b.try_acquire(1).await.unwrap_err();
 
-    // A key that lost its TTL gets it back on the deny path (no admission needed).
-    let _: () = redis::cmd("PERSIST")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let (pttl, _) = inspect(&mut conn, &key).await;
-    assert_eq!(pttl, -1);
-    tokio::time::sleep(Duration::from_micros(500)).await;
-    // New handles: no local knowledge, so they ask Redis.
+    // A key that lost its TTL gets it back on the deny path (no admission needed), and a
+    // TTL far longer than the state is cut back too: refusals of new handles (no local
+    // knowledge, so they ask Redis).
     let fresh = || async {
         let h = RedisBucket::builder(b.quota())
             .url(&url)
             .key_prefix(key.split(':').next().unwrap())
             .key("bucket")
+            .timeout(TIMEOUT)
             .build()
             .await
             .unwrap();
         assert_eq!(h.redis_key(), key);
         h
     };
-    let _ = wait_of(fresh().await.try_acquire(1).await);
+    refused_after(&mut conn, &b, &fresh().await, &["PERSIST"]).await;
     assert_ttl_ok(&mut conn, &key, "after a refusal of a key without TTL").await;
-
-    // A TTL far longer than the state is cut back too.
-    let _: () = redis::cmd("PEXPIRE")
-        .arg(&key)
-        .arg(3_600_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let _ = wait_of(fresh().await.try_acquire(1).await);
+    refused_after(&mut conn, &b, &fresh().await, &["PEXPIRE", "3600000"]).await;
     assert_ttl_ok(
         &mut conn,
         &key,
@@ -161,6 +178,7 @@ async fn a_far_future_state_never_locks_a_key_out() {
     let quota = Quota::per_second(10).burst(2); // refills fully in 200 ms
     let b = RedisBucket::builder(quota)
         .url(&url)
+        .timeout(TIMEOUT)
         .key_prefix(unique_prefix("future"))
         .key("bucket")
         .failure_policy(FailurePolicy::Closed)
@@ -204,6 +222,7 @@ async fn a_far_future_state_never_locks_a_key_out() {
     let fresh = || async {
         RedisBucket::builder(quota)
             .url(&url)
+            .timeout(TIMEOUT)
             .key_prefix(key.split(':').next().unwrap())
             .key("bucket")
             .max_pause(Duration::from_millis(300))
@@ -301,6 +320,7 @@ async fn a_key_of_another_type_is_a_typed_error_never_a_panic() {
     // Other policies apply as for any failure.
     let open = RedisBucket::builder(Quota::per_second(10))
         .url(&url)
+        .timeout(TIMEOUT)
         .key_prefix(key.split(':').next().unwrap())
         .key("bucket")
         .failure_policy(FailurePolicy::Open)
@@ -399,6 +419,7 @@ async fn a_pause_in_one_process_holds_the_others() {
     let mk = || {
         RedisBucket::builder(quota)
             .url(&url)
+            .timeout(TIMEOUT)
             .key_prefix(&prefix)
             .key("shared")
             .failure_policy(FailurePolicy::Closed)
@@ -452,21 +473,24 @@ async fn a_pause_in_one_process_holds_the_others() {
 async fn waiters_are_served_in_order_with_one_round_trip_each() {
     let b = bucket(
         "fifo",
-        Quota::per_second(50).burst(1),
+        Quota::per_second(10).burst(1),
         FailurePolicy::Closed,
     )
     .await;
+    let mut conn = raw(&redis_url()).await;
+    let key = b.redis_key().to_owned();
     let start = Instant::now();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = Vec::new();
+    let mut state = 0;
     for i in 0..10 {
-        let (b, tx) = (b.clone(), tx.clone());
+        let (waiter, tx) = (b.clone(), tx.clone());
         tasks.push(tokio::spawn(async move {
-            b.acquire(1).await.unwrap();
+            waiter.acquire(1).await.unwrap();
             tx.send(i).unwrap();
         }));
-        tokio::task::yield_now().await; // arrive in order
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        // Each arrives once the one before it booked its instant (the state moved on).
+        state = until_stored(&mut conn, &key, "a booking", |tat| tat > state).await;
     }
     for t in tasks {
         t.await.unwrap();
@@ -481,10 +505,11 @@ async fn waiters_are_served_in_order_with_one_round_trip_each() {
         (0..10).collect::<Vec<_>>(),
         "first come, first served"
     );
+    // (Bounded above generously: the point is that the ten went one per interval.)
     let elapsed = start.elapsed();
     assert!(
-        elapsed >= Duration::from_millis(180) && elapsed < Duration::from_millis(400),
-        "9 intervals of 20 ms: {elapsed:?}"
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(5),
+        "9 intervals of 100 ms: {elapsed:?}"
     );
     let trips = b.stats().round_trips;
     assert!(
@@ -527,6 +552,7 @@ async fn keyed_limits_are_independent_hashed_and_bounded() {
     let mk = || {
         RedisKeyed::builder(quota)
             .url(&url)
+            .timeout(TIMEOUT)
             .key_prefix(&prefix)
             .failure_policy(FailurePolicy::Closed)
             .build()
@@ -702,23 +728,21 @@ async fn stored_tat(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> 
         .unwrap_or_else(|_| panic!("{key} holds {v:?}"))
 }
 
-/// Poll (every 10 ms, for at most 5 s) until the state in `key` says `tat`.
+/// Poll (every 10 ms, for at most 5 s) until the state in `key` says an instant that
+/// satisfies `wanted`; that instant.
 async fn until_stored(
     conn: &mut redis::aio::MultiplexedConnection,
     key: &str,
-    tat: u64,
     what: &str,
-) {
+    wanted: impl Fn(u64) -> bool,
+) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let now = stored_tat(conn, key).await;
-        if now == tat {
-            return;
+        let tat = stored_tat(conn, key).await;
+        if wanted(tat) {
+            return tat;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {key} holds {now}, not {tat}"
-        );
+        assert!(Instant::now() < deadline, "{what}: {key} holds {tat}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -745,11 +769,14 @@ async fn a_dropped_waiter_gives_its_tokens_back() {
         let b = b.clone();
         async move { b.acquire(1).await }
     });
-    until_stored(&mut conn, &key, full + INTERVAL, "the waiter's booking").await;
+    until_stored(&mut conn, &key, "the waiter's booking", |t| {
+        t == full + INTERVAL
+    })
+    .await;
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
     // The refund reaches Redis in the background: the state is back where it was.
-    until_stored(&mut conn, &key, full, "the refund").await;
+    until_stored(&mut conn, &key, "the refund", |t| t == full).await;
     // Then the next waiter gets the dropped one's tokens: admitted no earlier than an
     // interval after the first admission (decided after `lo`), and (by the state it leaves,
     // an interval past its admission) before the instant after the dropped one's.
@@ -839,6 +866,7 @@ async fn booked_waiters_wait_out_a_pause(which: &str) {
     let bucket_handle = || async {
         RedisBucket::builder(quota)
             .url(redis_url())
+            .timeout(TIMEOUT)
             .key_prefix(&prefix)
             .key("k")
             .build()
@@ -848,6 +876,7 @@ async fn booked_waiters_wait_out_a_pause(which: &str) {
     let keyed_handle = || async {
         RedisKeyed::builder(quota)
             .url(redis_url())
+            .timeout(TIMEOUT)
             .key_prefix(&prefix)
             .build()
             .await
@@ -915,6 +944,7 @@ async fn booked_waiters_of_every_algorithm_wait_out_a_pause() {
             let handle = || async {
                 RedisBucket::builder(quota)
                     .url(redis_url())
+                    .timeout(TIMEOUT)
                     .key_prefix(&prefix)
                     .key("k")
                     .algorithm(algorithm)
