@@ -61,7 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let channel = Endpoint::from_shared(url)?.connect().await?;
     let stack = ServiceBuilder::new()
         .layer(
-            // A6 retry throttling (`.grpc_retry_throttle(RetryBudget::a6(10, 0.1))`) is
+            // A6 retry throttling (`.retry_throttle(RetryBudget::a6(10, 0.1))`) is
             // for failing servers: it would count every push-back here as a failure.
             RetryAfterLayer::new(bucket.clone()).max_retries(8).grpc(),
         )

@@ -137,6 +137,7 @@ mod inner;
 pub mod adaptive;
 mod algorithm;
 pub mod bucket;
+mod budget;
 mod clock;
 mod denied;
 mod engine;

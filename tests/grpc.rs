@@ -17,7 +17,7 @@ use tonic::{Code, Status};
 use tower::util::MapRequest;
 use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::extract::HeaderKey;
-use tower_throttle::grpc::GrpcRetry;
+use tower_throttle::grpc::{GrpcRetry, GrpcRetryLayer};
 use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::observe::Observer;
 use tower_throttle::retry_after::{Jitter, RetryBudget, RetryInfo};
@@ -80,9 +80,9 @@ fn pushed_back_once(ms: &'static str) -> Echo {
 
 /// A tonic client on `channel` behind the retry layer and the rate limit of `bucket`,
 /// stamping each call with the instant it leaves the stack (`x-sent-us`, since [`origin`]).
-fn retrying(channel: Channel, bucket: &Bucket, retry: RetryAfterLayer) -> Client {
+fn retrying(channel: Channel, bucket: &Bucket, retry: GrpcRetryLayer) -> Client {
     let stack = ServiceBuilder::new()
-        .layer(retry.grpc())
+        .layer(retry)
         .layer(RateLimitLayer::new(bucket.clone()))
         .map_request(stamp as Stamp)
         .service(channel);
@@ -274,7 +274,7 @@ async fn twenty_workers_hold_for_one_push_back_then_all_succeed() {
         .observer(reports.clone())
         .build();
     let retry = RetryAfterLayer::new(bucket.clone()).retry_after_jitter(Duration::ZERO);
-    let client = retrying(channel, &bucket, retry);
+    let client = retrying(channel, &bucket, retry.grpc());
 
     let workers: Vec<_> = (0..WORKERS)
         .map(|w| {
@@ -351,7 +351,7 @@ async fn a_negative_or_malformed_push_back_is_not_retried() {
             .observer(reports.clone())
             .build();
         let retry = RetryAfterLayer::new(bucket.clone()).max_retries(5);
-        let mut client = retrying(channel, &bucket, retry);
+        let mut client = retrying(channel, &bucket, retry.grpc());
         let status = say(&mut client, "hi", &[]).await.unwrap_err();
         assert_eq!(status.code(), Code::ResourceExhausted, "{name}");
         assert_eq!(echo.arrivals().len(), 1, "{name} push-back: not retried");
@@ -376,7 +376,7 @@ async fn a_streaming_call_is_never_resent_after_its_first_message() {
     let retry = RetryAfterLayer::new(bucket.clone())
         .max_retries(3)
         .retry_after_jitter(Duration::ZERO);
-    let mut client = retrying(channel, &bucket, retry);
+    let mut client = retrying(channel, &bucket, retry.grpc());
     let collect = PathAndQuery::from_static(COLLECT);
 
     // A stream still open when the server answers: its first message was sent.
@@ -450,7 +450,8 @@ async fn retry_throttling_stops_retries_while_the_server_fails_and_resumes_after
             Jitter::None,
         )
         .budget(None)
-        .grpc_retry_throttle(throttle.clone());
+        .grpc()
+        .retry_throttle(throttle.clone());
     let mut client = retrying(channel, &bucket, retry);
     let attempts = |before: usize| echo.arrivals().len() - before;
 
@@ -576,19 +577,18 @@ async fn only_the_retryable_codes_are_retried() {
     let internal = |_| Some((Code::Internal, None));
     let bucket = Bucket::new(Quota::per_second(100));
     let throttle = RetryBudget::a6(10, 0.1);
-    let retry = RetryAfterLayer::new(bucket.clone())
-        .backoff(
-            Duration::from_millis(10),
-            Duration::from_millis(10),
-            Jitter::None,
-        )
-        .grpc_retry_throttle(throttle.clone());
+    let retry = RetryAfterLayer::new(bucket.clone()).backoff(
+        Duration::from_millis(10),
+        Duration::from_millis(10),
+        Jitter::None,
+    );
 
     let calls = Calls::default();
     let server = scripted(&calls, internal);
     let res = retry
         .clone()
         .grpc()
+        .retry_throttle(throttle.clone())
         .layer(server)
         .oneshot(grpc_call())
         .await
@@ -607,9 +607,11 @@ async fn only_the_retryable_codes_are_retried() {
 
     let calls = Calls::default();
     let server = scripted(&calls, internal);
-    let retry = retry.grpc_retryable([Code::Internal]).max_retries(2);
     let res = retry
+        .max_retries(2)
         .grpc()
+        .retry_throttle(throttle.clone())
+        .retryable([Code::Internal])
         .layer(server)
         .oneshot(grpc_call())
         .await
@@ -690,7 +692,7 @@ async fn over_a_channel_a_push_back_past_the_deadline_comes_back_before_it_would
     let channel = serve!(Server::builder(), echo.clone());
     let bucket = Bucket::new(Quota::per_second(100));
     let retry = RetryAfterLayer::new(bucket.clone()).retry_after_jitter(Duration::ZERO);
-    let mut client = retrying(channel, &bucket, retry);
+    let mut client = retrying(channel, &bucket, retry.grpc());
 
     let start = Instant::now();
     let status = say_within(&mut client, "hi", Some(Duration::from_millis(300)))
@@ -725,7 +727,7 @@ async fn over_a_channel_a_retry_carries_the_time_left_to_the_server() {
     let channel = serve!(Server::builder().layer(record), echo.clone());
     let bucket = Bucket::new(Quota::per_second(100));
     let retry = RetryAfterLayer::new(bucket.clone()).retry_after_jitter(Duration::ZERO);
-    let mut client = retrying(channel, &bucket, retry);
+    let mut client = retrying(channel, &bucket, retry.grpc());
 
     let deadline = Duration::from_secs(2);
     let start = Instant::now();

@@ -337,6 +337,46 @@ async fn missing_keys_can_be_rejected_with_400() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_grpc_request_gets_a_trailers_only_refusal_that_its_client_understands() {
+    let grpc = |key: Option<&str>| {
+        let req = Request::builder().header("content-type", "application/grpc+proto");
+        let req = match key {
+            Some(key) => req.header("x-api-key", key),
+            None => req,
+        };
+        req.body(String::new()).unwrap()
+    };
+    let mut svc = RateLimitLayer::keyed(
+        KeyedBucket::new(Quota::new(2, Duration::from_secs(3)).burst(1)),
+        HeaderKey::x_api_key(),
+    )
+    .on_missing_key(MissingKey::Reject)
+    .reject()
+    .layer(inner(counter()));
+    assert_eq!(
+        send(&mut svc, grpc(Some("a"))).await.status(),
+        StatusCode::OK
+    );
+
+    // RESOURCE_EXHAUSTED in an HTTP 200 whose headers end the stream, the wait in ms.
+    let res = send(&mut svc, grpc(Some("a"))).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(header(&res, "content-type"), "application/grpc");
+    assert_eq!(header(&res, "grpc-status"), "8");
+    assert_eq!(header(&res, "grpc-retry-pushback-ms"), "1500");
+    assert_eq!(res.body(), "");
+    assert!(res.headers().get("x-inner").is_none());
+    // Without a key: INVALID_ARGUMENT, and no push-back (waiting does not help).
+    let res = send(&mut svc, grpc(None)).await;
+    assert_eq!(header(&res, "grpc-status"), "3");
+    assert!(res.headers().get("grpc-retry-pushback-ms").is_none());
+    // Plain HTTP keeps its 429.
+    let res = send(&mut svc, with_key("a")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.body(), "Too Many Requests\n");
+}
+
+#[tokio::test(start_paused = true)]
 async fn missing_keys_can_be_allowed_under_the_global_ceiling() {
     let mut svc = RateLimitLayer::keyed(
         KeyedBucket::new(Quota::per_minute(1)),

@@ -1,6 +1,7 @@
-//! Client side: [`GrpcRetryLayer`], the [`RetryAfterLayer`] of tonic clients, and the gRPC
+//! Client side: [`GrpcRetryLayer`], the [`RetryAfterLayer`] of tonic clients, with the gRPC
 //! settings of the retry policy.
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -10,6 +11,7 @@ use tonic::Code;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::classify::Grpc;
 use super::request::GrpcRequest;
 use crate::retry_after::{HttpResponse, ResponseFuture, RetryAfter, RetryBudget};
 use crate::{BoxError, RetryAfterLayer};
@@ -18,29 +20,11 @@ use crate::{BoxError, RetryAfterLayer};
 const DEFAULT_BUFFER_LIMIT: usize = 1 << 20;
 
 impl RetryAfterLayer {
-    /// The gRPC status codes retried when a server answers with them in a trailers-only
-    /// response (A6 `retryableStatusCodes`). Default: `RESOURCE_EXHAUSTED` and `UNAVAILABLE`.
-    ///
-    /// As in A6, a code in this set is retried for any call — gRPC has no idempotency
-    /// marker, so the set is the promise that the server did not act on the call. Leave
-    /// `UNAVAILABLE` out when a server may return it after acting on a call that must not
-    /// run twice.
-    pub fn grpc_retryable(self, codes: impl IntoIterator<Item = Code>) -> Self {
-        let codes = codes.into_iter().collect();
-        self.with(|p| p.grpc.retryable = codes)
-    }
-
-    /// Throttle retries of gRPC calls as A6 does, with a budget made by [`RetryBudget::a6`]:
-    /// failed attempts take from it, successful ones give back. Shared by every clone of the
-    /// layer. Off by default.
-    pub fn grpc_retry_throttle(self, throttle: RetryBudget) -> Self {
-        self.with(|p| p.grpc.throttle = Some(throttle))
-    }
-
     /// This layer for tonic clients: see [`GrpcRetryLayer`].
     pub fn grpc(self) -> GrpcRetryLayer {
         GrpcRetryLayer {
             retry: self,
+            grpc: Grpc::default(),
             buffer_limit: DEFAULT_BUFFER_LIMIT,
         }
     }
@@ -55,13 +39,12 @@ impl RetryAfterLayer {
 /// [`buffer_limit`](Self::buffer_limit), is sent once and never resent (see
 /// [`GrpcRequest`]). Responses are read as gRFC A6 says:
 ///
-/// - a trailers-only response with a code in the
-///   [retryable set](RetryAfterLayer::grpc_retryable) is retried: after
-///   `grpc-retry-pushback-ms` when the server sent one — the shared bucket is paused for it,
-///   so every worker holds — or after the exponential backoff when it did not;
+/// - a trailers-only response with a code in the [retryable set](Self::retryable) is
+///   retried: after `grpc-retry-pushback-ms` when the server sent one — the shared bucket is
+///   paused for it, so every worker holds — or after the exponential backoff when it did not;
 /// - a negative or malformed push-back means "do not retry": the status goes to the caller;
 /// - a response with headers is committed (its status comes in the trailers): never retried;
-/// - retries stop while the [retry throttle](RetryAfterLayer::grpc_retry_throttle) is low;
+/// - retries stop while the [retry throttle](Self::retry_throttle) is low;
 /// - a retry carries `grpc-previous-rpc-attempts` (A6), so the server can tell it apart;
 /// - a call's deadline, its `grpc-timeout`, covers every attempt (A6). A retry carries the
 ///   time left as its `grpc-timeout` (rounded down: the server never gets more time than the
@@ -89,8 +72,8 @@ impl RetryAfterLayer {
 ///     .layer(
 ///         RetryAfterLayer::new(bucket.clone())
 ///             .max_retries(4)
-///             .grpc_retry_throttle(RetryBudget::a6(10, 0.1))
-///             .grpc(),
+///             .grpc()
+///             .retry_throttle(RetryBudget::a6(10, 0.1)),
 ///     )
 ///     .layer(RateLimitLayer::new(bucket.clone()))
 ///     .service(channel);
@@ -103,10 +86,31 @@ impl RetryAfterLayer {
 #[must_use]
 pub struct GrpcRetryLayer {
     retry: RetryAfterLayer,
+    grpc: Grpc,
     buffer_limit: usize,
 }
 
 impl GrpcRetryLayer {
+    /// The gRPC status codes retried when a server answers with them in a trailers-only
+    /// response (A6 `retryableStatusCodes`). Default: `RESOURCE_EXHAUSTED` and `UNAVAILABLE`.
+    ///
+    /// As in A6, a code in this set is retried for any call — gRPC has no idempotency
+    /// marker, so the set is the promise that the server did not act on the call. Leave
+    /// `UNAVAILABLE` out when a server may return it after acting on a call that must not
+    /// run twice.
+    pub fn retryable(mut self, codes: impl IntoIterator<Item = Code>) -> Self {
+        self.grpc.retryable = codes.into_iter().collect();
+        self
+    }
+
+    /// Throttle retries as A6 does, with a budget made by [`RetryBudget::a6`]: failed
+    /// attempts take from it, successful ones give back. Shared by every clone of the layer.
+    /// Off by default.
+    pub fn retry_throttle(mut self, throttle: RetryBudget) -> Self {
+        self.grpc.throttle = Some(throttle);
+        self
+    }
+
     /// The most bytes of a call's request kept for a retry (A6
     /// `per_rpc_buffer_limit_in_bytes`); a larger request is sent once. Default 1 MiB.
     pub fn buffer_limit(mut self, bytes: usize) -> Self {
@@ -119,8 +123,10 @@ impl<S> Layer<S> for GrpcRetryLayer {
     type Service = GrpcRetry<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
+        let grpc = Arc::new(self.grpc.clone());
+        let retry = self.retry.clone().with(|p| p.protocol = Some(grpc));
         GrpcRetry {
-            inner: self.retry.layer(ToHttp { inner }),
+            inner: retry.layer(ToHttp { inner }),
             buffer_limit: self.buffer_limit,
         }
     }

@@ -10,16 +10,17 @@
 //! application/grpc…`) with a trailers-only `RESOURCE_EXHAUSTED` carrying
 //! `grpc-retry-pushback-ms` (the real wait, rounded up to the millisecond). Detection is by
 //! content type, so it is automatic and leaves plain HTTP alone: the default rejection does
-//! it for bodies that convert from text (axum), and [`RejectLayer::grpc`](crate::RejectLayer::grpc)
-//! does it for tonic's body. Keys come from metadata as from headers (gRPC metadata *are*
-//! HTTP/2 headers): [`HeaderKey::x_api_key`](crate::extract::HeaderKey::x_api_key),
+//! it for bodies that convert from text (axum), with or without this feature, and
+//! [`RejectLayer::grpc`](crate::RejectLayer::grpc) does it for tonic's body. Keys come from
+//! metadata as from headers (gRPC metadata *are* HTTP/2 headers):
+//! [`HeaderKey::x_api_key`](crate::extract::HeaderKey::x_api_key),
 //! [`HeaderKey::authorization`](crate::extract::HeaderKey::authorization).
 //!
 //! **Client.** [`RetryAfterLayer::grpc`](crate::RetryAfterLayer::grpc) wraps a tonic
 //! `Channel`: a trailers-only `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a push-back pauses
 //! the shared bucket for it — every worker holds — and the call is retried after it; a
 //! negative or malformed push-back is not retried; without one, the exponential backoff
-//! applies; the [retry throttle](crate::RetryAfterLayer::grpc_retry_throttle) stops retries
+//! applies; the [retry throttle](GrpcRetryLayer::retry_throttle) stops retries
 //! while the server keeps failing. A call's deadline (`grpc-timeout`) covers every attempt: a
 //! retry carries the time left, and none is made that could not go out before the deadline.
 //!
@@ -83,7 +84,7 @@
 //!   may replay a client stream it still holds whole: a stream's messages may already have
 //!   been acted on. Retries carry A6's `grpc-previous-rpc-attempts`.
 //! - **Which calls may be resent.** gRPC has no idempotency marker (every call is a POST): as
-//!   in A6, the [retryable set](crate::RetryAfterLayer::grpc_retryable) is the promise that
+//!   in A6, the [retryable set](GrpcRetryLayer::retryable) is the promise that
 //!   the server did not act on a call, so a code in it is retried for any call.
 //! - **Push-back is a refusal.** A push-back of a retryable code pauses the shared bucket,
 //!   exactly like a `429`'s `Retry-After` (floor, jitter added, capped by
@@ -102,9 +103,6 @@ mod client;
 mod reject;
 mod request;
 mod wire;
-
-pub(crate) use self::classify::{on_response, GrpcPolicy};
-pub(crate) use self::reject::{is_grpc_request, refusal};
 
 pub use self::client::{GrpcRetry, GrpcRetryLayer, ToHttp};
 pub use self::reject::ResourceExhausted;

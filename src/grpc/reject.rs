@@ -3,32 +3,9 @@
 use std::future::{ready, Ready};
 
 use http::{Request, Response};
-use tonic::Code;
 
-use super::wire::{is_grpc, trailers_only};
-use crate::reject::{OnReject, RejectLayer, Rejected, RejectedBy};
-
-/// The gRPC answer to a request turned away: `RESOURCE_EXHAUSTED` with the wait as
-/// `grpc-retry-pushback-ms`, or `INVALID_ARGUMENT` for a request without a key (waiting does
-/// not help it).
-pub(crate) fn refusal<B>(rejected: &Rejected, body: B) -> Response<B> {
-    match rejected.by() {
-        RejectedBy::MissingKey => {
-            trailers_only(Code::InvalidArgument, "no rate-limit key", None, body)
-        }
-        _ => trailers_only(
-            Code::ResourceExhausted,
-            "rate limit exceeded",
-            rejected.wait(),
-            body,
-        ),
-    }
-}
-
-/// Whether a request speaks gRPC (its `content-type` is `application/grpc…`).
-pub(crate) fn is_grpc_request<B>(req: &Request<B>) -> bool {
-    is_grpc(req.headers())
-}
+use crate::headers::grpc::is_grpc;
+use crate::reject::{OnReject, RejectLayer, Rejected};
 
 /// The rejection of a gRPC server, for response bodies with an empty `Default` (tonic's
 /// `Body`): made by [`RejectLayer::grpc`].
@@ -41,7 +18,7 @@ pub(crate) fn is_grpc_request<B>(req: &Request<B>) -> bool {
 /// 400 without a key) with an empty body.
 ///
 /// The default [`TooManyRequests`](crate::reject::TooManyRequests) answers gRPC requests
-/// the same way when the `grpc` feature is on, for bodies that convert from text (axum's).
+/// the same way, for bodies that convert from text (axum's).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ResourceExhausted;
 
@@ -52,8 +29,8 @@ where
     type Future = Ready<Result<Response<B>, E>>;
 
     fn on_reject(&self, req: Request<ReqB>, rejected: &Rejected) -> Self::Future {
-        if is_grpc_request(&req) {
-            return ready(Ok(refusal(rejected, B::default())));
+        if is_grpc(req.headers()) {
+            return ready(Ok(rejected.grpc_answer(B::default())));
         }
         let mut res = Response::new(B::default());
         *res.status_mut() = rejected.status_code();

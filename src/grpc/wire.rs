@@ -1,21 +1,13 @@
-//! The gRPC-over-HTTP/2 fields the crate reads and writes: `content-type`, `grpc-status`,
-//! `grpc-message`, `grpc-timeout` and gRFC A6's `grpc-retry-pushback-ms`.
+//! The gRPC-over-HTTP/2 fields a client reads and writes: `grpc-status`, `grpc-timeout` and
+//! gRFC A6's `grpc-retry-pushback-ms`. A server's refusal is written in `headers/grpc.rs`.
 
 use std::time::Duration;
 
-use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderValue};
 use tonic::Code;
 
-use crate::headers::{ceil, digits};
-
-/// The status of a gRPC call, in a trailers-only response or in trailers.
-pub(crate) const GRPC_STATUS: &str = "grpc-status";
-/// The status message (percent-encoded; the crate only writes plain ASCII).
-pub(crate) const GRPC_MESSAGE: &str = "grpc-message";
-/// gRFC A6 server push-back: milliseconds to wait before a retry; negative or malformed
-/// means "do not retry".
-pub(crate) const PUSHBACK: &str = "grpc-retry-pushback-ms";
+use crate::headers::digits;
+use crate::headers::grpc::{GRPC_STATUS, PUSHBACK};
 
 /// The time a call has left, from the moment it is sent: `TimeoutValue TimeoutUnit`, at most
 /// 8 ASCII digits then `H`, `M`, `S`, `m`, `u` or `n` (hours to nanoseconds).
@@ -61,19 +53,6 @@ pub(crate) fn timeout_value(left: Duration) -> HeaderValue {
     HeaderValue::try_from(value).expect("digits and a letter make a header value")
 }
 
-/// Whether `headers` describe a gRPC message: `content-type` is `application/grpc`, alone or
-/// followed by `+format` or parameters (gRPC-Web, `application/grpc-web…`, is not).
-pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(CONTENT_TYPE) else {
-        return false;
-    };
-    let value = value.as_bytes();
-    let prefix = b"application/grpc";
-    value.len() >= prefix.len()
-        && value[..prefix.len()].eq_ignore_ascii_case(prefix)
-        && matches!(value.get(prefix.len()), None | Some(b'+' | b';'))
-}
-
 /// The server's push-back, as gRFC A6 reads `grpc-retry-pushback-ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pushback {
@@ -97,38 +76,12 @@ pub(crate) fn pushback(headers: &HeaderMap) -> Pushback {
     }
 }
 
-/// The value of `grpc-retry-pushback-ms` for a wait: whole milliseconds, rounded **up** (a
-/// client that honours it never comes back early), at most `i32::MAX`.
-pub(crate) fn pushback_value(wait: Duration) -> HeaderValue {
-    HeaderValue::from(ceil(wait, Duration::from_millis(1)).min(i32::MAX as u64))
-}
-
 /// The code of a response that carries its status in its headers (a trailers-only
 /// response); `None` when the status will come in the trailers.
 pub(crate) fn header_code(headers: &HeaderMap) -> Option<Code> {
     headers
         .get(GRPC_STATUS)
         .map(|v| Code::from_bytes(v.as_bytes()))
-}
-
-/// A trailers-only response: HTTP 200, `content-type: application/grpc`, the status in the
-/// headers, and an empty body (which ends the stream with the headers).
-pub(crate) fn trailers_only<B>(
-    code: Code,
-    message: &'static str,
-    pushback: Option<Duration>,
-    body: B,
-) -> Response<B> {
-    let mut res = Response::new(body);
-    *res.status_mut() = StatusCode::OK;
-    let h = res.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    h.insert(GRPC_STATUS, HeaderValue::from(code as i32));
-    h.insert(GRPC_MESSAGE, HeaderValue::from_static(message));
-    if let Some(wait) = pushback {
-        h.insert(PUSHBACK, pushback_value(wait));
-    }
-    res
 }
 
 #[cfg(test)]
@@ -145,27 +98,6 @@ mod tests {
                 )
             })
             .collect()
-    }
-
-    #[test]
-    fn grpc_content_types() {
-        for ct in [
-            "application/grpc",
-            "application/grpc+proto",
-            "Application/GRPC;charset=utf-8",
-        ] {
-            assert!(is_grpc(&headers(&[("content-type", ct)])), "{ct}");
-        }
-        for ct in [
-            "application/grpc-web",
-            "application/grpc-web+proto",
-            "application/json",
-            "application/grp",
-            "",
-        ] {
-            assert!(!is_grpc(&headers(&[("content-type", ct)])), "{ct}");
-        }
-        assert!(!is_grpc(&HeaderMap::new()));
     }
 
     #[test]
@@ -195,15 +127,6 @@ mod tests {
         let mut opaque = HeaderMap::new();
         opaque.insert(PUSHBACK, HeaderValue::from_bytes(b"\xff1").unwrap());
         assert_eq!(pushback(&opaque), Pushback::Stop);
-    }
-
-    #[test]
-    fn pushback_rounds_up() {
-        assert_eq!(pushback_value(Duration::from_nanos(1)), "1");
-        assert_eq!(pushback_value(Duration::from_micros(333_001)), "334");
-        assert_eq!(pushback_value(Duration::from_millis(250)), "250");
-        assert_eq!(pushback_value(Duration::ZERO), "0");
-        assert_eq!(pushback_value(Duration::MAX), "2147483647");
     }
 
     #[test]
@@ -286,20 +209,11 @@ mod tests {
     }
 
     #[test]
-    fn trailers_only_response() {
-        let res = trailers_only(
-            Code::ResourceExhausted,
-            "rate limit exceeded",
-            Some(Duration::from_millis(20)),
-            (),
+    fn header_code_of_a_trailers_only_response() {
+        assert_eq!(
+            header_code(&headers(&[(GRPC_STATUS, "8")])),
+            Some(Code::ResourceExhausted)
         );
-        assert_eq!(res.status(), 200);
-        let h = res.headers();
-        assert_eq!(h["content-type"], "application/grpc");
-        assert_eq!(h[GRPC_STATUS], "8");
-        assert_eq!(h[GRPC_MESSAGE], "rate limit exceeded");
-        assert_eq!(h[PUSHBACK], "20");
-        assert_eq!(header_code(h), Some(Code::ResourceExhausted));
         assert_eq!(header_code(&HeaderMap::new()), None);
     }
 }

@@ -25,6 +25,7 @@
 //!
 //! [draft-ietf-httpapi-ratelimit-headers]: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/
 
+pub(crate) mod grpc;
 mod ratelimit;
 mod retry_after;
 mod structured;
@@ -36,7 +37,7 @@ pub(crate) use self::ratelimit::{
 };
 pub(crate) use self::values::ceil_secs;
 #[cfg(feature = "grpc")]
-pub(crate) use self::values::{ceil, digits};
+pub(crate) use self::values::digits;
 
 pub use self::ratelimit::{read_quota_hint, read_quota_rate, read_stated_rate, QuotaHint};
 pub use self::retry_after::{

@@ -12,6 +12,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::rejected::{Rejected, RejectedBy};
+use crate::headers::grpc::{is_grpc, trailers_only, INVALID_ARGUMENT, RESOURCE_EXHAUSTED};
 
 /// What a [`Reject`](super::Reject) service does with a request it turns away.
 ///
@@ -43,10 +44,12 @@ pub trait OnReject<Req, Res, E> {
 /// Works for any response body that converts from a `&'static str` (axum's `Body`, `String`,
 /// `Full<Bytes>`…); for other bodies use [`on_reject`](super::RejectLayer::on_reject).
 ///
-/// With the `grpc` feature, a gRPC request (`content-type: application/grpc…`) gets a gRPC
-/// answer instead: a trailers-only `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms` (see
-/// [`grpc::ResourceExhausted`](crate::grpc::ResourceExhausted)). Plain HTTP requests never
-/// carry that content type, so their answer does not change.
+/// A gRPC request (`content-type: application/grpc…`) gets a gRPC answer instead, which its
+/// client library understands (an HTTP 429 would reach it as `UNAVAILABLE`, with no delay):
+/// a trailers-only response — HTTP 200, `grpc-status: 8` (`RESOURCE_EXHAUSTED`), a
+/// `grpc-message`, and `grpc-retry-pushback-ms`: the wait, rounded up to the millisecond — or
+/// `grpc-status: 3` (`INVALID_ARGUMENT`) for a request without a key. Plain HTTP requests
+/// never carry that content type, so their answer does not change.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TooManyRequests;
 
@@ -56,10 +59,9 @@ where
 {
     type Future = Ready<Result<Response<B>, E>>;
 
-    fn on_reject(&self, _req: Request<ReqB>, rejected: &Rejected) -> Self::Future {
-        #[cfg(feature = "grpc")]
-        if crate::grpc::is_grpc_request(&_req) {
-            return ready(Ok(crate::grpc::refusal(rejected, B::from(""))));
+    fn on_reject(&self, req: Request<ReqB>, rejected: &Rejected) -> Self::Future {
+        if is_grpc(req.headers()) {
+            return ready(Ok(rejected.grpc_answer(B::from(""))));
         }
         let body = match rejected.by() {
             RejectedBy::MissingKey => "Bad Request\n",
@@ -72,6 +74,18 @@ where
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         ready(Ok(res))
+    }
+}
+
+impl Rejected {
+    /// The answer of [`TooManyRequests`] to a gRPC request, with `body` (empty).
+    pub(crate) fn grpc_answer<B>(&self, body: B) -> Response<B> {
+        match self.by() {
+            RejectedBy::MissingKey => {
+                trailers_only(INVALID_ARGUMENT, "no rate-limit key", None, body)
+            }
+            _ => trailers_only(RESOURCE_EXHAUSTED, "rate limit exceeded", self.wait(), body),
+        }
     }
 }
 

@@ -8,9 +8,9 @@ use http::StatusCode;
 use tower_layer::Layer;
 
 use super::backoff::{Backoff, Jitter};
-use super::budget::RetryBudget;
 use super::policy::{CooldownJitter, Failure, Policy};
 use super::RetryAfter;
+use crate::budget::RetryBudget;
 use crate::Bucket;
 
 /// Retries what a server pushes back (`429`, `503`) after its `Retry-After`, pausing the shared
@@ -74,8 +74,7 @@ impl RetryAfterLayer {
                 retry_non_idempotent: false,
                 read_quota_headers: true,
                 classify: Arc::new(Failure::classify),
-                #[cfg(feature = "grpc")]
-                grpc: Default::default(),
+                protocol: None,
             }),
         }
     }

@@ -49,7 +49,7 @@
 //! ```
 
 mod backoff;
-mod budget;
+pub(crate) mod classify;
 mod future;
 mod layer;
 mod policy;
@@ -59,16 +59,14 @@ mod service;
 use std::time::Duration;
 
 pub use self::backoff::Jitter;
-pub use self::budget::RetryBudget;
 pub use self::future::ResponseFuture;
 pub use self::layer::RetryAfterLayer;
 pub use self::policy::Failure;
-#[cfg(feature = "grpc")]
-pub(crate) use self::policy::Verdict;
-#[cfg(any(feature = "reqwest", feature = "grpc"))]
+#[cfg(feature = "reqwest")]
 pub(crate) use self::policy::{Action, Attempt, Policy};
 pub use self::replay::{HttpResponse, Replay};
 pub use self::service::RetryAfter;
+pub use crate::budget::RetryBudget;
 
 /// Left in the extensions of every response the layer returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,16 +3,14 @@
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use http::{HeaderMap, Method, StatusCode};
 
 use super::backoff::{uniform, Backoff};
-use super::budget::RetryBudget;
+use super::classify::{Classify, Kind};
 use super::replay::is_idempotent;
-use crate::headers::{
-    read_quota_hint, read_quota_rate, read_retry_after, read_stated_rate, RetryAfterError,
-};
+use crate::budget::RetryBudget;
 use crate::{Bucket, Sent};
 
 /// Whether a failed request may have reached the server.
@@ -28,7 +26,7 @@ pub enum Failure {
 
 /// Classifies transport errors; the default looks for a refused or unreachable connection in
 /// the error's source chain.
-pub(crate) type Classify = Arc<dyn Fn(&(dyn Error + 'static)) -> Failure + Send + Sync>;
+pub(crate) type ClassifyError = Arc<dyn Fn(&(dyn Error + 'static)) -> Failure + Send + Sync>;
 
 impl Failure {
     /// The default classification: [`Failure::NotSent`] when the error's source chain holds an
@@ -90,9 +88,9 @@ pub(crate) struct Policy {
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) retry_non_idempotent: bool,
     pub(crate) read_quota_headers: bool,
-    pub(crate) classify: Classify,
-    #[cfg(feature = "grpc")]
-    pub(crate) grpc: crate::grpc::GrpcPolicy,
+    pub(crate) classify: ClassifyError,
+    /// The protocol over HTTP whose words for "slow down" come first (gRPC's).
+    pub(crate) protocol: Option<Arc<dyn Classify>>,
 }
 
 impl fmt::Debug for Policy {
@@ -107,6 +105,7 @@ impl fmt::Debug for Policy {
             .field("deadline", &self.deadline)
             .field("budget", &self.budget)
             .field("retry_non_idempotent", &self.retry_non_idempotent)
+            .field("protocol", &self.protocol)
             .finish_non_exhaustive()
     }
 }
@@ -143,8 +142,13 @@ pub(crate) struct Verdict {
 }
 
 impl Policy {
-    pub(crate) fn may_retry(&self, a: &Attempt<'_>) -> bool {
-        a.replayable && a.retries < self.max_retries
+    /// Whether a request may be sent again: a copy exists, retries are left, and it did not
+    /// reach the server or may be sent twice: `any_method` (the server did not act on it), an
+    /// idempotent method, or the user allows it anyway.
+    fn may_retry(&self, any_method: bool, a: &Attempt<'_>) -> bool {
+        a.replayable
+            && a.retries < self.max_retries
+            && (any_method || is_idempotent(a.method) || self.retry_non_idempotent)
     }
 
     fn within_deadline(&self, a: &Attempt<'_>, delay: Duration) -> bool {
@@ -160,7 +164,7 @@ impl Policy {
         }
     }
 
-    pub(crate) fn backoff(&self, a: &Attempt<'_>, floor: Option<Duration>) -> Action {
+    fn backoff(&self, a: &Attempt<'_>, floor: Option<Duration>) -> Action {
         if !self.budget.as_ref().is_none_or(RetryBudget::withdraw) {
             trace_event!(warn, "retry budget exhausted; returning the failure");
             return Action::Return;
@@ -179,127 +183,68 @@ impl Policy {
         headers: &HeaderMap,
         a: &Attempt<'_>,
     ) -> Verdict {
-        #[cfg(feature = "grpc")]
-        if let Some(verdict) = crate::grpc::on_response(self, status, headers, a) {
-            return verdict;
-        }
-        let now = SystemTime::now();
-        let hint = if self.read_quota_headers {
-            read_quota_hint(headers, now)
-        } else {
-            None
-        };
-        let exhausted = hint.filter(|h| h.remaining == 0);
-        let stated = if self.read_quota_headers {
-            read_stated_rate(headers).or_else(|| read_quota_rate(headers, now))
-        } else {
-            None
-        };
-        if let Some(reset) = exhausted.and_then(|h| h.reset) {
+        let reading = self.read(status, headers);
+        if let Some(reset) = reading.spent_for {
             // Slow down before the 429: hold everyone until the quota resets.
             if !reset.is_zero() && reset <= self.max_retry_after {
                 trace_event!(info, ?reset, "server quota exhausted; pausing the bucket");
                 self.bucket.pause(reset);
             }
         }
-        let rate_limited_403 = status == StatusCode::FORBIDDEN && exhausted.is_some();
-        let retry_after = read_retry_after(headers, now);
-        if self.push_back.contains(&status) || rate_limited_403 {
-            let reset = exhausted.and_then(|h| h.reset);
-            return self.on_push_back(status, retry_after, reset, stated, rate_limited_403, a);
-        }
-        if status.is_success() {
-            a.sent.report_through(stated);
-        }
-        if status.is_server_error() {
-            let floor = retry_after
-                .ok()
-                .flatten()
-                .filter(|d| *d <= self.max_retry_after);
-            let idempotent = is_idempotent(a.method) || self.retry_non_idempotent;
-            let action = if idempotent && self.may_retry(a) {
-                self.backoff(a, floor)
-            } else {
-                Action::Return
-            };
-            trace_event!(debug, %status, ?action, "server error");
-            return Verdict {
-                action,
-                cooldown: None,
-            };
-        }
-        Verdict {
-            action: Action::Return,
-            cooldown: None,
-        }
-    }
-
-    /// Whether a push-back response says the server did not process the request, so that
-    /// sending it again is safe whatever the method: a 429; a 503 that names its
-    /// `Retry-After` (`asked`); a 403 that reports an exhausted quota (`rate_limited_403`);
-    /// and the statuses the user declared so with
-    /// [`push_back_unprocessed`](super::RetryAfterLayer::push_back_unprocessed). Any other
-    /// push-back status (a 403 added with [`push_back`](super::RetryAfterLayer::push_back),
-    /// say) may come after the server acted on the request: it is resent only when the method
-    /// is idempotent.
-    fn not_processed(&self, status: StatusCode, asked: bool, rate_limited_403: bool) -> bool {
-        status == StatusCode::TOO_MANY_REQUESTS
-            || (status == StatusCode::SERVICE_UNAVAILABLE && asked)
-            || rate_limited_403
-            || self.unprocessed.contains(&status)
-    }
-
-    pub(crate) fn on_push_back(
-        &self,
-        status: StatusCode,
-        retry_after: Result<Option<Duration>, RetryAfterError>,
-        reset: Option<Duration>,
-        stated: Option<f64>,
-        rate_limited_403: bool,
-        a: &Attempt<'_>,
-    ) -> Verdict {
-        let asked = matches!(retry_after, Ok(Some(_)));
-        let cooldown = match retry_after {
-            Ok(Some(d)) => d,
-            Ok(None) => reset.unwrap_or(self.default_cooldown),
-            Err(RetryAfterError::Invalid) => self.default_cooldown,
-            Err(_) => Duration::MAX,
+        let (action, cooldown) = match reading.kind {
+            Kind::PushBack {
+                cooldown,
+                unprocessed,
+                retry,
+            } => {
+                let action = if cooldown > self.max_retry_after {
+                    trace_event!(
+                        warn,
+                        %status,
+                        ?cooldown,
+                        max = ?self.max_retry_after,
+                        "server cooldown over the cap; returning the response"
+                    );
+                    Action::Return
+                } else {
+                    trace_event!(
+                        warn,
+                        %status,
+                        ?cooldown,
+                        "server pushed back; pausing the bucket"
+                    );
+                    a.sent.report_pushed_back(cooldown, reading.stated);
+                    if retry && self.may_retry(unprocessed, a) {
+                        self.retry_after(a, cooldown + self.cooldown_jitter.sample(cooldown))
+                    } else {
+                        Action::Return
+                    }
+                };
+                (action, Some(cooldown))
+            }
+            Kind::Success => {
+                a.sent.report_through(reading.stated);
+                (Action::Return, None)
+            }
+            Kind::Failed { floor, any_method } => {
+                let floor = floor.filter(|d| *d <= self.max_retry_after);
+                let action = if self.may_retry(any_method, a) {
+                    self.backoff(a, floor)
+                } else {
+                    Action::Return
+                };
+                trace_event!(debug, %status, ?action, "server error");
+                (action, None)
+            }
+            Kind::Final => (Action::Return, None),
         };
-        if cooldown > self.max_retry_after {
-            trace_event!(
-                warn,
-                %status,
-                ?cooldown,
-                max = ?self.max_retry_after,
-                "server cooldown over the cap; returning the response"
-            );
-            return Verdict {
-                action: Action::Return,
-                cooldown: Some(cooldown),
-            };
-        }
-        trace_event!(warn, %status, ?cooldown, "server pushed back; pausing the bucket");
-        a.sent.report_pushed_back(cooldown, stated);
-        let allowed = self.not_processed(status, asked, rate_limited_403)
-            || is_idempotent(a.method)
-            || self.retry_non_idempotent;
-        let action = if allowed && self.may_retry(a) {
-            self.retry_after(a, cooldown + self.cooldown_jitter.sample(cooldown))
-        } else {
-            Action::Return
-        };
-        Verdict {
-            action,
-            cooldown: Some(cooldown),
-        }
+        Verdict { action, cooldown }
     }
 
     /// Decide on a transport error.
     pub(crate) fn on_error(&self, err: &(dyn Error + 'static), a: &Attempt<'_>) -> Action {
         let failure = (self.classify)(err);
-        let allowed =
-            failure == Failure::NotSent || is_idempotent(a.method) || self.retry_non_idempotent;
-        let action = if allowed && self.may_retry(a) {
+        let action = if self.may_retry(failure == Failure::NotSent, a) {
             self.backoff(a, None)
         } else {
             Action::Return

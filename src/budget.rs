@@ -20,7 +20,7 @@ const UNIT: u64 = 1_000_000;
 ///   storm. Push-back retries (429 / 503 with a cooldown) do not draw on it: they are already
 ///   held by the shared bucket's pause.
 /// - [`RetryBudget::a6`]`(max_tokens, token_ratio)`, for
-///   [`RetryAfterLayer::grpc_retry_throttle`](crate::RetryAfterLayer::grpc_retry_throttle):
+///   [`GrpcRetryLayer::retry_throttle`](crate::grpc::GrpcRetryLayer::retry_throttle):
 ///   gRFC A6's retry throttling. The balance starts at `max_tokens`; every failed attempt
 ///   takes one token (never below zero), every successful one gives back `token_ratio`;
 ///   while the balance is at or below `max_tokens / 2`, failures are returned without
