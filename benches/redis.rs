@@ -7,12 +7,16 @@
 //! Then 4 OS processes (this benchmark again) × 64 tasks on one hot limit with leases of 16
 //! for 10 s: what they admitted against the stated bound, `burst + rate·t + 4 × 16`.
 //!
+//! `-- refusal` runs one group alone: the latency of a refused acquire on a full sliding log
+//! of 100 000 entries beside a refused token-bucket acquire, alternating in the same run.
+//!
 //! With `--features redis-cluster`, also keyed decisions (64 tasks, keys spread evenly)
 //! on a private 3-primary Redis Cluster started by the benchmark, next to the same on one
 //! primary, with each shard's share.
 //!
 //! ```text
 //! cargo bench --features redis --bench redis
+//! cargo bench --features redis --bench redis -- refusal
 //! cargo bench --features redis-cluster --bench redis
 //! TOWER_THROTTLE_REDIS_URL=redis://host:6379 cargo bench --features redis --bench redis
 //! ```
@@ -194,6 +198,90 @@ async fn algorithm_latency(prefix: &str) -> Vec<(&'static str, Stats, i64)> {
         .enumerate()
         .map(|(k, ((name, _), v))| (*name, stats(v), if k == 4 { entries } else { -1 }))
         .collect()
+}
+
+/// Entries in the full sliding log of the refusal group.
+const FULL_LOG: u32 = 100_000;
+
+/// A refused acquire on a sliding log holding `FULL_LOG` entries (one per admission, an
+/// hour's window) next to a refused acquire on an empty token bucket, alternating.
+async fn refusals(prefix: &str) {
+    let hour = Duration::from_secs(3600);
+    let log = algorithm_bucket(
+        prefix,
+        "full-log",
+        Quota::new(FULL_LOG, hour),
+        Algorithm::SlidingLog,
+    )
+    .await;
+    let token = algorithm_bucket(
+        prefix,
+        "empty-token",
+        Quota::new(1, hour),
+        Algorithm::TokenBucket,
+    )
+    .await;
+    let per_task = FULL_LOG as usize / TASKS;
+    let fill: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let log = log.clone();
+            let n = if i == 0 {
+                FULL_LOG as usize - per_task * (TASKS - 1)
+            } else {
+                per_task
+            };
+            tokio::spawn(async move {
+                for _ in 0..n {
+                    log.try_acquire(1).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in fill {
+        task.await.unwrap();
+    }
+    token.try_acquire(1).await.unwrap();
+    let client = redis::Client::open(url().as_str()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let entries: i64 = redis::cmd("ZCARD")
+        .arg(format!("{}:log", log.redis_key()))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let mut samples = [Vec::new(), Vec::new()];
+    for i in 0..200 + ALGORITHM_SAMPLES {
+        for j in 0..2 {
+            let k = (i + j) % 2;
+            let bucket = [&token, &log][k];
+            let t0 = Instant::now();
+            assert!(bucket.try_acquire(1).await.is_err());
+            if i >= 200 {
+                samples[k].push(t0.elapsed());
+            }
+        }
+    }
+    let [t, l] = samples.map(stats);
+    println!("\nrefused acquire, sequential, {ALGORITHM_SAMPLES} samples each, alternating:");
+    println!(
+        "  {:<36} {:>9} {:>9} {:>9}",
+        "", "mean µs", "p50 µs", "p99 µs"
+    );
+    for (name, s) in [
+        ("token bucket, empty".to_owned(), &t),
+        (format!("sliding log, full ({entries} entries)"), &l),
+    ] {
+        println!(
+            "  {name:<36} {:>9.1} {:>9.1} {:>9.1}",
+            us(s.mean),
+            us(s.p50),
+            us(s.p99)
+        );
+    }
+    println!(
+        "  log / token: {:.2}× (mean), {:.2}× (p50)   target ≤ 2×",
+        us(l.mean) / us(t.mean),
+        us(l.p50) / us(t.p50)
+    );
 }
 
 async fn throughput<F, Fut>(op: F) -> f64
@@ -379,6 +467,14 @@ fn main() {
         "Redis backend benchmark against {}",
         host_port(&url).map_or("(url)".into(), |(h, p)| format!("{h}:{p}"))
     );
+    if std::env::args().any(|a| a == "refusal") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(refusals(&prefix));
+        return;
+    }
 
     // Latency: one task at a time, on a single-threaded runtime (no cross-thread wake-ups).
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -5,9 +5,9 @@
 -- a sorted set of the admissions still in the window: score = the instant (µs, Redis
 -- clock), member = "<seq>:<tokens>" (unique). An entry at x counts at t while x > t − W.
 -- Both keys are written together, with the same TTL.
--- Work per decision: an admission costs O(log N) plus the entries that left the window
--- since the last decision (each leaves once); a refusal or a release reads the entries in
--- the window, O(N); a pause is O(1). N: the entries of the last W µs (at most L,
+-- Work per decision: an admission or a refusal costs O(log N) plus the entries that left
+-- the window since the last decision (each leaves once) and those it must wait for
+-- (`earliest`); a release reads the entries in the window, O(N); a pause is O(1). N: the entries of the last W µs (at most L,
 -- an entry holds ≥ 1 token) and those booked ahead (within HW).
 local log = KEYS[2]
 local seq, total, pause, dirty = 0, 0, 0, false
@@ -105,33 +105,30 @@ local function add(at, tokens)
   total = total + tokens
   if newest == nil or at > newest then newest = at end
 end
--- The entries in time order: xs[i] the instant, ns[i] the tokens. O(N): not on the path of
--- an admission.
-local function entries()
-  local xs, ns = {}, {}
-  local flat = redis.call('ZRANGE', log, 0, -1, 'WITHSCORES')
-  for i = 1, #flat, 2 do
-    xs[#xs + 1] = tonumber(flat[i + 1])
-    ns[#ns + 1] = tokens_of(flat[i])
-  end
-  return xs, ns
-end
 -- The earliest instant at or after `nb` at which n tokens fit (at most E in the last W µs,
 -- or n alone when n > E: `lua/common.lua`): drop the oldest entries until the rest fit; the
--- last one dropped stops counting at its instant + W.
+-- last one dropped stops counting at its instant + W. The oldest entries are read in
+-- batches, first as many as tokens must leave, then twice as many each time: the work
+-- follows the entries dropped, O(log N + dropped), never the whole log.
 local function earliest(n, nb)
   local lim = math.max(E, n)
-  if total + n <= lim then return nb end
-  local xs, ns = entries()
   local left = total + n
+  if left <= lim then return nb end
   local t = nb
-  for i = 1, #xs do
-    local expired = xs[i] + W <= nb
-    if not expired and left <= lim then break end
-    left = left - ns[i]
-    if not expired then t = math.max(t, xs[i] + W) end
+  local from, k = 0, left - lim + 1
+  while true do
+    local flat = redis.call('ZRANGE', log, from, from + k - 1, 'WITHSCORES')
+    for i = 1, #flat, 2 do
+      local at = tonumber(flat[i + 1])
+      local expired = at + W <= nb
+      if not expired and left <= lim then return t end
+      left = left - tokens_of(flat[i])
+      if not expired then t = math.max(t, at + W) end
+    end
+    if #flat < 2 * k then return t end
+    from = from + k
+    k = 2 * k
   end
-  return t
 end
 -- A request goes no earlier than the newest entry (booked instants included): first come,
 -- first served.
