@@ -7,11 +7,13 @@ mod redis_support;
 #[path = "redis_support/windows.rs"]
 mod windows;
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
 use tower_throttle::adaptive::Adaptive;
+use tower_throttle::observe::Counters;
 use tower_throttle::redis::RedisBucket;
 use tower_throttle::{Algorithm, Bucket, Denied, Quota};
 use windows::{admitted_in_one_window, window_start, WIDTH_US};
@@ -84,6 +86,84 @@ async fn a_push_back_in_one_process_lowers_the_rate_of_the_others() {
     // The same curve from the same instant: the same rate (the cooldown has not ended).
     assert_eq!(b.rate(), 48.0);
     assert_eq!(b.quota(), quota);
+}
+
+/// Sends requests that go through until `done`, at most 3 s (a process asks what the others
+/// learned at most every 250 ms, while its requests succeed).
+async fn succeed_until(bucket: &Bucket, what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        bucket.feedback().sending().through(None);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_learned_rate_is_ignored_and_reported() {
+    let prefix = unique_prefix("pushback-poison");
+    let quota = Quota::per_second(100).burst(1);
+    let counters = Arc::new(Counters::default());
+    let redis = RedisBucket::builder(quota)
+        .url(redis_url())
+        .timeout(Duration::from_secs(1)) // not 50 ms: a loaded machine is no outage
+        .key_prefix(&prefix)
+        .key("api")
+        .observer(counters.clone())
+        .build()
+        .await
+        .unwrap();
+    let (redis_a, a) = process(&prefix, quota).await;
+    let b = Bucket::from(redis.clone());
+    let conn = raw(&redis_url()).await;
+    let unix_ms = |ahead: Duration| {
+        (SystemTime::now() + ahead)
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    };
+    let poison = |value: String| {
+        let mut conn = conn.clone();
+        let key = redis.learned_key();
+        async move {
+            let () = redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    };
+    let hour = 1.0 / 3600.0;
+
+    // One token an hour, resuming in a century: the resume is beyond any pause.
+    let century = Duration::from_secs(100 * 365 * 86_400);
+    poison(format!("{hour}:{}", unix_ms(century))).await;
+    succeed_until(&b, "the century-long pause was never read", || {
+        counters.get().ignored >= 1
+    })
+    .await;
+    // One token an hour, resuming in a second: deeper than one push-back cuts.
+    poison(format!("{hour}:{}", unix_ms(Duration::from_secs(1)))).await;
+    succeed_until(&b, "the hourly rate was never read", || {
+        counters.get().ignored >= 2
+    })
+    .await;
+    assert_eq!(b.learned_rate(), None);
+    assert!(b.snapshot().paused_until.is_none());
+
+    // Recovery goes on: the ramp reaches the configured rate.
+    succeed_until(&b, "the rate never came back", || b.rate() == 100.0).await;
+    // A real push-back of another process is still followed.
+    a.feedback()
+        .sending()
+        .pushed_back(Duration::from_secs(5), None);
+    assert_eq!(redis_a.learned_key(), redis.learned_key());
+    succeed_until(&b, "the real push-back was never learned", || {
+        b.learned_rate() == Some(50.0)
+    })
+    .await;
+    assert_eq!(b.rate(), 48.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

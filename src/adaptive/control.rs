@@ -7,10 +7,11 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::law::Law;
+use super::law::{Law, DECREASE};
 use super::meter::Meter;
 use super::sends::Sends;
 use super::Cut;
+use crate::observe::Ignored;
 use crate::Quota;
 
 /// A new rate is applied to the bucket when it differs from the one in force by this
@@ -24,6 +25,22 @@ const HISTORY: usize = 64;
 
 /// The lowest rate a push-back can lead to when nothing else says: one token an hour.
 pub(crate) const DEFAULT_FLOOR: f64 = 1.0 / 3600.0;
+
+/// The longest a stated rate lasts without a response saying it again.
+pub(crate) const STATED_AT_MOST: Duration = Duration::from_secs(3600);
+
+/// How long a rate a server stated (`rate` tokens per second) lasts without a response
+/// saying it again: the gap of two requests at that rate (its window is at least one),
+/// at least a minute, at most [`STATED_AT_MOST`]. Then the rate probes upwards again: one
+/// answer never holds a bucket down for longer.
+fn stated_for(rate: f64) -> Duration {
+    let gaps = 2.0 / rate;
+    if gaps.is_finite() && gaps >= 0.0 {
+        Duration::from_secs_f64(gaps.clamp(60.0, STATED_AT_MOST.as_secs_f64()))
+    } else {
+        STATED_AT_MOST
+    }
+}
 
 /// How a bucket's rate reacts to push-back: chosen on the builder.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,6 +87,9 @@ pub(crate) struct Control {
     /// The rate a server stated last: taken once, when it first says it (a push-back at
     /// that rate then lowers the rate as any push-back does).
     stated: Option<f64>,
+    /// When the rate stated last expires unless a response says it again (see
+    /// [`stated_for`]).
+    stated_until: Option<Instant>,
     /// The successes of the last second.
     meter: Meter,
     /// The requests sent while the ramp of a configured rate, a search or a verification
@@ -125,6 +145,7 @@ impl Control {
             applied: ceiling,
             history: VecDeque::from([(now, ceiling)]),
             stated: None,
+            stated_until: None,
             meter: Meter::new(now),
             sends: Sends::default(),
             fresh: ramp && mode == Mode::Converge,
@@ -256,20 +277,40 @@ impl Control {
     /// clock): follow the same curve, unless this one already acted on that cooldown or a
     /// later one.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
-    pub(crate) fn adopt(&mut self, now: Instant, wall: SystemTime, cut: Cut) -> Option<Decision> {
+    ///
+    /// A cut deeper than one push-back can make here (a limit below [`DECREASE`] times the
+    /// rate in force) comes from no process: it is ignored.
+    pub(crate) fn adopt(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        cut: Cut,
+    ) -> Result<Option<Decision>, Ignored> {
         let since = match cut.resume.duration_since(wall) {
             Ok(ahead) => now.checked_add(ahead),
             Err(past) => now.checked_sub(past.duration()),
-        }?;
+        };
+        let Some(since) = since else {
+            return Err(Ignored::SharedResume);
+        };
         if self.acted == Some(cut.shared()) {
-            return None;
+            return Ok(None);
+        }
+        if self
+            .law
+            .as_ref()
+            .is_some_and(|l| cut.limit < DECREASE * l.rate())
+        {
+            return Err(Ignored::SharedRate);
         }
         if since > now {
             self.paused(since);
         }
         let rate = self.law.as_mut().and_then(|l| l.adopt(cut.limit, since));
         self.measure_over();
-        let rate = rate?;
+        let Some(rate) = rate else {
+            return Ok(None);
+        };
         self.acted = Some(cut.shared());
         self.decided = Some(now);
         self.meter.from = self.meter.from.max(since);
@@ -278,7 +319,7 @@ impl Control {
             rate,
             "another process was pushed back; lowering the rate"
         );
-        Some(self.apply(now, rate, true))
+        Ok(Some(self.apply(now, rate, true)))
     }
 
     /// Whether to ask the shared limit what other processes learned, at `now`: at most every
@@ -399,6 +440,18 @@ impl Control {
                 .unwrap_or_else(|| self.rate_at(s))
         });
         self.meter.record(now);
+        // A stated rate lasts while responses say it again; then the rate probes.
+        match stated {
+            Some(s) => self.stated_until = now.checked_add(stated_for(s)),
+            None if self.stated_until.is_some_and(|u| now >= u) => {
+                self.stated_until = None;
+                self.stated = None;
+                if let Some(law) = self.law.as_mut() {
+                    law.unstated(now);
+                }
+            }
+            None => {}
+        }
         // A stated rate is taken when it changes by a step or more (a pace read from
         // `Remaining / Reset` moves a little with every response).
         let stated = stated.filter(|s| {
@@ -427,6 +480,7 @@ impl Control {
         self.applied = ceiling;
         self.history = VecDeque::from([(now, ceiling)]);
         self.stated = None;
+        self.stated_until = None;
         self.meter = Meter::new(now);
         if let Some(law) = self.law.as_mut() {
             *law = configured_law(self.ramp, ceiling, law.floor());
@@ -526,15 +580,82 @@ mod tests {
         }
         let climbed = control.rate();
         assert!(climbed > 49.0, "{climbed}");
-        assert_eq!(control.adopt(now(), SystemTime::now(), cut.shared()), None);
+        assert_eq!(
+            control.adopt(now(), SystemTime::now(), cut.shared()),
+            Ok(None)
+        );
         assert_eq!(control.rate(), climbed);
         // A later push-back of another process is followed.
         let later = Cut {
             limit: 30.0,
             resume: cut.resume + Duration::from_secs(5),
         };
-        assert!(control.adopt(now(), SystemTime::now(), later).is_some());
+        assert!(control
+            .adopt(now(), SystemTime::now(), later)
+            .unwrap()
+            .is_some());
         assert_eq!(control.rate(), 30.0 * 0.96);
+    }
+
+    /// A stated rate holds while responses say it again; once they stop, it lasts at most
+    /// an hour (here: a week-long window, one request a week), then the rate goes back up.
+    #[tokio::test(start_paused = true)]
+    async fn a_stated_rate_expires() {
+        let now = Instant::now;
+        let mut control = Control::new(Quota::per_second(100), Mode::Converge, false, false, now());
+        let week = 1.0 / (7.0 * 86_400.0);
+        control.succeeded(now(), None, Some(week));
+        // Down to the floor, one an hour.
+        let held = control.rate();
+        assert_eq!(held, DEFAULT_FLOOR);
+        tokio::time::advance(STATED_AT_MOST - Duration::from_secs(1)).await;
+        control.succeeded(now(), None, None);
+        assert_eq!(control.rate(), held);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        control.succeeded(now(), None, None);
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            control.succeeded(now(), None, None);
+        }
+        assert!(control.rate() > 90.0, "{}", control.rate());
+        // Said again, it is taken again.
+        control.succeeded(now(), None, Some(week));
+        assert_eq!(control.rate(), held);
+        // A rate of 1/s stated lasts a minute.
+        control.succeeded(now(), None, Some(1.0));
+        tokio::time::advance(Duration::from_secs(59)).await;
+        control.succeeded(now(), None, None);
+        assert_eq!(control.rate(), 1.0);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        control.succeeded(now(), None, None);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        control.succeeded(now(), None, None);
+        assert!(control.rate() > 90.0, "{}", control.rate());
+    }
+
+    /// A cut deeper than one push-back makes (a limit below half the rate in force) is no
+    /// process's: it is ignored, and the rate stays.
+    #[tokio::test(start_paused = true)]
+    async fn a_cut_deeper_than_one_push_back_is_ignored() {
+        let now = Instant::now;
+        let mut control = Control::new(Quota::per_second(100), Mode::Converge, false, true, now());
+        let poisoned = Cut {
+            limit: 1.0 / 3600.0,
+            resume: SystemTime::now() + Duration::from_secs(1),
+        };
+        let rate = control.rate();
+        let ignored = control.adopt(now(), SystemTime::now(), poisoned);
+        assert_eq!(ignored, Err(Ignored::SharedRate));
+        assert_eq!(control.rate(), rate);
+        let half = Cut {
+            limit: rate / 2.0,
+            ..poisoned
+        };
+        assert!(control
+            .adopt(now(), SystemTime::now(), half)
+            .unwrap()
+            .is_some());
+        assert_eq!(control.rate(), rate / 2.0 * 0.96);
     }
 
     /// A cut is published only when other processes share the limit.

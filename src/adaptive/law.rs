@@ -519,6 +519,22 @@ impl Law {
         self.phase = Phase::Hold;
         self.set(rate)
     }
+
+    /// A stated quota expired at `now` (no response said it again): a rate held below the
+    /// ceiling goes back towards it, as after a push-back, and probes.
+    pub(crate) fn unstated(&mut self, now: Instant) {
+        if self.phase != Phase::Hold || self.rate >= self.ceiling {
+            return;
+        }
+        self.limit = None;
+        self.phase = Phase::Recover {
+            since: now,
+            from: self.rate,
+        };
+        self.count = 0.0;
+        self.probing = None;
+        self.current = (Some(now), Window::at(self.rate));
+    }
 }
 
 #[cfg(test)]

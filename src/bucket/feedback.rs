@@ -165,10 +165,17 @@ impl Bucket {
         };
         let this = self.clone();
         rt.spawn(async move {
-            if let Some(cut) = learned.await {
+            let decision = learned.await.map(|learned| {
                 let mut control = this.control.lock();
-                let decision = control.adopt(Instant::now(), SystemTime::now(), cut);
-                this.apply(&control, decision);
+                let decision =
+                    learned.and_then(|cut| control.adopt(Instant::now(), SystemTime::now(), cut));
+                if let Ok(decision) = decision {
+                    this.apply(&control, decision);
+                }
+                decision
+            });
+            if let (Some(Err(what)), Some(o)) = (decision, &this.shared.observer) {
+                o.ignored(what);
             }
         });
     }

@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use super::Denied;
 use crate::adaptive::Cut;
+use crate::observe::Ignored;
 use crate::Quota;
 
-/// A future of what the processes sharing a remote limit learned of a server's rate.
+/// A future of what the processes sharing a remote limit learned of a server's rate: a cut,
+/// or a value no process writes.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
-pub(crate) type RemoteLearned = Pin<Box<dyn Future<Output = Option<Cut>> + Send>>;
+pub(crate) type RemoteLearned = Pin<Box<dyn Future<Output = Option<Result<Cut, Ignored>>> + Send>>;
 
 /// A future of a remote admission (reported to the bucket's observer).
 pub(crate) type RemoteAcquire = Pin<Box<dyn Future<Output = Result<(), Denied>> + Send>>;

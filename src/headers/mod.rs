@@ -39,7 +39,9 @@ pub(crate) use self::values::ceil_secs;
 #[cfg(feature = "grpc")]
 pub(crate) use self::values::digits;
 
-pub use self::ratelimit::{read_quota_hint, read_quota_rate, read_stated_rate, QuotaHint};
+pub use self::ratelimit::{
+    read_quota_hint, read_quota_rate, read_stated_rate, QuotaHint, LONGEST_WINDOW,
+};
 pub use self::retry_after::{
     parse_retry_after, read_retry_after, RetryAfterError, MAX_PARSED_WAIT,
 };

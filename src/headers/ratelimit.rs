@@ -69,8 +69,9 @@ pub fn read_quota_hint(headers: &HeaderMap, now: SystemTime) -> Option<QuotaHint
 /// Read the rate a server states in `RateLimit-Policy` (e.g. `"default";q=100;w=60`), in
 /// requests per second: `q / w`, for the most restrictive policy listed.
 ///
-/// `None` when the field is absent or malformed (a member without `q`, or with a zero `q` or
-/// `w`, makes the field malformed). This never panics, whatever the bytes.
+/// `None` when the field is absent or malformed (a member without `q` or `w`, or with a zero
+/// `q` or `w`, makes the field malformed). A policy whose window is longer than a day
+/// ([`LONGEST_WINDOW`]) is implausible and skipped. This never panics, whatever the bytes.
 ///
 /// ```
 /// use tower_throttle::headers::read_stated_rate;
@@ -78,16 +79,24 @@ pub fn read_quota_hint(headers: &HeaderMap, now: SystemTime) -> Option<QuotaHint
 /// let mut headers = http::HeaderMap::new();
 /// headers.insert("ratelimit-policy", "\"default\";q=100;w=60".parse().unwrap());
 /// assert_eq!(read_stated_rate(&headers), Some(100.0 / 60.0));
+/// headers.insert("ratelimit-policy", "\"x\";q=1;w=999999999999999".parse().unwrap());
+/// assert_eq!(read_stated_rate(&headers), None);
 /// ```
 pub fn read_stated_rate(headers: &HeaderMap) -> Option<f64> {
     read_list(headers, RATELIMIT_POLICY, |params| {
         let q = params.get(b"q")??;
         let w = params.get(b"w")??;
-        (q > 0 && w > 0).then(|| q as f64 / w as f64)
+        (q > 0 && w > 0).then(|| (w <= LONGEST_WINDOW.as_secs()).then(|| q as f64 / w as f64))
     })?
     .into_iter()
+    .flatten()
     .reduce(f64::min)
 }
+
+/// The longest window a stated quota is believed for: a day. A server stating a longer one
+/// (or a reset further away) is ignored, so that one answer cannot hold a client down for
+/// longer.
+pub const LONGEST_WINDOW: Duration = Duration::from_secs(86_400);
 
 /// Read the rate a server's separate quota fields give, in requests per second: the pace that
 /// spends the remaining quota by the reset, `Remaining / Reset`, from `X-RateLimit-Limit`,
@@ -97,7 +106,7 @@ pub fn read_stated_rate(headers: &HeaderMap) -> Option<f64> {
 /// At the start of a window this is the quota's own rate (`Limit` per window); later in it,
 /// the rate that neither leaves quota unused nor runs out before the reset. The three fields
 /// must be present and well formed (a `Limit` above 0; a `Reset` read as in
-/// [`read_quota_hint`], above 0); `None` otherwise, and when nothing remains (the client then
+/// [`read_quota_hint`], above 0 and at most [`LONGEST_WINDOW`]); `None` otherwise, and when nothing remains (the client then
 /// pauses until the reset). Only the first line of each field is read; this never panics,
 /// whatever the bytes.
 ///
@@ -121,7 +130,7 @@ pub fn read_quota_rate(headers: &HeaderMap, now: SystemTime) -> Option<f64> {
     .find_map(|(limit, remaining, reset)| {
         let limit = headers.get(limit).and_then(integer_field)?;
         let hint = legacy_hint(headers, remaining, reset, now)?;
-        let reset = hint.reset?.as_secs_f64();
+        let reset = hint.reset.filter(|r| *r <= LONGEST_WINDOW)?.as_secs_f64();
         let remaining = hint.remaining.min(limit);
         (limit > 0 && remaining > 0 && reset > 0.0).then(|| remaining as f64 / reset)
     })
@@ -561,6 +570,11 @@ mod tests {
         assert_eq!(read_stated_rate(&map(&[])), None);
         let policy = |v: &'static str| read_stated_rate(&map(&[("ratelimit-policy", v)]));
         assert_eq!(policy("\"default\";q=50;w=1"), Some(50.0));
+        // Windows longer than a day are not believed.
+        assert_eq!(policy("\"x\";q=1;w=999999999999999"), None);
+        assert_eq!(policy("\"week\";q=100;w=604800"), None);
+        assert_eq!(policy("\"day\";q=86400;w=86400"), Some(1.0));
+        assert_eq!(policy("\"x\";q=1;w=86401, \"b\";q=10;w=1"), Some(10.0));
         assert_eq!(
             policy("\"a\";q=100;w=60, \"b\";q=10;w=1"),
             Some(100.0 / 60.0)

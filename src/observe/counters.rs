@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use super::Observer;
+use super::{Ignored, Observer};
 
 /// Counts what it observes; [`get`](Counters::get) reads the totals.
 #[derive(Debug, Default)]
@@ -15,6 +15,7 @@ pub struct Counters {
     paused: AtomicU64,
     waited_ns: AtomicU64,
     tokens: AtomicU64,
+    ignored: AtomicU64,
     /// The last rate reported, `f64` bits (0: none yet).
     rate: AtomicU64,
 }
@@ -37,6 +38,8 @@ pub struct Counts {
     pub waited: Duration,
     /// Tokens available at the last report.
     pub tokens: u64,
+    /// Values read from Redis and ignored ([`Ignored`]).
+    pub ignored: u64,
 }
 
 impl Counters {
@@ -57,11 +60,16 @@ impl Counters {
             paused: self.paused.load(Relaxed),
             waited: Duration::from_nanos(self.waited_ns.load(Relaxed)),
             tokens: self.tokens.load(Relaxed),
+            ignored: self.ignored.load(Relaxed),
         }
     }
 }
 
 impl Observer for Counters {
+    fn ignored(&self, _what: Ignored) {
+        self.ignored.fetch_add(1, Relaxed);
+    }
+
     fn admitted(&self, _tokens: u32, waited: Duration) {
         self.admitted.fetch_add(1, Relaxed);
         if !waited.is_zero() {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 
-use super::Observer;
+use super::{Ignored, Observer};
 
 /// Reports to whatever `metrics` recorder is installed, labelled `limiter = name`:
 ///
@@ -17,6 +17,7 @@ use super::Observer;
 /// | `tower_throttle_wait_seconds` | histogram, delayed admissions only |
 /// | `tower_throttle_tokens_available` | gauge |
 /// | `tower_throttle_rate_per_second` | gauge, the rate enforced (see [`adaptive`](crate::adaptive)) |
+/// | `tower_throttle_ignored_total` | counter, values read from Redis and ignored ([`Ignored`]) |
 ///
 /// The handles are registered once, when the observer is made.
 #[derive(Debug, Clone)]
@@ -29,6 +30,7 @@ pub struct MetricsObserver {
     wait: Histogram,
     tokens: Gauge,
     rate: Gauge,
+    ignored: Counter,
 }
 
 impl MetricsObserver {
@@ -51,6 +53,7 @@ impl MetricsObserver {
             wait: histogram!("tower_throttle_wait_seconds", &limiter),
             tokens: gauge!("tower_throttle_tokens_available", &limiter),
             rate: gauge!("tower_throttle_rate_per_second", &limiter),
+            ignored: counter!("tower_throttle_ignored_total", &limiter),
         }
     }
 }
@@ -82,5 +85,9 @@ impl Observer for MetricsObserver {
 
     fn rate(&self, per_second: f64) {
         self.rate.set(per_second);
+    }
+
+    fn ignored(&self, _what: Ignored) {
+        self.ignored.increment(1);
     }
 }

@@ -39,6 +39,19 @@ pub use self::counters::{Counters, Counts};
 #[cfg(feature = "metrics")]
 pub use self::metrics::MetricsObserver;
 
+/// A value read from outside the process that nothing legitimate produces: ignored, and
+/// reported through [`Observer::ignored`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ignored {
+    /// What the processes sharing a Redis limit learned (`<key>:rate`) resumes further
+    /// ahead than the longest pause (`max_pause`), or is not a number.
+    SharedResume,
+    /// What the processes sharing a Redis limit learned would cut the rate further than one
+    /// push-back can (below half the rate in force).
+    SharedRate,
+}
+
 /// Told what a bucket or a rejecting layer decides. Every method has an empty default.
 ///
 /// Calls come from the hot path: keep them cheap (an atomic add, a metrics handle), never
@@ -69,5 +82,10 @@ pub trait Observer: Send + Sync + std::fmt::Debug + 'static {
     /// the rate grew back; see [`adaptive`](crate::adaptive)).
     fn rate(&self, per_second: f64) {
         let _ = per_second;
+    }
+
+    /// A value read from Redis was ignored: see [`Ignored`].
+    fn ignored(&self, what: Ignored) {
+        let _ = what;
     }
 }

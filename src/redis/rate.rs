@@ -7,16 +7,26 @@
 //! and follow the same curve from the same instant (see [`adaptive`](crate::adaptive)), so
 //! every process lands on the same rate. Each process decides in Redis at the rate in
 //! force. Clock skew between machines only shifts that curve by the skew.
+//!
+//! What is read back is bounded by what a push-back produces: a cooldown ends at most
+//! `max_pause` ahead (with [`SKEW`] for the clocks of other machines), and a limit cuts the
+//! rate in force at most in half (see `adaptive::Control::adopt`). Anything else is ignored
+//! and reported to the [observer](crate::observe::Observer::ignored).
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::error::RedisError;
 use super::RedisBucket;
 use crate::adaptive::{Adaptive, Cut};
+use crate::observe::Ignored;
 use crate::{Bucket, Quota};
 
 /// How long what the processes learned stays in Redis without a new push-back.
 pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(600);
+
+/// How far the clocks of the processes sharing a limit may disagree: the end of a cooldown
+/// read back may lie this much beyond `max_pause` ahead.
+pub(crate) const SKEW: Duration = Duration::from_secs(1);
 
 impl RedisBucket {
     /// A [`Bucket`] on this shared limit that discovers the server's rate, as
@@ -42,10 +52,11 @@ impl RedisBucket {
         self.forget_hint();
     }
 
-    /// Write a cut for every process.
+    /// Write a cut for every process, its cooldown cut to `max_pause`.
     pub(crate) async fn publish(&self, cut: Cut) -> Result<(), RedisError> {
-        let ms = cut
-            .resume
+        let latest = SystemTime::now().checked_add(self.backend().max_pause());
+        let resume = latest.map_or(cut.resume, |l| cut.resume.min(l));
+        let ms = resume
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_millis();
@@ -59,15 +70,23 @@ impl RedisBucket {
         self.bounded(cmd.query_async::<()>(&mut conn)).await
     }
 
-    /// The cut the processes published last, if any (malformed values are ignored).
-    pub(crate) async fn learned(&self) -> Result<Option<Cut>, RedisError> {
+    /// The cut the processes published last, if any, or what no process writes: a value
+    /// that does not parse, or a cooldown ending more than `max_pause` (and [`SKEW`]) ahead.
+    pub(crate) async fn learned(&self) -> Result<Option<Result<Cut, Ignored>>, RedisError> {
         let mut conn = self.backend().connection();
         let mut cmd = ::redis::cmd("GET");
         cmd.arg(self.learned_key());
         let value = self
             .bounded(cmd.query_async::<Option<String>>(&mut conn))
             .await?;
-        Ok(value.as_deref().and_then(parse))
+        let latest = SystemTime::now()
+            .checked_add(self.backend().max_pause())
+            .and_then(|t| t.checked_add(SKEW));
+        Ok(value.as_deref().map(|v| {
+            parse(v)
+                .filter(|cut| latest.is_some_and(|l| cut.resume <= l))
+                .ok_or(Ignored::SharedResume)
+        }))
     }
 
     async fn bounded<T>(
