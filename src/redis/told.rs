@@ -6,6 +6,10 @@
 //! listens on a connection of its own and wakes theirs: they book again, after the pause.
 //! Best effort: a process that misses a message (its listener reconnecting) lets waiters it
 //! booked before the pause go at their instants, within the booking horizon (1 s).
+//!
+//! The listener connects and subscribes within the connect timeout, and after [`IDLE`]
+//! without a message checks its connection with a `PING` answered within the timeout of a
+//! decision; otherwise it connects again: a server that stops answering never holds it.
 
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -53,6 +57,17 @@ fn parse(payload: &str) -> Option<(u64, Duration, Option<&str>)> {
 /// subscribed (a Redis user without `SUBSCRIBE` costs an attempt every 30 s).
 const RECONNECT: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(30));
 
+/// How long the listener hears nothing before it checks its connection.
+const IDLE: Duration = Duration::from_secs(30);
+
+/// How long the listener waits for its connection: to connect and subscribe, and for the
+/// answer to a check.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) connect: Duration,
+    pub(crate) answer: Duration,
+}
+
 /// Something paused elsewhere, by another handle than `me`.
 pub(crate) trait Told: Send + Sync + 'static {
     /// Its listener.
@@ -68,6 +83,7 @@ pub(crate) trait Told: Send + Sync + 'static {
 pub(crate) async fn listen<T: Told>(
     url: String,
     channel: String,
+    timeouts: Timeouts,
     me: u64,
     target: Weak<T>,
     tried: tokio::sync::oneshot::Sender<()>,
@@ -78,13 +94,13 @@ pub(crate) async fn listen<T: Told>(
     let mut tried = Some(tried);
     let mut backoff = RECONNECT.0;
     while target.strong_count() > 0 {
-        let subscribed = subscribe(&client, &channel).await;
+        let subscribed = tokio::time::timeout(timeouts.connect, subscribe(&client, &channel)).await;
         if let Some(first) = tried.take() {
             let _ = first.send(());
         }
-        if let Ok(mut pubsub) = subscribed {
+        if let Ok(Ok(mut pubsub)) = subscribed {
             backoff = RECONNECT.0;
-            while let Some(msg) = next(&mut pubsub).await {
+            while let Some(msg) = next(&mut pubsub, timeouts.answer).await {
                 let Some(target) = target.upgrade() else {
                     return;
                 };
@@ -107,6 +123,7 @@ pub(crate) async fn listen<T: Told>(
 pub(crate) struct Subscribe {
     url: String,
     wait: Duration,
+    timeouts: Timeouts,
 }
 
 impl Subscribe {
@@ -117,7 +134,15 @@ impl Subscribe {
         } else {
             options.connect_timeout
         };
-        Some(Subscribe { url, wait })
+        let timeouts = Timeouts {
+            connect: options.connect_timeout,
+            answer: options.timeout,
+        };
+        Some(Subscribe {
+            url,
+            wait,
+            timeouts,
+        })
     }
 }
 
@@ -154,8 +179,14 @@ impl Drop for Listener {
 /// and wait until the first attempt to subscribe is over, at most as long as `subscribe`
 /// says.
 pub(crate) async fn start<T: Told>(subscribe: Option<Subscribe>, channel: String, target: &Arc<T>) {
-    let (Some(Subscribe { url, wait }), Ok(rt)) =
-        (subscribe, tokio::runtime::Handle::try_current())
+    let (
+        Some(Subscribe {
+            url,
+            wait,
+            timeouts,
+        }),
+        Ok(rt),
+    ) = (subscribe, tokio::runtime::Handle::try_current())
     else {
         return;
     };
@@ -164,6 +195,7 @@ pub(crate) async fn start<T: Told>(subscribe: Option<Subscribe>, channel: String
     let task = rt.spawn(listen(
         url,
         channel,
+        timeouts,
         listener.id,
         Arc::downgrade(target),
         tx,
@@ -195,15 +227,152 @@ async fn subscribe(client: &::redis::Client, channel: &str) -> ::redis::RedisRes
     Ok(pubsub)
 }
 
-/// The next message, or `None` once the connection is lost.
-async fn next(pubsub: &mut PubSub) -> Option<::redis::Msg> {
-    let mut stream = std::pin::pin!(pubsub.on_message());
-    std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await
+/// The next message, or `None` once the connection is lost or, after [`IDLE`] without a
+/// message, does not answer a `PING` within `answer`.
+async fn next(pubsub: &mut PubSub, answer: Duration) -> Option<::redis::Msg> {
+    loop {
+        let heard = {
+            let mut stream = std::pin::pin!(pubsub.on_message());
+            let message = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx));
+            tokio::time::timeout(IDLE, message).await
+        };
+        match heard {
+            Ok(message) => return message,
+            Err(_) => {
+                let ping = pubsub.ping::<::redis::Value>();
+                if !matches!(tokio::time::timeout(answer, ping).await, Ok(Ok(_))) {
+                    return None;
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
+
+    struct Deaf(Listener);
+
+    impl Told for Deaf {
+        fn listener(&self) -> &Listener {
+            &self.0
+        }
+
+        fn paused_elsewhere(&self, _: Duration, _: Option<&str>) {}
+    }
+
+    const TIMEOUTS: Timeouts = Timeouts {
+        connect: Duration::from_secs(1),
+        answer: Duration::from_secs(1),
+    };
+
+    /// A server that accepts connections and never answers: the first attempt to
+    /// subscribe ends with the connect timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_never_answers_does_not_hold_the_listener() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://{}", silent.local_addr().unwrap());
+        let target = Arc::new(Deaf(Listener::new()));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(listen(
+            url,
+            "c".into(),
+            TIMEOUTS,
+            1,
+            Arc::downgrade(&target),
+            tx,
+        ));
+        let tried = tokio::time::timeout(Duration::from_secs(60), rx).await;
+        assert!(tried.is_ok(), "still connecting");
+        task.abort();
+    }
+
+    /// The RESP arrays in `buf` (consumed): each command's first word, upper case.
+    fn commands(buf: &mut Vec<u8>) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            let text = String::from_utf8_lossy(buf).into_owned();
+            let mut lines = text.split("\r\n");
+            let Some(n) = lines
+                .next()
+                .and_then(|l| l.strip_prefix('*')?.parse::<usize>().ok())
+            else {
+                return out;
+            };
+            let mut used = format!("*{n}\r\n").len();
+            let mut first = None;
+            for _ in 0..n {
+                let (Some(len), Some(word)) = (lines.next(), lines.next()) else {
+                    return out;
+                };
+                used += len.len() + word.len() + 4;
+                first.get_or_insert(word.to_ascii_uppercase());
+            }
+            if used > buf.len() {
+                return out;
+            }
+            buf.drain(..used);
+            out.extend(first);
+        }
+    }
+
+    /// A server that subscribes the listener, then answers nothing (a `PING` included):
+    /// the listener connects again once the check goes unanswered.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_stops_answering_is_replaced() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("redis://{}", server.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        let fake = tokio::spawn(async move {
+            loop {
+                let (mut conn, _) = server.accept().await.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while let Ok(n) = conn.read(&mut chunk).await {
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        for command in commands(&mut buf) {
+                            let reply: &[u8] = match command.as_str() {
+                                "SUBSCRIBE" => b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n",
+                                "PING" => b"",
+                                _ => b"+OK\r\n",
+                            };
+                            let _ = conn.write_all(reply).await;
+                        }
+                    }
+                });
+            }
+        });
+        let target = Arc::new(Deaf(Listener::new()));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(listen(
+            url,
+            "c".into(),
+            TIMEOUTS,
+            1,
+            Arc::downgrade(&target),
+            tx,
+        ));
+        rx.await.unwrap();
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(
+            accepted.load(Ordering::SeqCst) >= 2,
+            "never connected again"
+        );
+        task.abort();
+        fake.abort();
+    }
 
     #[test]
     fn a_message_says_who_paused_and_for_how_long() {
