@@ -566,8 +566,9 @@ async fn keyed_limits_are_independent_hashed_and_bounded() {
     let huge = vec![b'{'; 1 << 20];
     for key in [&b"alice"[..], b"{evil}:x", b"", &huge] {
         let rkey = k1.redis_key(key);
-        assert!(rkey.starts_with(&format!("{prefix}:v1:{{")) && rkey.ends_with('}'));
-        assert_eq!(rkey.len(), prefix.len() + 38, "bounded length: {rkey}");
+        let space = format!("{prefix}:keyed-");
+        assert!(rkey.starts_with(&space) && rkey.ends_with('}'), "{rkey}");
+        assert_eq!(rkey.len(), k1.redis_key("").len(), "bounded length: {rkey}");
         assert_eq!(rkey.matches('{').count(), 1, "one hash tag");
         k1.try_acquire(key, 1).await.unwrap_or_else(|e| {
             assert!(e.throttled().is_some(), "{e:?}");
