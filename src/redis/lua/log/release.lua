@@ -12,13 +12,16 @@ if book > 0 then
 else
   members = redis.call('ZREVRANGEBYSCORE', log, fmt(now), '-inf')
 end
+local released = false
 for i = 1, #members do
   if tokens_of(members[i]) == n then
     redis.call('ZREM', log, members[i])
     total = total - n
     find_newest()
-    save()
+    released = true
     break
   end
 end
+-- A clamp made while reading the state is written too, with its TTL.
+if released or dirty then save() end
 return {1, 0, horizon() - now}
