@@ -14,7 +14,8 @@ use http::header::{HeaderName, DATE, FORWARDED, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Request};
 use tower_throttle::extract::{ClientIp, KeyExtractor, ProxyHeaders};
 use tower_throttle::headers::{
-    parse_retry_after, read_quota_hint, read_retry_after, RetryAfterError, MAX_PARSED_WAIT,
+    parse_retry_after, read_quota_hint, read_retry_after, read_stated_rate, RetryAfterError,
+    LONGEST_WINDOW, MAX_PARSED_WAIT,
 };
 
 /// The largest integer a structured field carries (RFC 9651 §3.3.1).
@@ -113,13 +114,14 @@ pub fn retry_after_from_headers(data: &[u8]) {
 /// `headers::read_quota_hint` on any rate-limit field lines: a hint read is written back as
 /// a `RateLimit` field and reads the same.
 pub fn ratelimit_field(data: &[u8]) {
-    const NAMES: [&str; 6] = [
+    const NAMES: [&str; 7] = [
         "ratelimit",
         "ratelimit-remaining",
         "ratelimit-reset",
         "x-ratelimit-remaining",
         "x-ratelimit-reset",
         "date",
+        "ratelimit-policy",
     ];
     let mut input = Input(data);
     let now = input.now();
@@ -134,6 +136,13 @@ pub fn ratelimit_field(data: &[u8]) {
         if let Ok(value) = HeaderValue::from_bytes(value) {
             headers.append(HeaderName::from_static(NAMES[usize::from(kind)]), value);
         }
+    }
+    // A stated rate is at least one per window of at most a day.
+    if let Some(rate) = read_stated_rate(&headers) {
+        assert!(
+            rate.is_finite() && rate * LONGEST_WINDOW.as_secs_f64() >= 1.0,
+            "{rate}"
+        );
     }
     let Some(hint) = read_quota_hint(&headers, now) else {
         return;
