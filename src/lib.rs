@@ -167,5 +167,10 @@ pub use crate::rate_limit::{RateLimit, RateLimitLayer};
 pub use crate::reject::RejectLayer;
 pub use crate::retry_after::{RetryAfter, RetryAfterLayer};
 
+/// The README's snippets, compiled and run as doctests.
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// The boxed error of layers whose inner errors are converted, as in tower.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
