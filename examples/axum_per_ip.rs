@@ -25,15 +25,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:3000".into());
-    let limit = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_second(2).burst(3)), PeerIp::new())
-        .on_missing_key(MissingKey::Reject) // no peer address: a wiring mistake, answer 400
-        .reject(); // 429 + Retry-After + RateLimit fields
+    let limit = RateLimitLayer::keyed(
+        KeyedBucket::new(Quota::per_second(2).burst(3)),
+        PeerIp::new(),
+    )
+    .on_missing_key(MissingKey::Reject) // no peer address: a wiring mistake, answer 400
+    .reject(); // 429 + Retry-After + RateLimit fields
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))
         .layer(limit);
 
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    println!("listening on http://{}: 2 requests/s per IP, bursts of 3", listener.local_addr()?);
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+    println!(
+        "listening on http://{}: 2 requests/s per IP, bursts of 3",
+        listener.local_addr()?
+    );
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
     Ok(())
 }
