@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every benchmark figure the README quotes, measured RUNS times (default 3), ours and the
+"""Every benchmark figure docs/benchmarks.md quotes, measured RUNS times (default 3), ours and the
 peers in the same run, printed with the value of each run and the spread.
 
   python3 benches/figures.py               # 3 runs, about 10 minutes on 2 cores

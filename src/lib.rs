@@ -66,7 +66,7 @@
 //! holds, and each retry waits for a token like any request. See [`retry_after`] for a runnable
 //! example and the retry rules (idempotency, backoff, budget, `max_retry_after`).
 //!
-//! Repeated push-back also lowers the bucket's rate, never above the configured one, and
+//! A push-back also lowers the bucket's rate, never above the configured one, and
 //! success raises it back: a client configured above a server's real rate settles just below
 //! it. [`Bucket::adaptive`] discovers an unknown quota, with no rate at all. See [`adaptive`].
 //!
@@ -85,45 +85,17 @@
 //! spacing), a fixed window, a sliding window or an exact sliding log behind the same handle,
 //! and [`KeyedBucket`] takes the same choice per key. See [`Algorithm`] for the trade-offs.
 //!
-//! # Semantics
-//! 1. **Rate invariant**: over any interval of length `t`, admitted tokens ≤ `burst + rate·t`,
-//!    across all clones and tasks.
-//! 2. **Shared**: clones share one bucket; a layer applied to many services shares one bucket.
-//! 3. **Pause**: after [`Bucket::pause`]`(d)` nothing is admitted for `d`, waiters included;
-//!    then admission restarts from an empty bucket (no burst at the end of a cooldown).
-//!    A push-back reported to [`Bucket::feedback`] also lowers the rate, never above the
-//!    configured one, which holds until then ([`adaptive`]).
-//! 4. **Retry-After is a floor**: a retry never goes out before the server's cooldown; jitter
-//!    only adds; a cooldown above [`RetryAfterLayer::max_retry_after`] returns the response.
-//! 5. **Fair, quiet, drift-free waiting**: first come, first served; each waiter is woken once,
-//!    at its turn; admission instants follow the schedule, never the instant a (1 ms) timer
-//!    fired; refill is lazy, with no background task.
-//! 6. **Cancel-safe**: a waiter dropped before its turn gives its place back.
-//! 7. **tower contract**: `poll_ready` returning ready means the next `call` is admitted;
-//!    `call` without it panics ("poll_ready must be called first").
-//! 8. **Bad input never panics**: configuration errors are clear errors at construction
-//!    ([`QuotaError`]); a refusal is a value ([`Denied`]): "not now" ([`Throttled`], with the
-//!    wait) or "never" ([`ExceedsBurst`], a cost above the burst), no sentinel values.
-//! 9. **One backend per limit**: a limit kept in Redis is decided in Redis on every path
-//!    that admits, waits or rejects; the synchronous [`Bucket::try_acquire`], which cannot
-//!    ask it, answers [`Denied::Undecided`].
-//!
-//! # Design notes
-//! - **GCRA in one atomic.** The bucket is the generic cell rate algorithm: one `u64`, the
-//!   instant the bucket is full again. Admitting is one clock read and one compare-and-swap;
-//!   the wait queue's lock is only taken by requests that must wait.
-//! - **Reservations, not polling.** A request that must wait reserves its admission instant
-//!   at once and sleeps on one timer until then. That is what makes waiting fair, quiet and
-//!   drift-free; dropping the reservation moves everyone behind it forward.
-//! - **Inner service first.** [`RateLimit`] polls the inner service to readiness *before*
-//!   taking a token (the reverse order would let tokens be spent by requests stuck behind a
-//!   busy inner service, which then leave together in a burst above the limit).
-//! - **tokio's clock.** Time is read through `tokio::time::Instant`, so paused-clock tests drive
-//!   decisions and waits on one timeline.
+//! # Guarantees
+//! Over any interval of length `t`, a limit admits at most `burst + rate·t` tokens across
+//! all clones and tasks (one more when a timer fires late); waiting is first come, first served, cancel-safe and drift-free; a
+//! pause holds every waiter; `call` without a ready `poll_ready` panics; a refusal is a value
+//! ([`Denied`]), and bad configuration is an error at construction ([`QuotaError`]). The
+//! exact bounds, per algorithm, are in
+//! [`docs/semantics.md`](https://github.com/tower-throttle/tower-throttle/blob/main/docs/semantics.md).
 //!
 //! # Supported Rust versions
-//! The minimum supported Rust version is 1.85 (tokio's); the `reqwest` and `redis` features
-//! need 1.88 (their dependencies').
+//! The minimum supported Rust version is 1.85 (tokio's); the `reqwest`, `redis`,
+//! `redis-cluster` and `grpc` features need 1.88 (their dependencies').
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
@@ -166,6 +138,11 @@ pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};
 pub use crate::reject::RejectLayer;
 pub use crate::retry_after::{RetryAfter, RetryAfterLayer};
+
+/// The README's snippets, compiled and run as doctests.
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 /// The boxed error of layers whose inner errors are converted, as in tower.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

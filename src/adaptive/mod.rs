@@ -1,29 +1,17 @@
 //! Rates that follow a server's push-back: converging under a configured quota, or
 //! discovering an unknown one.
 //!
-//! Every [`Bucket`](crate::Bucket) carries a rate control. [`RetryAfterLayer`] (or a client of
-//! your own, through [`Bucket::feedback`]) reports each request sent, each success and each
-//! push-back (`429`, `503`) to it; the control sets the rate every clone of the bucket
-//! enforces:
+//! Every [`Bucket`](crate::Bucket) carries a rate control, fed by [`RetryAfterLayer`] (or by
+//! a client of your own through [`Bucket::feedback`]) with each request sent, each success
+//! and each push-back:
 //!
-//! - **Configured quota** ([`Bucket::new`]): the configured rate holds from the first request
-//!   until a server pushes back. A push-back pauses every worker for its cooldown and lowers
-//!   the rate to just below the server's limit as estimated; successes raise it back slowly,
-//!   never above the configured rate. A client configured above a server's real rate settles
-//!   just below it instead of being refused again every cycle.
-//! - **Unknown quota** ([`Bucket::adaptive`]): no rate needed, or only a hint to start from.
-//!   The rate searches upwards until the first push-back, then behaves as above.
-//! - Either way, when the server states its quota (`RateLimit-Policy`, or
-//!   `X-RateLimit-Limit`, `-Remaining` and `-Reset`), the rate jumps to it at once, capped by
+//! - [`Bucket::new`]: the configured rate holds until a server pushes back; a push-back
+//!   pauses every worker and lowers the rate to just below the server's limit, never above
 //!   the configured one.
-//! - [`BucketBuilder::ramp`] starts a configured rate at 45 % of itself and brings it back in
-//!   21 successes: against a server up to 2.2 times slower, one push-back then brackets its
-//!   limit, where otherwise a guess and a second push-back find it.
-//! - [`BucketBuilder::fixed_rate`] keeps the configured rate whatever the server says (pauses
-//!   only).
-//!
-//! A bucket on a `RedisBucket` (feature `redis`) shares what it learns with every process on
-//! the same key.
+//! - [`Bucket::adaptive`]: no rate needed; it searches upwards until the first push-back.
+//! - A quota the server states (`RateLimit-Policy`, `X-RateLimit-*`) is taken at once.
+//! - [`BucketBuilder::ramp`] starts at 45 % of the configured rate;
+//!   [`BucketBuilder::fixed_rate`] only pauses.
 //!
 //! ```
 //! use std::time::Duration;
@@ -48,8 +36,8 @@
 //! # }
 //! ```
 //!
-//! The control law, its estimates and its measured behaviour are described in
-//! `docs/adaptive.md`.
+//! The control law, its estimates and its measured behaviour:
+//! [`docs/adaptive.md`](https://github.com/tower-throttle/tower-throttle/blob/main/docs/adaptive.md).
 //!
 //! [`RetryAfterLayer`]: crate::RetryAfterLayer
 //! [`Bucket::new`]: crate::Bucket::new

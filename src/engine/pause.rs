@@ -1,4 +1,4 @@
-//! The rule after a pause, for every engine (Semantic 3).
+//! The rule after a pause, for every engine (item 3 of `docs/semantics.md`).
 //!
 //! A pause ending at `end` holds every admission until `end` (the stores keep that instant).
 //! Then admission restarts as from an empty limit: one token at `end`, the next one interval

@@ -1,28 +1,17 @@
 //! gRPC: tonic servers answer over-limit calls with `RESOURCE_EXHAUSTED` and a push-back,
 //! and tonic clients honour it, with gRFC A6's retry rules and retry throttling.
 //!
-//! gRPC does not speak `429` and `Retry-After`. An over-limit call is `RESOURCE_EXHAUSTED`
-//! (`grpc-status: 8`) in an HTTP 200 *trailers-only* response, and the server's cooldown is
-//! the `grpc-retry-pushback-ms` metadata of [gRFC A6]. tonic clients and servers are tower
-//! stacks, so the crate's layers sit in the right place; this module teaches them the words.
+//! gRPC answers an over-limit call with `RESOURCE_EXHAUSTED` in a trailers-only response, and
+//! carries the server's cooldown in `grpc-retry-pushback-ms` ([gRFC A6]), not `429` and
+//! `Retry-After`.
 //!
-//! **Server.** A [`RejectLayer`](crate::RejectLayer) answers a gRPC request (`content-type:
-//! application/grpc…`) with a trailers-only `RESOURCE_EXHAUSTED` carrying
-//! `grpc-retry-pushback-ms` (the real wait, rounded up to the millisecond). Detection is by
-//! content type, so it is automatic and leaves plain HTTP alone: the default rejection does
-//! it for bodies that convert from text (axum), with or without this feature, and
-//! [`RejectLayer::grpc`](crate::RejectLayer::grpc) does it for tonic's body. Keys come from
-//! metadata as from headers (gRPC metadata *are* HTTP/2 headers):
-//! [`HeaderKey::x_api_key`](crate::extract::HeaderKey::x_api_key),
-//! [`HeaderKey::authorization`](crate::extract::HeaderKey::authorization).
-//!
-//! **Client.** [`RetryAfterLayer::grpc`](crate::RetryAfterLayer::grpc) wraps a tonic
-//! `Channel`: a trailers-only `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a push-back pauses
-//! the shared bucket for it — every worker holds — and the call is retried after it; a
-//! negative or malformed push-back is not retried; without one, the exponential backoff
-//! applies; the [retry throttle](GrpcRetryLayer::retry_throttle) stops retries
-//! while the server keeps failing. A call's deadline (`grpc-timeout`) covers every attempt: a
-//! retry carries the time left, and none is made that could not go out before the deadline.
+//! - **Server**: [`RejectLayer::grpc`](crate::RejectLayer::grpc) answers gRPC requests (by
+//!   content type; plain HTTP is left alone) with `RESOURCE_EXHAUSTED` and the real wait,
+//!   rounded up to the millisecond. Keys come from metadata like headers
+//!   ([`HeaderKey::x_api_key`](crate::extract::HeaderKey::x_api_key)).
+//! - **Client**: [`RetryAfterLayer::grpc`](crate::RetryAfterLayer::grpc) wraps a tonic
+//!   `Channel`: a push-back pauses the shared bucket (every worker holds) and the call is
+//!   retried after it.
 //!
 //! ```
 //! use std::time::Duration;
@@ -73,28 +62,12 @@
 //!                           └────────► Bucket ◄───┘                        │ + push-back
 //! ```
 //!
-//! Design notes:
-//! - **HTTP fields, not tonic internals.** The module reads and writes HTTP fields (content
-//!   type, `grpc-status`, push-back), so the server side works for any gRPC server on `http`
-//!   1 (tonic, or gRPC routes in an axum app). From tonic it takes only the status codes
-//!   ([`tonic::Code`]) and its body type, which the client's request copies are made of; the
-//!   dependency is tonic without default features (no transport, no codegen).
-//! - **Retry only what was not committed.** As A6 says, only a trailers-only response is
-//!   retried; a streamed request is sent once (see [`GrpcRequest`]) — stricter than A6, which
-//!   may replay a client stream it still holds whole: a stream's messages may already have
-//!   been acted on. Retries carry A6's `grpc-previous-rpc-attempts`.
-//! - **Which calls may be resent.** gRPC has no idempotency marker (every call is a POST): as
-//!   in A6, the [retryable set](GrpcRetryLayer::retryable) is the promise that
-//!   the server did not act on a call, so a code in it is retried for any call.
-//! - **Push-back is a refusal.** A push-back of a retryable code pauses the shared bucket,
-//!   exactly like a `429`'s `Retry-After` (floor, jitter added, capped by
-//!   [`max_retry_after`](crate::RetryAfterLayer::max_retry_after)). A retryable code without a
-//!   push-back gets the exponential backoff (A6's rule) and pauses no one: it says the server
-//!   failed, not that the client is too fast.
-//! - **One deadline for all attempts.** As A6 says, a call's `grpc-timeout` bounds the call,
-//!   not each attempt: a retry carries what is left of it, so the server gives up when the
-//!   caller does. A push-back that ends at or after the deadline still pauses the shared
-//!   bucket; only the retry is dropped.
+//! Retries follow A6: only a trailers-only answer is retried, a streamed request is sent
+//! once ([`GrpcRequest`]), a code in the [retryable set](GrpcRetryLayer::retryable) without a
+//! push-back gets exponential backoff and pauses no one, a negative or malformed push-back is
+//! not retried, and a call's `grpc-timeout` bounds every attempt together. The
+//! [retry throttle](GrpcRetryLayer::retry_throttle) stops retries while the server keeps
+//! failing.
 //!
 //! [gRFC A6]: https://github.com/grpc/proposal/blob/master/A6-client-retries.md
 

@@ -33,13 +33,9 @@
 //! ```
 //!
 //! Every process of a limit uses the same URL, key prefix, key, [`Quota`](crate::Quota) and
-//! algorithm. A hot limit can take tokens in batches
-//! ([`lease`](RedisBucketBuilder::lease)); many keyed limits can spread over a Redis Cluster
-//! (`cluster(nodes)` on the builders, feature `redis-cluster`).
-//!
-//! The semantics per algorithm, the failure policy and its bound, leases and their bound,
-//! the key layout, Redis Cluster, how pauses reach the other processes, and what to deploy
-//! are in [`docs/redis.md`](https://github.com/tower-throttle/tower-throttle/blob/main/docs/redis.md).
+//! algorithm. `Bucket::from(redis_bucket)` puts it under the layers. Failure policy, leases,
+//! keys, Redis Cluster and deployment:
+//! [`docs/redis.md`](https://github.com/tower-throttle/tower-throttle/blob/main/docs/redis.md).
 
 mod args;
 mod backend;
