@@ -36,13 +36,6 @@ impl Throttled {
     pub fn retry_after_secs(&self) -> u64 {
         retry_after_secs(self.wait)
     }
-
-    /// Always `false`: a request that can never fit is [`Denied::ExceedsBurst`], not a
-    /// `Throttled`.
-    #[deprecated(note = "a request that can never fit is `Denied::ExceedsBurst`")]
-    pub fn exceeds_burst(&self) -> bool {
-        false
-    }
 }
 
 impl fmt::Display for Throttled {
@@ -323,10 +316,6 @@ impl From<BackendError> for Denied {
         Denied::Backend(e)
     }
 }
-
-/// The error of [`Bucket::acquire`](crate::Bucket::acquire), now the crate-wide [`Denied`].
-#[deprecated(note = "renamed `Denied`; `QueueFull` is now a tuple variant")]
-pub type AcquireError = Denied;
 
 #[cfg(test)]
 mod tests {

@@ -157,8 +157,6 @@ pub mod reqwest;
 pub mod retry_after;
 
 pub use crate::algorithm::Algorithm;
-#[allow(deprecated)]
-pub use crate::bucket::AcquireError;
 pub use crate::bucket::{Acquire, Bucket, BucketBuilder, Feedback, Sent, Snapshot};
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
 pub use crate::keyed::KeyedBucket;

@@ -22,7 +22,7 @@ use tower_throttle::{Algorithm, Bucket, Denied, KeyedBucket, Quota, RateLimitLay
 
 const ALGORITHMS: [Algorithm; 5] = [
     Algorithm::TokenBucket,
-    Algorithm::LeakyBucket { max_queue: 16 },
+    Algorithm::leaky_bucket(16),
     Algorithm::FixedWindow,
     Algorithm::SlidingWindow,
     Algorithm::SlidingLog,

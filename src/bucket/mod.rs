@@ -51,8 +51,6 @@ pub use self::snapshot::Snapshot;
 pub(crate) use self::waiter::Waiter;
 use crate::adaptive::{Adaptive, Control};
 pub use crate::algorithm::Algorithm;
-#[allow(deprecated)]
-pub use crate::denied::AcquireError;
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
 use crate::Quota;
 
