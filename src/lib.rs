@@ -39,13 +39,12 @@
 //! use tower::ServiceExt;
 //! use tower_throttle::extract::HeaderKey;
 //! use tower_throttle::keyed::KeyedBucket;
-//! use tower_throttle::{Bucket, Quota, RateLimitLayer};
+//! use tower_throttle::{Bucket, Quota, RejectLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
-//! let limit = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_second(1)), HeaderKey::x_api_key())
-//!     .global(Bucket::new(Quota::per_second(1000)))
-//!     .reject(); // 429 + Retry-After (rounded up) + RateLimit-Policy / RateLimit
+//! let limit = RejectLayer::keyed(KeyedBucket::new(Quota::per_second(1)), HeaderKey::x_api_key())
+//!     .global(Bucket::new(Quota::per_second(1000))); // 429 + Retry-After (rounded up) + RateLimit-Policy / RateLimit
 //! let app = Router::new().route("/", get(|| async { "hello" })).layer(limit);
 //!
 //! let req = || http::Request::get("/").header("x-api-key", "alice").body(axum::body::Body::empty()).unwrap();

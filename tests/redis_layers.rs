@@ -13,7 +13,7 @@ use http::{Request, Response, StatusCode};
 use redis_support::{redis_url, unique_prefix};
 use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::redis::RedisBucket;
-use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RejectLayer, RetryAfterLayer};
 
 /// A separate Redis client on the shared key: what another process would build.
 async fn process(prefix: &str, quota: Quota) -> Bucket {
@@ -120,11 +120,9 @@ async fn rejecting_layers_of_two_processes_share_one_redis_limit() {
     let quota = Quota::per_minute(6).burst(6);
     let (a, b) = (process(&prefix, quota).await, process(&prefix, quota).await);
     let server = |bucket: Bucket| {
-        RateLimitLayer::new(bucket)
-            .reject()
-            .layer(service_fn(|_: Request<String>| async {
-                Ok::<_, Infallible>(Response::new(String::from("ok")))
-            }))
+        RejectLayer::new(bucket).layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }))
     };
     let (server_a, server_b) = (server(a), server(b));
     let mut admitted = 0;
@@ -183,12 +181,10 @@ async fn keyed_rejecting_layers_of_two_processes_share_each_keys_limit() {
             Ok::<_, Infallible>(Response::new(String::from("ok")))
         })
     };
-    let a = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
-        .reject()
-        .layer(ok());
-    let b = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
-        .reject()
-        .layer(ok());
+    let a =
+        RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key()).layer(ok());
+    let b =
+        RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key()).layer(ok());
     for key in ["alice", "bob"] {
         let mut admitted = 0;
         for i in 0..10 {
@@ -212,13 +208,11 @@ async fn a_global_refusal_gives_the_keys_redis_token_back() {
         })
     };
     // Process A has a local global ceiling of 2 per minute; process B has none.
-    let a = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
+    let a = RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
         .global(Bucket::new(Quota::per_minute(2).burst(2)))
-        .reject()
         .layer(ok());
-    let b = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
-        .reject()
-        .layer(ok());
+    let b =
+        RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key()).layer(ok());
     for _ in 0..2 {
         let resp = a.clone().oneshot(keyed_request("alice")).await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
@@ -269,11 +263,9 @@ async fn a_refused_backend_answers_429_retry_after_one_second_with_the_denial() 
         .query_async(&mut conn)
         .await
         .unwrap();
-    let svc = RateLimitLayer::new(Bucket::from(redis))
-        .reject()
-        .layer(service_fn(|_: Request<String>| async {
-            Ok::<_, Infallible>(Response::new(String::from("served")))
-        }));
+    let svc = RejectLayer::new(Bucket::from(redis)).layer(service_fn(|_: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::from("served")))
+    }));
     let res = svc.oneshot(Request::new(String::new())).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(res.headers()["retry-after"], "1");
@@ -372,11 +364,9 @@ async fn a_rejecting_layer_admits_once_another_process_gave_the_token_back() {
     let prefix = unique_prefix("stale-reject");
     let quota = Quota::per_hour(1).burst(1);
     let (a, b) = (process(&prefix, quota).await, process(&prefix, quota).await);
-    let server = RateLimitLayer::new(a)
-        .reject()
-        .layer(service_fn(|_: Request<String>| async {
-            Ok::<_, Infallible>(Response::new(String::new()))
-        }));
+    let server = RejectLayer::new(a).layer(service_fn(|_: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    }));
     let mut held = RateLimitLayer::new(b).layer(service_fn(|()| async { Ok::<_, Infallible>(()) }));
     held.ready().await.unwrap();
     let status = |svc: &tower::util::BoxCloneService<Request<String>, Response<String>, _>| {
@@ -407,11 +397,11 @@ async fn a_keyed_rejecting_layer_admits_once_another_process_gave_the_token_back
         .build()
         .await
         .unwrap();
-    let server = RateLimitLayer::keyed(keyed, tower_throttle::extract::HeaderKey::x_api_key())
-        .reject()
-        .layer(service_fn(|_: Request<String>| async {
+    let server = RejectLayer::keyed(keyed, tower_throttle::extract::HeaderKey::x_api_key()).layer(
+        service_fn(|_: Request<String>| async {
             Ok::<_, Infallible>(Response::new(String::new()))
-        }));
+        }),
+    );
     let status = |server: &_| {
         let svc: tower::util::BoxCloneService<Request<String>, Response<String>, _> =
             tower::util::BoxCloneService::clone(server);

@@ -14,7 +14,7 @@ use support::{aligned, settle};
 use tokio::time::{advance, Instant};
 use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
-use tower_throttle::{Algorithm, Bucket, Quota, RateLimitLayer};
+use tower_throttle::{Algorithm, Bucket, Quota, RateLimitLayer, RejectLayer};
 
 const MS: Duration = Duration::from_millis(1);
 const STALL: Duration = Duration::from_millis(60);
@@ -83,8 +83,7 @@ async fn request(path: Path, bucket: Bucket, log: Log) {
             svc.oneshot(()).await.unwrap();
         }
         Path::RejectLayerMaxWait => {
-            let svc = RateLimitLayer::new(bucket)
-                .reject()
+            let svc = RejectLayer::new(bucket)
                 .max_wait(Duration::from_secs(3600))
                 .layer(service_fn(move |_: Request<String>| {
                     record();

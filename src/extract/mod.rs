@@ -1,5 +1,5 @@
 //! Key extraction: the [`KeyExtractor`]s that find what a request is limited by, for the
-//! per-key limits of [`RateLimitLayer::keyed`](crate::RateLimitLayer::keyed), and the
+//! per-key limits of [`RejectLayer::keyed`](crate::RejectLayer::keyed), and the
 //! [`StableKey`] encoding that names a key in a shared store.
 //!
 //! | Extractor | Key | Use |

@@ -17,13 +17,13 @@ use http::Request;
 use tokio::time::Instant;
 
 use super::fields::Policies;
-use super::keyed_layer::MissingKey;
+use super::missing::{FailOnce, MissingKey};
 use super::rejected::{Rejected, RejectedBy, Status};
 use super::wait::Pending;
 use crate::bucket::{Backend, Local, Reservation};
 use crate::extract::KeyExtractor;
 use crate::keyed::{Grant, KeyedBucket, KEYLESS};
-use crate::{Bucket, Denied, Throttled};
+use crate::{Bucket, Denied, ExceedsBurst, Throttled};
 
 /// Policy names in `RateLimit-Policy` and `RateLimit`.
 pub(crate) const SINGLE: &str = "default";
@@ -35,7 +35,31 @@ pub(crate) const GLOBAL: &str = "global";
 pub(crate) struct Keyed<K, E> {
     pub(crate) bucket: KeyedBucket<K>,
     pub(crate) extractor: E,
-    pub(crate) missing: MissingKey,
+    /// `None`: the extractor's default.
+    pub(crate) missing: Option<MissingKey>,
+    pub(crate) fail_once: FailOnce,
+}
+
+impl<K, E> Keyed<K, E> {
+    /// What to do with a request without a key, or the verdict on it.
+    fn on_missing<B>(&self) -> Result<MissingKey, Rejected>
+    where
+        E: KeyExtractor<B>,
+    {
+        let default = if self.extractor.requires_key() {
+            MissingKey::Fail
+        } else {
+            MissingKey::Shared
+        };
+        match self.missing.unwrap_or(default) {
+            MissingKey::Reject => Err(Rejected::missing_key(false)),
+            MissingKey::Fail => {
+                self.fail_once.note();
+                Err(Rejected::missing_key(true))
+            }
+            outcome => Ok(outcome),
+        }
+    }
 }
 
 /// Every limit a layer enforces.
@@ -70,6 +94,18 @@ impl<K, E> Limits<K, E> {
         }
     }
 
+    /// Replace the single bucket, or set the global ceiling of a keyed layer.
+    pub(crate) fn set_bucket(&mut self, bucket: Bucket) {
+        self.bucket = Some(bucket);
+    }
+
+    /// What a keyed layer does with a request without a key.
+    pub(crate) fn set_missing(&mut self, missing: MissingKey) {
+        if let Some(k) = &mut self.keyed {
+            k.missing = Some(missing);
+        }
+    }
+
     /// The limits as `RateLimit-Policy` names them (the bucket's quota may change).
     pub(crate) fn policies(&self) -> Policies {
         policies(self.keyed_bucket(), self.bucket(), self.keyed.is_some())
@@ -97,41 +133,64 @@ impl<K, E> Limits<K, E>
 where
     K: Hash + Eq + Clone,
 {
-    /// Decide for `req`. `max_wait` (nanoseconds) bounds a wait for the key's bucket or the
+    /// Decide for `req`, which costs `n` tokens. `max_wait` (nanoseconds) bounds a wait for the key's bucket or the
     /// single bucket; the global ceiling of a keyed layer never queues. `describe` asks for
     /// the state of each limit after admission (for the rate-limit fields).
-    pub(crate) fn check<B>(&self, req: &Request<B>, max_wait: u64, describe: bool) -> Verdict<K>
+    pub(crate) fn check<B>(
+        &self,
+        req: &Request<B>,
+        n: u32,
+        max_wait: u64,
+        describe: bool,
+    ) -> Verdict<K>
     where
         E: KeyExtractor<B, Key = K>,
     {
         let mut statuses = [None, None];
         let mut held = None;
+        if n == 0 {
+            return Verdict::Admit(statuses);
+        }
         if let Some(k) = &self.keyed {
+            let burst = k.bucket.capacity();
+            if u64::from(n) > burst {
+                let never = ExceedsBurst {
+                    requested: n,
+                    burst: u32::try_from(burst).unwrap_or(u32::MAX),
+                };
+                let quota = k.bucket.quota();
+                return Verdict::Reject(refusal(RejectedBy::Key, PER_KEY, &quota, never.into()));
+            }
             if let Some(remote) = k.bucket.remote() {
                 // A shared, remote keyed bucket decides asynchronously, then the global
                 // ceiling; a refusal by the global ceiling gives the key's token back.
-                let id = match (k.extractor.extract(req), k.missing) {
-                    (Some(key), _) => Some((remote.name)(&key)),
-                    (None, MissingKey::Shared) => Some(KEYLESS),
-                    (None, MissingKey::Reject) => return Verdict::Reject(Rejected::missing_key()),
-                    (None, MissingKey::Allow) => None,
+                let id = match k.extractor.extract(req) {
+                    Some(key) => Some((remote.name)(&key)),
+                    None => match k.on_missing::<B>() {
+                        Ok(MissingKey::Shared) => Some(KEYLESS),
+                        Ok(_) => None,
+                        Err(rejected) => return Verdict::Reject(rejected),
+                    },
                 };
                 if let Some(id) = id {
                     return Verdict::Wait(Pending::remote_key(
                         k.bucket.clone(),
                         Arc::clone(&remote.store),
                         id,
+                        n,
                         Duration::from_nanos(max_wait),
                         self.bucket.clone(),
                     ));
                 }
             }
             let key = k.extractor.extract(req);
-            let result = match (&key, k.missing) {
-                (Some(key), _) => Some(k.bucket.acquire(key, max_wait)),
-                (None, MissingKey::Shared) => Some(k.bucket.acquire_keyless(max_wait)),
-                (None, MissingKey::Reject) => return Verdict::Reject(Rejected::missing_key()),
-                (None, MissingKey::Allow) => None,
+            let result = match &key {
+                Some(key) => Some(k.bucket.acquire(key, n, max_wait)),
+                None => match k.on_missing::<B>() {
+                    Ok(MissingKey::Shared) => Some(k.bucket.acquire_keyless(n, max_wait)),
+                    Ok(_) => None,
+                    Err(rejected) => return Verdict::Reject(rejected),
+                },
             };
             match result {
                 None => {}
@@ -148,6 +207,7 @@ where
                             grant,
                             due,
                             self.bucket.clone(),
+                            n,
                         ));
                     }
                     if describe {
@@ -171,6 +231,7 @@ where
                             grant,
                             Instant::now(),
                             self.bucket.clone(),
+                            n,
                         )),
                         (keyed, _) => {
                             // The global ceiling of a keyed layer never queues.
@@ -178,13 +239,13 @@ where
                                 Some(_) => Duration::ZERO,
                                 None => Duration::from_nanos(max_wait),
                             };
-                            let decision = remote.try_acquire(1, max_wait);
+                            let decision = remote.try_acquire(n, max_wait);
                             Verdict::Wait(Pending::remote(bucket.clone(), decision, by, name))
                         }
                     };
                 }
             };
-            match bucket.try_acquire_local(local, 1) {
+            match bucket.try_acquire_local(local, n) {
                 Ok(()) if describe => statuses[1] = Some(bucket_status(bucket, name)),
                 Ok(()) => {}
                 Err(denied) => {
@@ -194,7 +255,7 @@ where
                     let max_wait = Duration::from_nanos(max_wait);
                     if let (None, Some(wait)) = (&self.keyed, denied.wait()) {
                         if wait <= max_wait && !max_wait.is_zero() {
-                            return reserve(bucket, local, denied, max_wait, describe);
+                            return reserve(bucket, local, n, denied, max_wait, describe);
                         }
                     }
                     return Verdict::Reject(refusal(by, name, &bucket.quota(), denied));
@@ -222,11 +283,12 @@ pub(crate) fn policies<K>(
 fn reserve<K: Hash + Eq>(
     bucket: &Bucket,
     local: Local<'_>,
+    n: u32,
     denied: Denied,
     max_wait: Duration,
     describe: bool,
 ) -> Verdict<K> {
-    match local.reserve(1, true) {
+    match local.reserve(n, true) {
         Ok(Reservation::Now(_)) => {
             let status = describe.then(|| bucket_status(bucket, SINGLE));
             Verdict::Admit([None, status])

@@ -17,8 +17,9 @@ pub enum RejectedBy {
     Global,
     /// The bucket of a single-bucket layer.
     Bucket,
-    /// The request had no key and the layer rejects such requests
-    /// ([`MissingKey::Reject`](super::MissingKey::Reject)).
+    /// The request had no key and the layer refuses such requests
+    /// ([`MissingKey::Reject`](super::MissingKey::Reject) or
+    /// [`MissingKey::Fail`](super::MissingKey::Fail)).
     MissingKey,
 }
 
@@ -32,12 +33,13 @@ pub enum RejectedBy {
 /// ```
 /// use std::time::Duration;
 /// use tower::{service_fn, Service, ServiceExt};
-/// use tower_throttle::{reject::{Rejected, RejectedBy}, Bucket, Quota, RateLimitLayer};
+/// use tower_throttle::reject::{Rejected, RejectedBy};
+/// use tower_throttle::{Bucket, Quota, RejectLayer};
 /// use tower_layer::Layer;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), std::convert::Infallible> {
-/// let layer = RateLimitLayer::new(Bucket::new(Quota::per_second(2).burst(1))).reject();
+/// let layer = RejectLayer::new(Bucket::new(Quota::per_second(2).burst(1)));
 /// let mut svc = layer.layer(service_fn(|_: http::Request<String>| async {
 ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello")))
 /// }));
@@ -58,6 +60,7 @@ pub struct Rejected {
     /// The limit's answer; `None` for [`RejectedBy::MissingKey`].
     denied: Option<Denied>,
     status: Option<Status>,
+    code: StatusCode,
 }
 
 /// How long a client is told to wait when the backend that keeps a limit failed and its
@@ -84,6 +87,7 @@ impl Rejected {
             by,
             denied: Some(denied),
             status: None,
+            code: StatusCode::TOO_MANY_REQUESTS,
         };
         rejected.status = Some(Status {
             name,
@@ -94,12 +98,18 @@ impl Rejected {
         rejected
     }
 
-    /// No key, and keyless requests are rejected.
-    pub(crate) fn missing_key() -> Self {
+    /// No key, and keyless requests are refused: `400`, or `500` when the key is missing
+    /// because the server is set up wrong (`fail`).
+    pub(crate) fn missing_key(fail: bool) -> Self {
         Rejected {
             by: RejectedBy::MissingKey,
             denied: None,
             status: None,
+            code: if fail {
+                StatusCode::INTERNAL_SERVER_ERROR
+            } else {
+                StatusCode::BAD_REQUEST
+            },
         }
     }
 
@@ -134,13 +144,12 @@ impl Rejected {
         self.status.map(|s| s.quota)
     }
 
-    /// The status of the default response: `429 Too Many Requests`, or `400 Bad Request` for
-    /// [`RejectedBy::MissingKey`].
+    /// The status of the default response: `429 Too Many Requests`; for
+    /// [`RejectedBy::MissingKey`], `400 Bad Request`
+    /// ([`MissingKey::Reject`](super::MissingKey::Reject)) or `500 Internal Server Error`
+    /// ([`MissingKey::Fail`](super::MissingKey::Fail)).
     pub fn status_code(&self) -> StatusCode {
-        match self.by {
-            RejectedBy::MissingKey => StatusCode::BAD_REQUEST,
-            _ => StatusCode::TOO_MANY_REQUESTS,
-        }
+        self.code
     }
 
     pub(crate) fn status(&self) -> Option<&Status> {

@@ -35,6 +35,8 @@ pub(crate) enum Pending<K: Hash + Eq> {
         hold: KeyHold<K>,
         due: Instant,
         global: Option<Bucket>,
+        /// The request's cost, for the global ceiling.
+        n: u32,
         /// The decision of a shared, remote global ceiling, once asked.
         global_decision: Option<RemoteDecision>,
     },
@@ -56,6 +58,8 @@ pub(crate) enum Pending<K: Hash + Eq> {
         keyed: KeyedBucket<K>,
         remote: Arc<dyn RemoteKeyed>,
         id: KeyId,
+        /// The request's cost.
+        n: u32,
         decision: Option<RemoteDecision>,
         global: Option<Bucket>,
         global_decision: Option<RemoteDecision>,
@@ -69,6 +73,7 @@ impl<K: Hash + Eq> Pending<K> {
         grant: Grant,
         due: Instant,
         global: Option<Bucket>,
+        n: u32,
     ) -> Self {
         Pending::Key {
             hold: KeyHold {
@@ -79,6 +84,7 @@ impl<K: Hash + Eq> Pending<K> {
             },
             due,
             global,
+            n,
             global_decision: None,
         }
     }
@@ -101,14 +107,16 @@ impl<K: Hash + Eq> Pending<K> {
         keyed: KeyedBucket<K>,
         remote: Arc<dyn RemoteKeyed>,
         id: KeyId,
+        n: u32,
         max_wait: Duration,
         global: Option<Bucket>,
     ) -> Self {
-        let decision = Some(remote.try_acquire(id, 1, max_wait));
+        let decision = Some(remote.try_acquire(id, n, max_wait));
         Pending::RemoteKey {
             keyed,
             remote,
             id,
+            n,
             decision,
             global,
             global_decision: None,
@@ -162,6 +170,8 @@ pub(crate) struct Wait<S, O, Req, K: Hash + Eq> {
     deadline: Option<Pin<Box<Sleep>>>,
     service: Option<S>,
     req: Option<Req>,
+    /// The request's cost.
+    tokens: u32,
     pub(crate) on_reject: O,
     pub(crate) spec: Spec,
     /// Let a refused request through (dry run), and whom to tell.
@@ -170,10 +180,12 @@ pub(crate) struct Wait<S, O, Req, K: Hash + Eq> {
 }
 
 impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         pending: Pending<K>,
         service: S,
         req: Req,
+        tokens: u32,
         on_reject: O,
         spec: Spec,
         dry_run: bool,
@@ -193,6 +205,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             deadline,
             service: Some(service),
             req: Some(req),
+            tokens,
             on_reject,
             spec,
             dry_run,
@@ -222,6 +235,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             Pending::Key {
                 hold,
                 global,
+                n,
                 global_decision,
                 ..
             } => {
@@ -235,9 +249,9 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         std::task::ready!(d.as_mut().poll(cx))
                     } else {
                         match g.backend() {
-                            Backend::Local(local) => g.try_acquire_local(local, 1),
+                            Backend::Local(local) => g.try_acquire_local(local, *n),
                             Backend::Remote(remote) => {
-                                *global_decision = Some(remote.try_acquire(1, Duration::ZERO));
+                                *global_decision = Some(remote.try_acquire(*n, Duration::ZERO));
                                 continue;
                             }
                         }
@@ -259,6 +273,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                 keyed,
                 remote,
                 id,
+                n,
                 decision,
                 global,
                 global_decision,
@@ -270,7 +285,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     break match std::task::ready!(d.as_mut().poll(cx)) {
                         Ok(()) => Ok([None, None]),
                         Err(denied) => {
-                            remote.release(*id, 1); // the key's token was not used
+                            remote.release(*id, *n); // the key's tokens were not used
                             Err(refusal(RejectedBy::Global, GLOBAL, &global.quota(), denied))
                         }
                     };
@@ -285,12 +300,12 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     None => break Ok([None, None]),
                     Some(g) => match g.backend() {
                         Backend::Remote(r) => {
-                            *global_decision = Some(r.try_acquire(1, Duration::ZERO));
+                            *global_decision = Some(r.try_acquire(*n, Duration::ZERO));
                         }
-                        Backend::Local(local) => match g.try_acquire_local(local, 1) {
+                        Backend::Local(local) => match g.try_acquire_local(local, *n) {
                             Ok(()) => break Ok([None, describe.then(|| bucket_status(g, GLOBAL))]),
                             Err(denied) => {
-                                remote.release(*id, 1);
+                                remote.release(*id, *n);
                                 break Err(refusal(RejectedBy::Global, GLOBAL, &g.quota(), denied));
                             }
                         },
@@ -345,7 +360,11 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             Ok(statuses) => Outcome::Go(service, req, statuses),
             Err(rejected) => {
                 if let Some(o) = &self.observer {
-                    o.refused(1, rejected.wait().unwrap_or(Duration::ZERO), self.dry_run);
+                    o.refused(
+                        self.tokens,
+                        rejected.wait().unwrap_or(Duration::ZERO),
+                        self.dry_run,
+                    );
                 }
                 if self.dry_run {
                     trace_event!(debug, wait = ?rejected.wait(), "dry run: request would be rejected");
