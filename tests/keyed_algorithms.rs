@@ -12,7 +12,7 @@ use tokio::time::{advance, Instant};
 use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
 use tower_throttle::keyed::KeyedBucket;
-use tower_throttle::reject::{Rejected, RejectedBy};
+use tower_throttle::reject::Rejected;
 use tower_throttle::{Algorithm, Bucket, Quota, RejectLayer};
 
 const MS: Duration = Duration::from_millis(1);
@@ -233,7 +233,7 @@ async fn every_algorithm_rejects_per_key_with_the_exact_retry_after() {
             .unwrap();
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS, "{name}");
         let why = rejected(&res);
-        assert_eq!(why.by(), RejectedBy::Key, "{name}");
+        assert_eq!(why.policy(), Some("per-key"), "{name}");
         assert_eq!(why.wait(), Some(predicted), "{name}");
         let secs = predicted.as_nanos().div_ceil(1_000_000_000);
         assert_eq!(field(&res, "retry-after"), secs.to_string(), "{name}");
@@ -412,7 +412,7 @@ async fn a_global_refusal_refunds_the_key_for_every_algorithm() {
                 .call(with_key("b"))
                 .await
                 .unwrap();
-            assert_eq!(rejected(&res).by(), RejectedBy::Global, "{name}");
+            assert_eq!(rejected(&res).policy(), Some("global"), "{name}");
         }
         // "b" was charged and refunded each time: as if unused.
         let unused = keys.snapshot(&"never seen".to_owned());

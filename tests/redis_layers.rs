@@ -224,8 +224,8 @@ async fn a_global_refusal_gives_the_keys_redis_token_back() {
         refused
             .extensions()
             .get::<tower_throttle::reject::Rejected>()
-            .map(|r| r.by()),
-        Some(tower_throttle::reject::RejectedBy::Global)
+            .and_then(|r| r.policy()),
+        Some("global")
     );
     // The refund reaches Redis asynchronously; then process B still finds alice's last token.
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -10,7 +10,7 @@ use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
 use tower_throttle::extract::{HeaderKey, KeyDigest};
 use tower_throttle::keyed::KeyedBucket;
-use tower_throttle::reject::{Rejected, RejectedBy};
+use tower_throttle::reject::Rejected;
 use tower_throttle::{Bucket, Denied, Quota, RejectLayer};
 
 type Res = Response<String>;
@@ -109,7 +109,7 @@ async fn a_cost_is_charged_to_the_key_and_to_the_global_ceiling() {
 
     let by_key = send(&mut svc, get("/search", "a")).await;
     assert_eq!(by_key.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(rejected(&by_key).by(), RejectedBy::Key);
+    assert_eq!(rejected(&by_key).policy(), Some("per-key"));
     assert_eq!(by_key.headers()["retry-after"], "10");
     assert_eq!(
         global.snapshot().available,
@@ -121,7 +121,7 @@ async fn a_cost_is_charged_to_the_key_and_to_the_global_ceiling() {
     // not charged.
     let by_global = send(&mut svc, get("/search", "b")).await;
     assert_eq!(by_global.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(rejected(&by_global).by(), RejectedBy::Global);
+    assert_eq!(rejected(&by_global).policy(), Some("global"));
     assert_eq!(by_global.headers()["retry-after"], "5");
     assert_eq!(keyed.snapshot(&KeyDigest::of_bytes(b"b")).available, 20);
     // A cheap request of that key still fits both.

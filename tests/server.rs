@@ -16,7 +16,7 @@ use tower_layer::Layer;
 use tower_throttle::extract::{HeaderKey, PeerIp};
 use tower_throttle::headers::read_quota_hint;
 use tower_throttle::keyed::KeyedBucket;
-use tower_throttle::reject::{MissingKey, Rejected, RejectedBy};
+use tower_throttle::reject::{MissingKey, Rejected};
 use tower_throttle::{Bucket, Quota, RejectLayer};
 
 type Res = Response<String>;
@@ -90,7 +90,7 @@ async fn over_the_limit_429_with_retry_after_equal_to_the_real_wait_rounded_up()
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&res, "retry-after"), "2"); // 1.5 s, rounded up
     let rejected = res.extensions().get::<Rejected>().unwrap();
-    assert_eq!(rejected.by(), RejectedBy::Bucket);
+    assert_eq!(rejected.policy(), Some("default"));
     assert_eq!(rejected.wait(), Some(Duration::from_millis(1500)));
     assert_eq!(res.body(), "Too Many Requests\n");
     assert_eq!(header(&res, "content-type"), "text/plain; charset=utf-8");
@@ -218,7 +218,7 @@ async fn the_global_ceiling_holds_across_keys() {
             admitted += 1;
         } else {
             let rejected = res.extensions().get::<Rejected>().unwrap();
-            assert_eq!(rejected.by(), RejectedBy::Global);
+            assert_eq!(rejected.policy(), Some("global"));
             assert_eq!(header(&res, "retry-after"), "12");
             assert_eq!(header(&res, "ratelimit"), "\"global\";r=0;t=12");
         }
@@ -241,8 +241,8 @@ async fn a_per_key_rejection_leaves_the_global_bucket_untouched() {
     for _ in 0..50 {
         let res = send(&mut svc, with_key("a")).await;
         assert_eq!(
-            res.extensions().get::<Rejected>().unwrap().by(),
-            RejectedBy::Key
+            res.extensions().get::<Rejected>().unwrap().policy(),
+            Some("per-key")
         );
     }
     assert_eq!(global.snapshot().available, 99);
@@ -259,8 +259,8 @@ async fn a_global_rejection_leaves_the_key_untouched() {
     for _ in 0..5 {
         let res = send(&mut svc, with_key("b")).await;
         assert_eq!(
-            res.extensions().get::<Rejected>().unwrap().by(),
-            RejectedBy::Global
+            res.extensions().get::<Rejected>().unwrap().policy(),
+            Some("global")
         );
     }
     // "b" was charged and refunded each time: its bucket is full, and not even tracked.
@@ -298,8 +298,8 @@ async fn missing_header_keys_share_one_bucket_by_default() {
     let res = send(&mut svc, plain()).await;
     assert_eq!(res.status(), 429);
     assert_eq!(
-        res.extensions().get::<Rejected>().unwrap().by(),
-        RejectedBy::Key
+        res.extensions().get::<Rejected>().unwrap().policy(),
+        Some("per-key")
     );
     // A request with a key is not affected.
     assert_eq!(send(&mut svc, with_key("a")).await.status(), 200);
@@ -316,7 +316,7 @@ async fn a_peer_ip_limit_without_a_peer_address_answers_500() {
         assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert!(res.headers().get("retry-after").is_none());
         let rejected = res.extensions().get::<Rejected>().unwrap();
-        assert_eq!(rejected.by(), RejectedBy::MissingKey);
+        assert_eq!(rejected.policy(), None);
         assert_eq!(rejected.status_code(), StatusCode::INTERNAL_SERVER_ERROR);
     }
     assert_eq!(calls.load(Ordering::SeqCst), 0);
@@ -349,7 +349,7 @@ async fn missing_keys_can_be_rejected_with_400() {
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     assert!(res.headers().get("retry-after").is_none());
     let rejected = res.extensions().get::<Rejected>().unwrap();
-    assert_eq!(rejected.by(), RejectedBy::MissingKey);
+    assert_eq!(rejected.policy(), None);
     assert_eq!(rejected.retry_after_secs(), None);
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
@@ -407,8 +407,8 @@ async fn missing_keys_can_be_allowed_under_the_global_ceiling() {
     }
     let res = send(&mut svc, plain()).await;
     assert_eq!(
-        res.extensions().get::<Rejected>().unwrap().by(),
-        RejectedBy::Global
+        res.extensions().get::<Rejected>().unwrap().policy(),
+        Some("global")
     );
 }
 
@@ -439,7 +439,7 @@ async fn custom_rejection_response_keeps_the_fields() {
 #[tokio::test(start_paused = true)]
 async fn fallback_serves_over_limit_requests() {
     let fallback = service_fn(|req: Request<String>| async move {
-        let by = req.extensions().get::<Rejected>().map(|r| r.by());
+        let by = req.extensions().get::<Rejected>().and_then(|r| r.policy());
         Ok::<_, Infallible>(Response::new(format!("cached ({by:?})")))
     });
     let calls = counter();
@@ -449,7 +449,7 @@ async fn fallback_serves_over_limit_requests() {
     assert_eq!(send(&mut svc, plain()).await.body(), "ok");
     let res = send(&mut svc, plain()).await;
     assert_eq!(res.status(), StatusCode::OK);
-    assert_eq!(res.body(), "cached (Some(Bucket))");
+    assert_eq!(res.body(), "cached (Some(\"default\"))");
     assert!(res.headers().get("retry-after").is_none());
     assert_eq!(header(&res, "ratelimit"), "\"default\";r=0;t=60");
     assert!(res.extensions().get::<Rejected>().is_some());
@@ -516,8 +516,8 @@ async fn bounded_wait_then_the_global_ceiling_refuses_and_refunds_the_key() {
     assert_eq!(start.elapsed(), Duration::from_millis(500));
     assert_eq!(res.status(), 429);
     assert_eq!(
-        res.extensions().get::<Rejected>().unwrap().by(),
-        RejectedBy::Global
+        res.extensions().get::<Rejected>().unwrap().policy(),
+        Some("global")
     );
     // The key's reservation was given back: its bucket is full again.
     assert_eq!(keyed.snapshot(&"a".to_owned()).available, 1);

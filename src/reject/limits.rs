@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::fields::Policies;
 use super::missing::{FailOnce, MissingKey};
-use super::rejected::{Rejected, RejectedBy, Status};
+use super::rejected::{Rejected, Status};
 use super::wait::Pending;
 use crate::bucket::{Backend, Local, Reservation};
 use crate::extract::KeyExtractor;
@@ -120,11 +120,11 @@ impl<K, E> Limits<K, E> {
     }
 
     /// How the bucket is named and reported.
-    fn bucket_role(&self) -> (RejectedBy, &'static str) {
+    fn bucket_name(&self) -> &'static str {
         if self.keyed.is_some() {
-            (RejectedBy::Global, GLOBAL)
+            GLOBAL
         } else {
-            (RejectedBy::Bucket, SINGLE)
+            SINGLE
         }
     }
 }
@@ -159,7 +159,7 @@ where
                     burst: u32::try_from(burst).unwrap_or(u32::MAX),
                 };
                 let quota = k.bucket.quota();
-                return Verdict::Reject(refusal(RejectedBy::Key, PER_KEY, &quota, never.into()));
+                return Verdict::Reject(refusal(PER_KEY, &quota, never.into()));
             }
             if let Some(remote) = k.bucket.remote() {
                 // A shared, remote keyed bucket decides asynchronously, then the global
@@ -197,7 +197,7 @@ where
                 Some(Err(wait)) => {
                     let denied = Throttled::after(Duration::from_nanos(wait)).into();
                     let quota = k.bucket.quota();
-                    return Verdict::Reject(refusal(RejectedBy::Key, PER_KEY, &quota, denied));
+                    return Verdict::Reject(refusal(PER_KEY, &quota, denied));
                 }
                 Some(Ok(grant)) => {
                     if let Some(due) = k.bucket.due(&grant) {
@@ -218,7 +218,7 @@ where
             }
         }
         if let Some(bucket) = &self.bucket {
-            let (by, name) = self.bucket_role();
+            let name = self.bucket_name();
             let local = match bucket.backend() {
                 Backend::Local(local) => local,
                 // A shared, remote bucket decides asynchronously, in the response future:
@@ -240,7 +240,7 @@ where
                                 None => Duration::from_nanos(max_wait),
                             };
                             let decision = remote.try_acquire(n, max_wait);
-                            Verdict::Wait(Pending::remote(bucket.clone(), decision, by, name))
+                            Verdict::Wait(Pending::remote(bucket.clone(), decision, name))
                         }
                     };
                 }
@@ -258,7 +258,7 @@ where
                             return reserve(bucket, local, n, denied, max_wait, describe);
                         }
                     }
-                    return Verdict::Reject(refusal(by, name, &bucket.quota(), denied));
+                    return Verdict::Reject(refusal(name, &bucket.quota(), denied));
                 }
             }
         }
@@ -297,18 +297,13 @@ fn reserve<K: Hash + Eq>(
             Verdict::Wait(Pending::bucket(bucket.clone(), waiter, max_wait))
         }
         // A leaky bucket's queue is full: refuse, with the wait the bucket announced.
-        Err(_) => Verdict::Reject(refusal(RejectedBy::Bucket, SINGLE, &bucket.quota(), denied)),
+        Err(_) => Verdict::Reject(refusal(SINGLE, &bucket.quota(), denied)),
     }
 }
 
 /// A refusal by the limit `name` of `quota`.
-pub(crate) fn refusal(
-    by: RejectedBy,
-    name: &'static str,
-    quota: &crate::Quota,
-    denied: Denied,
-) -> Rejected {
-    Rejected::new(by, denied, name, *quota)
+pub(crate) fn refusal(name: &'static str, quota: &crate::Quota, denied: Denied) -> Rejected {
+    Rejected::new(denied, name, *quota)
 }
 
 /// A per-key limit right after `grant`, seen when it is due.

@@ -58,6 +58,6 @@ mod wait;
 pub use self::future::ResponseFuture;
 pub use self::layer::RejectLayer;
 pub use self::missing::MissingKey;
-pub use self::rejected::{Rejected, RejectedBy};
+pub use self::rejected::Rejected;
 pub use self::respond::{Fallback, OnReject, Oneshot, RespondWith, TooManyRequests};
 pub use self::service::Reject;

@@ -104,10 +104,10 @@ where
                 }
                 req.extensions_mut().insert(rejected.clone());
                 if config.dry_run {
-                    trace_event!(debug, by = ?rejected.by(), wait = ?rejected.wait(), "dry run: request would be rejected");
+                    trace_event!(debug, limit = ?rejected.policy(), wait = ?rejected.wait(), "dry run: request would be rejected");
                     return ResponseFuture::called(self.inner.call(req), None);
                 }
-                trace_event!(debug, by = ?rejected.by(), wait = ?rejected.wait(), "request rejected");
+                trace_event!(debug, limit = ?rejected.policy(), wait = ?rejected.wait(), "request rejected");
                 let future = config.on_reject.on_reject(req, &rejected);
                 let refusal = config.on_reject.is_refusal();
                 let fields = config

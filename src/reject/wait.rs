@@ -23,7 +23,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::fields::{Policies, Spec};
 use super::limits::{bucket_status, key_status, policies, refusal, GLOBAL, PER_KEY, SINGLE};
-use super::rejected::{Rejected, RejectedBy, Status};
+use super::rejected::{Rejected, Status};
 use crate::bucket::{Backend, RemoteDecision, Waiter};
 use crate::keyed::{Grant, KeyId, KeyedBucket, RemoteKeyed};
 use crate::observe::Observer;
@@ -50,7 +50,6 @@ pub(crate) enum Pending<K: Hash + Eq> {
     Remote {
         bucket: Bucket,
         decision: RemoteDecision,
-        by: RejectedBy,
         name: &'static str,
     },
     /// A decision a shared, remote keyed bucket is making, then the global ceiling's.
@@ -89,16 +88,10 @@ impl<K: Hash + Eq> Pending<K> {
         }
     }
 
-    pub(crate) fn remote(
-        bucket: Bucket,
-        decision: RemoteDecision,
-        by: RejectedBy,
-        name: &'static str,
-    ) -> Self {
+    pub(crate) fn remote(bucket: Bucket, decision: RemoteDecision, name: &'static str) -> Self {
         Pending::Remote {
             bucket,
             decision,
-            by,
             name,
         }
     }
@@ -260,7 +253,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         Ok(()) => Ok([key, describe.then(|| bucket_status(g, GLOBAL))]),
                         Err(denied) => {
                             hold.refund();
-                            Err(refusal(RejectedBy::Global, GLOBAL, &g.quota(), denied))
+                            Err(refusal(GLOBAL, &g.quota(), denied))
                         }
                     };
                 };
@@ -286,7 +279,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         Ok(()) => Ok([None, None]),
                         Err(denied) => {
                             remote.release(*id, *n); // the key's tokens were not used
-                            Err(refusal(RejectedBy::Global, GLOBAL, &global.quota(), denied))
+                            Err(refusal(GLOBAL, &global.quota(), denied))
                         }
                     };
                 }
@@ -294,7 +287,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                 let key_verdict = std::task::ready!(d.as_mut().poll(cx));
                 *decision = None;
                 if let Err(denied) = key_verdict {
-                    break Err(refusal(RejectedBy::Key, PER_KEY, &keyed.quota(), denied));
+                    break Err(refusal(PER_KEY, &keyed.quota(), denied));
                 }
                 match global {
                     None => break Ok([None, None]),
@@ -306,7 +299,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                             Ok(()) => break Ok([None, describe.then(|| bucket_status(g, GLOBAL))]),
                             Err(denied) => {
                                 remote.release(*id, *n);
-                                break Err(refusal(RejectedBy::Global, GLOBAL, &g.quota(), denied));
+                                break Err(refusal(GLOBAL, &g.quota(), denied));
                             }
                         },
                     },
@@ -315,11 +308,10 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             Pending::Remote {
                 bucket,
                 decision,
-                by,
                 name,
             } => match std::task::ready!(decision.as_mut().poll(cx)) {
                 Ok(()) => Ok([None, describe.then(|| bucket_status(bucket, name))]),
-                Err(denied) => Err(refusal(*by, name, &bucket.quota(), denied)),
+                Err(denied) => Err(refusal(name, &bucket.quota(), denied)),
             },
             Pending::Bucket {
                 bucket,
@@ -335,12 +327,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     match permit {
                         Ok(_) => Ok([None, describe.then(|| bucket_status(bucket, SINGLE))]),
                         // The quota shrank below the request while it waited.
-                        Err(never) => Err(refusal(
-                            RejectedBy::Bucket,
-                            SINGLE,
-                            &bucket.quota(),
-                            never.into(),
-                        )),
+                        Err(never) => Err(refusal(SINGLE, &bucket.quota(), never.into())),
                     }
                 } else {
                     let deadline = self.deadline.as_mut().map(|d| d.as_mut().poll(cx));
@@ -350,7 +337,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     waiter.take(); // leave the queue, giving the place back
                     let wait = bucket.snapshot().next_token_in;
                     let denied = Throttled::after(wait).into();
-                    Err(refusal(RejectedBy::Bucket, SINGLE, &bucket.quota(), denied))
+                    Err(refusal(SINGLE, &bucket.quota(), denied))
                 }
             }
         };
