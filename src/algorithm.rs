@@ -14,7 +14,7 @@
 //! `#[non_exhaustive]`, so algorithms can be added without a breaking change.
 
 /// How a bucket decides, chosen by name at construction with
-/// [`Bucket::with_algorithm`](crate::Bucket::with_algorithm).
+/// [`BucketBuilder::algorithm`](crate::BucketBuilder::algorithm).
 ///
 /// Every algorithm works behind the same [`Bucket`](crate::Bucket) handle, so the waiting and
 /// rejecting layers, weighted costs, fair (FIFO), quiet and cancel-safe waiting,

@@ -80,7 +80,7 @@
 //! that push-back with gRFC A6's retry rules and retry throttling.
 //!
 //! # Choosing an algorithm
-//! The token bucket is the default; [`Bucket::with_algorithm`] picks a leaky bucket (strict
+//! The token bucket is the default; [`BucketBuilder::algorithm`] picks a leaky bucket (strict
 //! spacing), a fixed window, a sliding window or an exact sliding log behind the same handle,
 //! and [`KeyedBucket`] takes the same choice per key. See [`Algorithm`] for the trade-offs.
 //!

@@ -66,7 +66,7 @@ proptest! {
                 advance(Duration::from_nanos(dt)).await;
                 let bucket = model
                     .entry(key)
-                    .or_insert_with(|| Bucket::with_algorithm(quota, algorithm));
+                    .or_insert_with(|| Bucket::builder(quota).algorithm(algorithm).build());
                 assert_eq!(
                     keys.try_acquire(&key, n),
                     bucket.try_acquire(n),

@@ -84,7 +84,7 @@ async fn every_algorithm_rejects_on_redis_as_in_process() {
             RejectLayer::new(a).layer(ok()),
             RejectLayer::new(b).layer(ok()),
         ];
-        let local = Bucket::with_algorithm(quota, algorithm);
+        let local = Bucket::builder(quota).algorithm(algorithm).build();
         let in_process = [RejectLayer::new(local).layer(ok())];
         let (remote, local) = (send(&on_redis, 8).await, send(&in_process, 8).await);
         assert_eq!(remote, local, "{algorithm:?}");

@@ -56,18 +56,6 @@ where
     }
 }
 
-/// One key for every request: a keyed layer with it is one shared bucket.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GlobalKey;
-
-impl<B> KeyExtractor<B> for GlobalKey {
-    type Key = ();
-
-    fn extract(&self, _: &Request<B>) -> Option<()> {
-        Some(())
-    }
-}
-
 /// Keys requests by the value of one header, such as `X-Api-Key`.
 ///
 /// The value is not stored: the key is its [`KeyDigest`] (128 bits of SHA-1 over the value's

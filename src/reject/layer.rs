@@ -8,12 +8,11 @@ use http::Response;
 use tower_layer::Layer;
 
 use super::fields::Spec;
-use super::limits::{Keyed, Limits};
+use super::limits::{Keyed, Limits, Single};
 use super::missing::{FailOnce, MissingKey};
 use super::rejected::Rejected;
 use super::respond::{Fallback, RespondWith, TooManyRequests};
 use super::service::{Config, Reject};
-use crate::extract::GlobalKey;
 use crate::keyed::KeyedBucket;
 use crate::observe::Observer;
 use crate::rate_limit::UnitCost;
@@ -61,7 +60,7 @@ use crate::Bucket;
 /// # }
 /// ```
 #[must_use]
-pub struct RejectLayer<K = (), E = GlobalKey, O = TooManyRequests, C = UnitCost> {
+pub struct RejectLayer<K = (), E = Single, O = TooManyRequests, C = UnitCost> {
     limits: Limits<K, E>,
     on_reject: O,
     cost: C,

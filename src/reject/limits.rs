@@ -30,6 +30,19 @@ pub(crate) const SINGLE: &str = "default";
 pub(crate) const PER_KEY: &str = "per-key";
 pub(crate) const GLOBAL: &str = "global";
 
+/// The extractor of a layer of one bucket, which has no keys: one bucket for every request is
+/// [`RejectLayer::new`](super::RejectLayer::new).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Single;
+
+impl<B> KeyExtractor<B> for Single {
+    type Key = ();
+
+    fn extract(&self, _: &Request<B>) -> Option<()> {
+        Some(())
+    }
+}
+
 /// The keyed part of a layer.
 #[derive(Clone)]
 pub(crate) struct Keyed<K, E> {

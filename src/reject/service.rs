@@ -12,10 +12,10 @@ use tower_service::Service;
 use super::cost::Cost;
 use super::fields::Spec;
 use super::future::ResponseFuture;
-use super::limits::{Limits, Verdict};
+use super::limits::{Limits, Single, Verdict};
 use super::respond::{OnReject, TooManyRequests};
 use super::wait::Wait;
-use crate::extract::{GlobalKey, KeyExtractor};
+use crate::extract::KeyExtractor;
 use crate::observe::Observer;
 use crate::rate_limit::UnitCost;
 
@@ -39,7 +39,7 @@ use crate::rate_limit::UnitCost;
 /// request. A `Service` impl without the bound would have to refuse, or decide for this
 /// process only, on those paths, which the crate does not do silently. Every axum, hyper and
 /// `tower::service_fn` service is `Clone`; wrap another in `tower::buffer::Buffer`.
-pub struct Reject<S, K = (), E = GlobalKey, O = TooManyRequests, C = UnitCost> {
+pub struct Reject<S, K = (), E = Single, O = TooManyRequests, C = UnitCost> {
     inner: S,
     config: Arc<Config<K, E, O, C>>,
 }
