@@ -198,6 +198,48 @@ async fn keyed_rejecting_layers_of_two_processes_share_each_keys_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weighted_request_takes_its_cost_from_the_keys_redis_limit() {
+    use tower_throttle::extract::HeaderKey;
+    let prefix = unique_prefix("keyed-cost");
+    // A token a second, 20 at once; every request costs 10.
+    let quota = Quota::per_minute(60).burst(20);
+    let ok = || {
+        service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        })
+    };
+    let a = RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
+        .cost(|_: &Request<String>| 10)
+        .layer(ok());
+    let b = RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
+        .cost(|_: &Request<String>| 10)
+        .layer(ok());
+    let resp = a.clone().oneshot(keyed_request("alice")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = b.clone().oneshot(keyed_request("alice")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    // Two requests of 10 spent the burst of both processes: the third waits for 10 tokens,
+    // less what refilled since (a wait for one token would be a second at most).
+    let refused = a.clone().oneshot(keyed_request("alice")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait = refused
+        .extensions()
+        .get::<tower_throttle::reject::Rejected>()
+        .and_then(|r| r.wait())
+        .unwrap();
+    assert!(
+        wait > Duration::from_secs(5) && wait <= Duration::from_secs(10),
+        "{wait:?}"
+    );
+    let secs: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((6..=10).contains(&secs), "{secs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_global_refusal_gives_the_keys_redis_token_back() {
     use tower_throttle::extract::HeaderKey;
     let prefix = unique_prefix("keyed-refund");
