@@ -319,6 +319,16 @@ async fn a_peer_ip_limit_without_a_peer_address_answers_500() {
         assert_eq!(rejected.policy(), None);
         assert_eq!(rejected.status_code(), StatusCode::INTERNAL_SERVER_ERROR);
     }
+    // A gRPC call gets the status its client understands: INTERNAL, no push-back.
+    let grpc = Request::post("/echo.Echo/Say")
+        .version(http::Version::HTTP_2)
+        .header("content-type", "application/grpc")
+        .body(String::new())
+        .unwrap();
+    let res = send(&mut svc, grpc).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(header(&res, "grpc-status"), "13");
+    assert!(res.headers().get("grpc-retry-pushback-ms").is_none());
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     // A request with an address is served.
     let mut req = plain();

@@ -15,8 +15,8 @@ use crate::reject::{OnReject, RejectLayer, Rejected};
 /// up to the millisecond — so a gRPC client sees the status its library understands (an HTTP
 /// 429 would reach it as `UNAVAILABLE`, with no delay). A request without a key gets
 /// `grpc-status: 3` (`INVALID_ARGUMENT`), or `13` (`INTERNAL`) when the server is set up wrong
-/// ([`MissingKey::Fail`](crate::reject::MissingKey::Fail)). Any other request gets the plain status (429, or
-/// 400 without a key) with an empty body.
+/// ([`MissingKey::Fail`](crate::reject::MissingKey::Fail)). Any other request gets the plain
+/// status (429; 400 or 500 without a key) with an empty body.
 ///
 /// The default [`TooManyRequests`](crate::reject::TooManyRequests) answers gRPC requests
 /// the same way, for bodies that convert from text (axum's).

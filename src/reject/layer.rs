@@ -22,8 +22,9 @@ use crate::Bucket;
 /// server side.
 ///
 /// Made by [`RejectLayer::new`] (one bucket for everything) or [`RejectLayer::keyed`] (a
-/// bucket per key, and optionally a [`global`](RejectLayer::global) ceiling). Cloning this layer does not create a new bucket: every service it wraps,
-/// and every clone of those, draws from the same buckets.
+/// bucket per key, and optionally a [`global`](RejectLayer::global) ceiling). Cloning this
+/// layer does not create a new bucket: every service it wraps, and every clone of those,
+/// draws from the same buckets.
 ///
 /// A rejection carries `Retry-After` (whole seconds, rounded up, never 0), the IETF draft
 /// fields `RateLimit-Policy` and `RateLimit`, and the [`Rejected`] in the response

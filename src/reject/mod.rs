@@ -2,8 +2,9 @@
 //! of waiting.
 //!
 //! [`RejectLayer::new`] refuses over one bucket; [`RejectLayer::keyed`] over a bucket per key,
-//! with an optional [`global`](RejectLayer::global) ceiling. The service is axum-friendly: always ready
-//! when the inner service is, the inner service's error type, and rejections are responses:
+//! with an optional [`global`](RejectLayer::global) ceiling. The service is axum-friendly:
+//! always ready when the inner service is, the inner service's error type, and rejections are
+//! responses:
 //!
 //! ```text
 //! HTTP/1.1 429 Too Many Requests
