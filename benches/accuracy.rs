@@ -400,7 +400,9 @@ fn rows(mode: Mode) -> Vec<Row> {
             || {
                 let quota = tower_throttle::Quota::per_second(RATE);
                 let leaky = tower_throttle::Algorithm::leaky_bucket(TASKS);
-                tower_throttle::Bucket::with_algorithm(quota, leaky)
+                tower_throttle::Bucket::builder(quota)
+                    .algorithm(leaky)
+                    .build()
             },
             |bucket, rec| acquire_loop(bucket.clone(), rec),
         )
@@ -411,7 +413,9 @@ fn rows(mode: Mode) -> Vec<Row> {
             || {
                 let quota = tower_throttle::Quota::new(10, Duration::from_millis(10));
                 let log = tower_throttle::Algorithm::SlidingLog;
-                tower_throttle::Bucket::with_algorithm(quota, log)
+                tower_throttle::Bucket::builder(quota)
+                    .algorithm(log)
+                    .build()
             },
             |bucket, rec| acquire_loop(bucket.clone(), rec),
         )

@@ -39,7 +39,9 @@ fn never_refusing(algorithm: Algorithm) -> Quota {
 }
 
 fn bucket(algorithm: Algorithm) -> Bucket {
-    let b = Bucket::with_algorithm(never_refusing(algorithm), algorithm);
+    let b = Bucket::builder(never_refusing(algorithm))
+        .algorithm(algorithm)
+        .build();
     for _ in 0..100_000 {
         assert!(b.try_acquire(1).is_ok(), "{algorithm:?} refused");
     }

@@ -25,7 +25,9 @@ fn admissions(algorithm: Algorithm) -> (Vec<f64>, Vec<f64>) {
     rt.block_on(async move {
         // Start mid-window, as a real client would.
         tokio::time::sleep(Duration::from_millis(400)).await;
-        let bucket = Bucket::with_algorithm(Quota::per_second(4).burst(4), algorithm);
+        let bucket = Bucket::builder(Quota::per_second(4).burst(4))
+            .algorithm(algorithm)
+            .build();
         let start = Instant::now();
         let log = Arc::new(Mutex::new(Vec::new()));
         let mut arrivals = Vec::new();

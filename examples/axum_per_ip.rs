@@ -7,9 +7,8 @@
 //!
 //! Each address may send 2 requests per second, with bursts of 3: the fourth request above
 //! prints `429`. [`PeerIp`] reads the connection's address from axum's `ConnectInfo`, which
-//! the app only gets when served with `into_make_service_with_connect_info`. A request
-//! without an address is refused with `400` (`MissingKey::Reject`) rather than sharing one
-//! bucket with every other such request.
+//! the app only gets when served with `into_make_service_with_connect_info`. Served without
+//! it, every request answers `500`: a per-IP limit never silently becomes one shared bucket.
 
 use std::net::SocketAddr;
 
@@ -17,20 +16,19 @@ use axum::routing::get;
 use axum::Router;
 use tower_throttle::extract::PeerIp;
 use tower_throttle::keyed::KeyedBucket;
-use tower_throttle::reject::MissingKey;
-use tower_throttle::{Quota, RateLimitLayer};
+use tower_throttle::{Quota, RejectLayer};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:3000".into());
-    let limit = RateLimitLayer::keyed(
+    // 429 + Retry-After + RateLimit fields; a request without a peer address (served
+    // without ConnectInfo: a wiring mistake) answers 500.
+    let limit = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_second(2).burst(3)),
         PeerIp::new(),
-    )
-    .on_missing_key(MissingKey::Reject) // no peer address: a wiring mistake, answer 400
-    .reject(); // 429 + Retry-After + RateLimit fields
+    );
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))
         .layer(limit);

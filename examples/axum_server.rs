@@ -16,13 +16,12 @@ use axum::routing::get;
 use axum::Router;
 use tower_throttle::extract::HeaderKey;
 use tower_throttle::keyed::KeyedBucket;
-use tower_throttle::{Bucket, Quota, RateLimitLayer};
+use tower_throttle::{Bucket, Quota, RejectLayer};
 
 /// The app: `GET /` behind a per-API-key limit and a global ceiling.
 pub(crate) fn app(per_key: Quota, global: Quota) -> Router {
-    let limit = RateLimitLayer::keyed(KeyedBucket::new(per_key), HeaderKey::x_api_key())
+    let limit = RejectLayer::keyed(KeyedBucket::new(per_key), HeaderKey::x_api_key())
         .global(Bucket::new(global))
-        .reject()
         .admitted_headers(true)
         .x_ratelimit_headers(true);
     Router::new()

@@ -1,6 +1,6 @@
 //! A hyper client stack — `RetryAfterLayer` → `RateLimitLayer` → concurrency limit → hyper —
-//! runs a batch against a local axum server that enforces its own quota with 429 +
-//! `Retry-After`.
+//! runs a batch against a local axum server that enforces its own quota with the crate's
+//! `RejectLayer` (429 + `Retry-After`).
 //!
 //! ```text
 //! cargo run --example client
@@ -11,9 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
@@ -22,30 +19,18 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower::limit::ConcurrencyLimitLayer;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RejectLayer, RetryAfterLayer};
 
 const REQUESTS: usize = 300;
 const WORKERS: usize = 32;
 
-/// The server: 100 requests per second, burst 20; over that, 429 with `Retry-After`.
+/// The server: 100 requests per second, burst 20; over that, the crate's rejecting layer
+/// answers 429 with `Retry-After`.
 async fn serve() -> SocketAddr {
-    let limit = Bucket::new(Quota::per_second(100).burst(20));
-    async fn handler(State(limit): State<Bucket>) -> axum::response::Response {
-        match limit.try_acquire(1) {
-            Ok(()) => (StatusCode::OK, "ok").into_response(),
-            Err(denied) => (
-                StatusCode::TOO_MANY_REQUESTS,
-                // One token always fits: the refusal is "not now", with a wait.
-                [(
-                    header::RETRY_AFTER,
-                    denied.retry_after_secs().unwrap_or(1).to_string(),
-                )],
-                "slow down",
-            )
-                .into_response(),
-        }
-    }
-    let app = Router::new().route("/", get(handler)).with_state(limit);
+    let limit = RejectLayer::new(Bucket::new(Quota::per_second(100).burst(20)));
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(limit);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

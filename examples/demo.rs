@@ -41,7 +41,7 @@ use tower::limit::ConcurrencyLimitLayer;
 use tower::util::BoxCloneService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 use tower_throttle::adaptive::Adaptive;
-use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RejectLayer, RetryAfterLayer};
 
 /// Command-line options.
 #[derive(Debug)]
@@ -117,7 +117,7 @@ async fn local_server() -> SocketAddr {
     let quota = Quota::per_second(50).burst(10);
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(Bucket::new(quota)).reject());
+        .layer(RejectLayer::new(Bucket::new(quota)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind 127.0.0.1");

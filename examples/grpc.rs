@@ -23,7 +23,7 @@ use tower_throttle::extract::HeaderKey;
 use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::observe::Counters;
 use tower_throttle::retry_after::RetryInfo;
-use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RejectLayer, RetryAfterLayer};
 
 use grpc_support::{say, Echo};
 
@@ -34,12 +34,11 @@ const CALLS: u64 = 120;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The server: 20 calls per second per API key (burst 10), 100 per second in all.
     let refused = Arc::new(Counters::default());
-    let limit = RateLimitLayer::keyed(
+    let limit = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_second(20).burst(10)),
         HeaderKey::x_api_key(),
     )
     .global(Bucket::new(Quota::per_second(100)))
-    .reject()
     .grpc() // RESOURCE_EXHAUSTED + grpc-retry-pushback-ms
     .observer(refused.clone());
     let echo = Echo::new();

@@ -1,6 +1,6 @@
 //! `reqwest::Client` as a tower service: `RetryAfterLayer` → `RateLimitLayer` → reqwest, run
-//! as a batch against a local axum server that enforces its own quota with 429 +
-//! `Retry-After`.
+//! as a batch against a local axum server that enforces its own quota with the crate's
+//! `RejectLayer` (429 + `Retry-After`).
 //!
 //! The client's bucket is deliberately set 50 % above the server's quota, so the server
 //! pushes back: watch every worker hold for the cooldown, then carry on.
@@ -14,14 +14,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::middleware::{self, Next};
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::retry_after::RetryInfo;
-use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RejectLayer, RetryAfterLayer};
 
 const REQUESTS: u64 = 150;
 const WORKERS: usize = 16;
@@ -30,35 +31,34 @@ const WORKERS: usize = 16;
 #[derive(Clone)]
 struct Seen {
     start: Instant,
-    limit: Bucket,
     arrivals: Arc<Mutex<Vec<Duration>>>,
     refusals: Arc<Mutex<Vec<(Duration, u64)>>>,
 }
 
-/// The server: 100 requests per second, bursts of 30; over that, 429 with `Retry-After`.
+/// The server: 100 requests per second, bursts of 30; over that, the crate's rejecting layer
+/// answers 429 with `Retry-After`.
 async fn serve() -> (SocketAddr, Seen) {
     let seen = Seen {
         start: Instant::now(),
-        limit: Bucket::new(Quota::per_second(100).burst(30)),
         arrivals: Default::default(),
         refusals: Default::default(),
     };
-    async fn handler(State(seen): State<Seen>) -> Response {
+    async fn record(State(seen): State<Seen>, req: Request, next: Next) -> Response {
         let at = seen.start.elapsed();
         seen.arrivals.lock().unwrap().push(at);
-        match seen.limit.try_acquire(1) {
-            Ok(()) => (StatusCode::OK, "ok").into_response(),
-            Err(t) => {
-                let secs = t.retry_after_secs().unwrap_or(1); // one token always fits: a wait
-                seen.refusals.lock().unwrap().push((at, secs));
-                let retry_after = [(header::RETRY_AFTER, secs.to_string())];
-                (StatusCode::TOO_MANY_REQUESTS, retry_after, "slow down").into_response()
-            }
+        let res = next.run(req).await;
+        if res.status() == StatusCode::TOO_MANY_REQUESTS {
+            let secs = res.headers()[header::RETRY_AFTER].to_str().unwrap();
+            let secs = secs.parse().unwrap();
+            seen.refusals.lock().unwrap().push((at, secs));
         }
+        res
     }
+    let limit = RejectLayer::new(Bucket::new(Quota::per_second(100).burst(30)));
     let app = Router::new()
-        .route("/", get(handler))
-        .with_state(seen.clone());
+        .route("/", get(|| async { "ok" }))
+        .layer(limit)
+        .layer(middleware::from_fn_with_state(seen.clone(), record));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

@@ -14,7 +14,7 @@
 //! `#[non_exhaustive]`, so algorithms can be added without a breaking change.
 
 /// How a bucket decides, chosen by name at construction with
-/// [`Bucket::with_algorithm`](crate::Bucket::with_algorithm).
+/// [`BucketBuilder::algorithm`](crate::BucketBuilder::algorithm).
 ///
 /// Every algorithm works behind the same [`Bucket`](crate::Bucket) handle, so the waiting and
 /// rejecting layers, weighted costs, fair (FIFO), quiet and cancel-safe waiting,
@@ -70,11 +70,10 @@ pub enum Algorithm {
     /// [`max_queue`](Algorithm::max_queue) requests wait in
     /// [`acquire`](crate::Bucket::acquire), more are refused at once.
     ///
-    /// Build it with [`Algorithm::leaky_bucket`] and match it as `LeakyBucket { .. }`: naming
-    /// the field is deprecated, so that settings can be added without a breaking change.
+    /// Build it with [`Algorithm::leaky_bucket`]; match it as `LeakyBucket { max_queue, .. }`.
+    #[non_exhaustive]
     LeakyBucket {
         /// The most requests waiting at once.
-        #[deprecated(note = "build with `Algorithm::leaky_bucket(n)`, read with `max_queue()`")]
         max_queue: usize,
     },
     /// Fixed windows of the quota's period, aligned to the clock, `count` per window.
@@ -97,16 +96,14 @@ impl Algorithm {
     /// assert!(matches!(leaky, Algorithm::LeakyBucket { .. }));
     /// assert_eq!(Algorithm::TokenBucket.max_queue(), None);
     /// ```
-    #[allow(deprecated)]
     pub const fn leaky_bucket(max_queue: usize) -> Self {
         Algorithm::LeakyBucket { max_queue }
     }
 
     /// The leaky bucket's bound on waiting requests; `None` for the other algorithms.
-    #[allow(deprecated)]
     pub const fn max_queue(self) -> Option<usize> {
         match self {
-            Algorithm::LeakyBucket { max_queue } => Some(max_queue),
+            Algorithm::LeakyBucket { max_queue, .. } => Some(max_queue),
             _ => None,
         }
     }

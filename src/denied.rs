@@ -36,13 +36,6 @@ impl Throttled {
     pub fn retry_after_secs(&self) -> u64 {
         retry_after_secs(self.wait)
     }
-
-    /// Always `false`: a request that can never fit is [`Denied::ExceedsBurst`], not a
-    /// `Throttled`.
-    #[deprecated(note = "a request that can never fit is `Denied::ExceedsBurst`")]
-    pub fn exceeds_burst(&self) -> bool {
-        false
-    }
 }
 
 impl fmt::Display for Throttled {
@@ -242,6 +235,35 @@ pub enum Denied {
 }
 
 impl Denied {
+    /// The `Denied` in `err` or in its chain of [`source`](StdError::source)s: the one call
+    /// that gets it out of a layer's [`BoxError`](crate::BoxError) (pass `&*err`), however
+    /// deeply outer middleware wrapped it.
+    ///
+    /// ```
+    /// use tower::{service_fn, Service, ServiceExt};
+    /// use tower_layer::Layer;
+    /// use tower_throttle::{Bucket, Denied, Quota, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let layer = RateLimitLayer::new(Bucket::new(Quota::per_second(10).burst(5))).cost(|n: &u32| *n);
+    /// let mut svc = layer.layer(service_fn(|n: u32| async move { Ok::<_, std::convert::Infallible>(n) }));
+    /// let err = svc.ready().await.unwrap().call(6).await.unwrap_err();
+    /// let never = Denied::find(&*err).and_then(Denied::exceeds_burst).unwrap();
+    /// assert_eq!((never.requested(), never.burst()), (6, 5));
+    /// # }
+    /// ```
+    pub fn find<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Denied> {
+        let mut next = Some(err);
+        while let Some(e) = next {
+            if let Some(denied) = e.downcast_ref::<Denied>() {
+                return Some(denied);
+            }
+            next = e.source();
+        }
+        None
+    }
+
     /// How long until the request fits: `Some` for [`Denied::Throttled`], `None` when waiting
     /// is not known to help.
     pub fn wait(&self) -> Option<Duration> {
@@ -323,10 +345,6 @@ impl From<BackendError> for Denied {
         Denied::Backend(e)
     }
 }
-
-/// The error of [`Bucket::acquire`](crate::Bucket::acquire), now the crate-wide [`Denied`].
-#[deprecated(note = "renamed `Denied`; `QueueFull` is now a tuple variant")]
-pub type AcquireError = Denied;
 
 #[cfg(test)]
 mod tests {

@@ -39,13 +39,12 @@
 //! use tower::ServiceExt;
 //! use tower_throttle::extract::HeaderKey;
 //! use tower_throttle::keyed::KeyedBucket;
-//! use tower_throttle::{Bucket, Quota, RateLimitLayer};
+//! use tower_throttle::{Bucket, Quota, RejectLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
-//! let limit = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_second(1)), HeaderKey::x_api_key())
-//!     .global(Bucket::new(Quota::per_second(1000)))
-//!     .reject(); // 429 + Retry-After (rounded up) + RateLimit-Policy / RateLimit
+//! let limit = RejectLayer::keyed(KeyedBucket::new(Quota::per_second(1)), HeaderKey::x_api_key())
+//!     .global(Bucket::new(Quota::per_second(1000))); // 429 + Retry-After (rounded up) + RateLimit-Policy / RateLimit
 //! let app = Router::new().route("/", get(|| async { "hello" })).layer(limit);
 //!
 //! let req = || http::Request::get("/").header("x-api-key", "alice").body(axum::body::Body::empty()).unwrap();
@@ -81,7 +80,7 @@
 //! that push-back with gRFC A6's retry rules and retry throttling.
 //!
 //! # Choosing an algorithm
-//! The token bucket is the default; [`Bucket::with_algorithm`] picks a leaky bucket (strict
+//! The token bucket is the default; [`BucketBuilder::algorithm`] picks a leaky bucket (strict
 //! spacing), a fixed window, a sliding window or an exact sliding log behind the same handle,
 //! and [`KeyedBucket`] takes the same choice per key. See [`Algorithm`] for the trade-offs.
 //!
@@ -129,8 +128,6 @@ pub mod reqwest;
 pub mod retry_after;
 
 pub use crate::algorithm::Algorithm;
-#[allow(deprecated)]
-pub use crate::bucket::AcquireError;
 pub use crate::bucket::{Acquire, Bucket, BucketBuilder, Feedback, Sent, Snapshot};
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
 pub use crate::keyed::KeyedBucket;

@@ -101,7 +101,7 @@ fn extreme_quotas_and_costs() {
         runtime().block_on(async {
             for algorithm in algorithms() {
                 for quota in quotas() {
-                    let bucket = Bucket::with_algorithm(quota, algorithm);
+                    let bucket = Bucket::builder(quota).algorithm(algorithm).build();
                     costs(&bucket).await;
                     for other in quotas() {
                         bucket.set_quota(other);
@@ -127,7 +127,7 @@ fn pauses_of_any_length() {
             ];
             for algorithm in algorithms() {
                 for quota in quotas() {
-                    let bucket = Bucket::with_algorithm(quota, algorithm);
+                    let bucket = Bucket::builder(quota).algorithm(algorithm).build();
                     // A waiter in line while the pauses come.
                     let waiter = {
                         let b = bucket.clone();
@@ -155,8 +155,9 @@ fn a_window_after_an_hour_idle_on_a_1_ms_period() {
     isolated("a_window_after_an_hour_idle_on_a_1_ms_period", || {
         runtime().block_on(async {
             for algorithm in algorithms() {
-                let bucket =
-                    Bucket::with_algorithm(Quota::new(5, Duration::from_millis(1)), algorithm);
+                let bucket = Bucket::builder(Quota::new(5, Duration::from_millis(1)))
+                    .algorithm(algorithm)
+                    .build();
                 bucket.try_acquire(1).unwrap();
                 tokio::time::advance(Duration::from_secs(3600)).await;
                 bucket.pause(Duration::from_secs(3600));

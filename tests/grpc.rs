@@ -21,7 +21,7 @@ use tower_throttle::grpc::{GrpcRetry, GrpcRetryLayer};
 use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::observe::Observer;
 use tower_throttle::retry_after::{Jitter, RetryBudget, RetryInfo};
-use tower_throttle::{Bucket, Quota, RateLimit, RateLimitLayer, RetryAfterLayer};
+use tower_throttle::{Bucket, Quota, RateLimit, RateLimitLayer, RejectLayer, RetryAfterLayer};
 
 /// Serves `echo` behind `server` (a `Server` builder, layered or not) on a free port.
 macro_rules! serve {
@@ -119,12 +119,11 @@ fn since_origin(at: Instant) -> Duration {
 #[tokio::test]
 async fn over_the_limit_a_grpc_client_sees_resource_exhausted_with_the_servers_wait() {
     let reports = Arc::new(Reports::default());
-    let limit = RateLimitLayer::keyed(
+    let limit = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_minute(2)),
         HeaderKey::x_api_key(),
     )
     .global(Bucket::new(Quota::per_second(1000)))
-    .reject()
     .grpc()
     .observer(reports.clone());
     let echo = Echo::new();
@@ -189,11 +188,10 @@ async fn over_the_limit_a_grpc_client_sees_resource_exhausted_with_the_servers_w
 
 #[tokio::test]
 async fn calls_are_keyed_by_their_authorization_metadata() {
-    let limit = RateLimitLayer::keyed(
+    let limit = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_minute(1)),
         HeaderKey::authorization(),
     )
-    .reject()
     .grpc();
     let channel = serve!(Server::builder().layer(limit), Echo::new());
     let mut client = Grpc::new(channel);
@@ -220,7 +218,7 @@ async fn plain_http_keeps_its_429_and_grpc_gets_a_trailers_only_answer() {
 
     // The default rejection, for bodies made from text (axum's).
     let mut svc = ServiceBuilder::new()
-        .layer(RateLimitLayer::new(Bucket::new(Quota::per_second(4).burst(1))).reject())
+        .layer(RejectLayer::new(Bucket::new(Quota::per_second(4).burst(1))))
         .service(service_fn(|_: http::Request<String>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello")))
         }));
@@ -241,11 +239,7 @@ async fn plain_http_keeps_its_429_and_grpc_gets_a_trailers_only_answer() {
 
     // The gRPC rejection, for tonic's body (which has no text form).
     let mut svc = ServiceBuilder::new()
-        .layer(
-            RateLimitLayer::new(Bucket::new(Quota::per_second(4).burst(1)))
-                .reject()
-                .grpc(),
-        )
+        .layer(RejectLayer::new(Bucket::new(Quota::per_second(4).burst(1))).grpc())
         .service(service_fn(|_: http::Request<String>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty()))
         }));
@@ -630,12 +624,11 @@ async fn a_grpc_call_without_a_key_is_invalid_argument_not_400() {
     use tower_throttle::reject::MissingKey;
     let mut svc = ServiceBuilder::new()
         .layer(
-            RateLimitLayer::keyed(
+            RejectLayer::keyed(
                 KeyedBucket::new(Quota::per_second(1)),
                 HeaderKey::x_api_key(),
             )
             .on_missing_key(MissingKey::Reject)
-            .reject()
             .grpc(),
         )
         .service(service_fn(|_: http::Request<Body>| async {

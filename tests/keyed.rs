@@ -13,7 +13,7 @@ use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
 use tower_throttle::extract::ClientIp;
 use tower_throttle::keyed::KeyedBucket;
-use tower_throttle::{Bucket, Quota, RateLimitLayer};
+use tower_throttle::{Bucket, Quota, RejectLayer};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -127,9 +127,8 @@ fn from(peer: &str, xff: &str) -> Request<String> {
 #[tokio::test(start_paused = true)]
 async fn a_random_x_forwarded_for_from_one_untrusted_peer_stays_in_one_bucket() {
     let keys = KeyedBucket::new(Quota::per_minute(5));
-    let mut svc = RateLimitLayer::keyed(keys.clone(), ClientIp::trusting(["10.0.0.0/8"]).unwrap())
-        .reject()
-        .layer(ok());
+    let mut svc =
+        RejectLayer::keyed(keys.clone(), ClientIp::trusting(["10.0.0.0/8"]).unwrap()).layer(ok());
     let mut admitted = 0;
     let mut x: u32 = 12345;
     for _ in 0..100 {
@@ -157,9 +156,8 @@ async fn a_random_x_forwarded_for_from_one_untrusted_peer_stays_in_one_bucket() 
 #[tokio::test(start_paused = true)]
 async fn behind_a_trusted_proxy_forged_hops_do_not_change_the_key() {
     let keys = KeyedBucket::new(Quota::per_minute(5));
-    let mut svc = RateLimitLayer::keyed(keys.clone(), ClientIp::trusting(["10.0.0.0/8"]).unwrap())
-        .reject()
-        .layer(ok());
+    let mut svc =
+        RejectLayer::keyed(keys.clone(), ClientIp::trusting(["10.0.0.0/8"]).unwrap()).layer(ok());
     let mut admitted = 0;
     for i in 0..50 {
         // The client writes anything; our proxy appends the address it saw.
@@ -181,7 +179,7 @@ async fn behind_a_trusted_proxy_forged_hops_do_not_change_the_key() {
 fn the_global_ceiling_and_per_key_limits_hold_together_under_many_clones() {
     runtime().block_on(async {
         let global = Bucket::new(Quota::per_second(20));
-        let layer = RateLimitLayer::keyed(
+        let layer = RejectLayer::keyed(
             KeyedBucket::new(Quota::per_second(4)),
             |req: &Request<String>| {
                 req.headers()
@@ -190,8 +188,7 @@ fn the_global_ceiling_and_per_key_limits_hold_together_under_many_clones() {
                     .map(str::to_owned)
             },
         )
-        .global(global)
-        .reject();
+        .global(global);
         let recorder = support::Recorder::new();
         let svc = layer.layer(service_fn({
             let recorder = recorder.clone();
@@ -263,7 +260,7 @@ proptest! {
         per_key in 1u32..5,
         per_global in 1u32..10,
     ) {
-        use tower_throttle::reject::{Rejected, RejectedBy};
+        use tower_throttle::reject::Rejected;
 
         runtime().block_on(async move {
             let key_quota = Quota::per_second(per_key);
@@ -271,9 +268,8 @@ proptest! {
             let by_header = |req: &Request<String>| {
                 req.headers().get("k").and_then(|v| v.to_str().ok()).map(str::to_owned)
             };
-            let svc = RateLimitLayer::keyed(KeyedBucket::new(key_quota), by_header)
+            let svc = RejectLayer::keyed(KeyedBucket::new(key_quota), by_header)
                 .global(Bucket::new(global_quota))
-                .reject()
                 .layer(ok());
             let model_global = Bucket::new(global_quota);
             let mut model_keys: std::collections::HashMap<u8, Bucket> = Default::default();
@@ -281,9 +277,9 @@ proptest! {
                 advance(Duration::from_nanos(dt)).await;
                 let model_key = model_keys.entry(key).or_insert_with(|| Bucket::new(key_quota));
                 let expected = if model_key.snapshot().available == 0 {
-                    Some(RejectedBy::Key)
+                    Some("per-key")
                 } else if model_global.snapshot().available == 0 {
-                    Some(RejectedBy::Global)
+                    Some("global")
                 } else {
                     model_key.try_acquire(1).unwrap();
                     model_global.try_acquire(1).unwrap();
@@ -291,7 +287,7 @@ proptest! {
                 };
                 let req = Request::builder().header("k", key.to_string()).body(String::new()).unwrap();
                 let res = svc.clone().oneshot(req).await.unwrap();
-                assert_eq!(res.extensions().get::<Rejected>().map(|r| r.by()), expected);
+                assert_eq!(res.extensions().get::<Rejected>().and_then(|r| r.policy()), expected);
             }
         });
     }

@@ -12,8 +12,8 @@ use tokio::time::{advance, Instant};
 use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
 use tower_throttle::keyed::KeyedBucket;
-use tower_throttle::reject::{Rejected, RejectedBy};
-use tower_throttle::{Algorithm, Bucket, Quota, RateLimitLayer};
+use tower_throttle::reject::Rejected;
+use tower_throttle::{Algorithm, Bucket, Quota, RejectLayer};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -66,7 +66,7 @@ proptest! {
                 advance(Duration::from_nanos(dt)).await;
                 let bucket = model
                     .entry(key)
-                    .or_insert_with(|| Bucket::with_algorithm(quota, algorithm));
+                    .or_insert_with(|| Bucket::builder(quota).algorithm(algorithm).build());
                 assert_eq!(
                     keys.try_acquire(&key, n),
                     bucket.try_acquire(n),
@@ -210,9 +210,7 @@ async fn every_algorithm_rejects_per_key_with_the_exact_retry_after() {
         // 3 per 2 s (token bucket: burst 3).
         let quota = Quota::new(3, Duration::from_secs(2)).burst(3);
         let keys = keyed::<String>(quota, algorithm);
-        let mut svc = RateLimitLayer::keyed(keys.clone(), api_key)
-            .reject()
-            .layer(ok_service());
+        let mut svc = RejectLayer::keyed(keys.clone(), api_key).layer(ok_service());
         let admitted = if name == "leaky" { 1 } else { 3 };
         for i in 0..admitted {
             let res = svc
@@ -235,7 +233,7 @@ async fn every_algorithm_rejects_per_key_with_the_exact_retry_after() {
             .unwrap();
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS, "{name}");
         let why = rejected(&res);
-        assert_eq!(why.by(), RejectedBy::Key, "{name}");
+        assert_eq!(why.policy(), Some("per-key"), "{name}");
         assert_eq!(why.wait(), Some(predicted), "{name}");
         let secs = predicted.as_nanos().div_ceil(1_000_000_000);
         assert_eq!(field(&res, "retry-after"), secs.to_string(), "{name}");
@@ -334,8 +332,7 @@ async fn every_algorithm_honours_a_bounded_wait_per_key_at_the_predicted_instant
     for (name, algorithm) in all() {
         let quota = Quota::new(2, Duration::from_secs(1)).burst(2);
         let keys = keyed::<String>(quota, algorithm);
-        let svc = RateLimitLayer::keyed(keys.clone(), api_key)
-            .reject()
+        let svc = RejectLayer::keyed(keys.clone(), api_key)
             .max_wait(Duration::from_secs(2))
             .layer(ok_service());
         let now = if name == "leaky" { 1 } else { 2 };
@@ -374,8 +371,7 @@ async fn a_dropped_wait_gives_the_key_its_turn_back_for_every_algorithm() {
     for (name, algorithm) in all() {
         let quota = Quota::new(1, Duration::from_secs(1)).burst(1);
         let keys = keyed::<String>(quota, algorithm);
-        let svc = RateLimitLayer::keyed(keys.clone(), api_key)
-            .reject()
+        let svc = RejectLayer::keyed(keys.clone(), api_key)
             .max_wait(Duration::from_secs(2))
             .layer(ok_service());
         svc.clone().oneshot(with_key("a")).await.unwrap();
@@ -397,9 +393,8 @@ async fn a_global_refusal_refunds_the_key_for_every_algorithm() {
         let quota = Quota::new(4, Duration::from_secs(60)).burst(4);
         let keys = keyed::<String>(quota, algorithm);
         let global = Bucket::new(Quota::per_minute(1));
-        let mut svc = RateLimitLayer::keyed(keys.clone(), api_key)
+        let mut svc = RejectLayer::keyed(keys.clone(), api_key)
             .global(global)
-            .reject()
             .layer(ok_service());
         let res = svc
             .ready()
@@ -417,7 +412,7 @@ async fn a_global_refusal_refunds_the_key_for_every_algorithm() {
                 .call(with_key("b"))
                 .await
                 .unwrap();
-            assert_eq!(rejected(&res).by(), RejectedBy::Global, "{name}");
+            assert_eq!(rejected(&res).policy(), Some("global"), "{name}");
         }
         // "b" was charged and refunded each time: as if unused.
         let unused = keys.snapshot(&"never seen".to_owned());

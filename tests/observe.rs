@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_throttle::observe::Counters;
 use tower_throttle::reject::Rejected;
-use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RejectLayer, RetryAfterLayer};
 
 #[tokio::test(start_paused = true)]
 async fn counters_see_admissions_delays_refusals_and_pauses() {
@@ -62,8 +62,7 @@ async fn dry_run_admits_everything_and_counts_what_it_would_reject() {
     let bucket = Bucket::new(Quota::per_second(10).burst(3));
     let svc = ServiceBuilder::new()
         .layer(
-            RateLimitLayer::new(bucket.clone())
-                .reject()
+            RejectLayer::new(bucket.clone())
                 .dry_run(true)
                 .observer(counters.clone()),
         )
@@ -82,8 +81,7 @@ async fn dry_run_admits_everything_and_counts_what_it_would_reject() {
     // The same layer enforcing: the same 7 refused.
     let enforcing = ServiceBuilder::new()
         .layer(
-            RateLimitLayer::new(Bucket::new(Quota::per_second(10).burst(3)))
-                .reject()
+            RejectLayer::new(Bucket::new(Quota::per_second(10).burst(3)))
                 .observer(counters.clone()),
         )
         .service(service_fn(|_: http::Request<String>| async {

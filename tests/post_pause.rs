@@ -148,7 +148,7 @@ async fn any_pause_length_is_constant_work_for_every_algorithm() {
             // The longest period a quota accepts.
             Quota::with_period(Duration::from_nanos(u64::MAX / 4 - 1)),
         ] {
-            let bucket = Bucket::with_algorithm(quota, algorithm);
+            let bucket = Bucket::builder(quota).algorithm(algorithm).build();
             bucket.pause(Duration::MAX);
             bucket.pause(Duration::from_secs(3600));
             assert!(bucket.try_acquire(1).is_err(), "{name} {quota:?}");

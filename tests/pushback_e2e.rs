@@ -15,7 +15,7 @@ use hyper_util::rt::TokioExecutor;
 use tower::limit::ConcurrencyLimitLayer;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::adaptive::Adaptive;
-use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RejectLayer, RetryAfterLayer};
 
 /// A server admitting 40/s, rejecting the rest; counts its 429s. Its burst of 3 lets the
 /// requests of a client at exactly its rate through when sockets or a loaded machine's
@@ -26,7 +26,7 @@ async fn server() -> (SocketAddr, Arc<AtomicUsize>) {
     let counted = refused.clone();
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(Bucket::new(quota)).reject())
+        .layer(RejectLayer::new(Bucket::new(quota)))
         .layer(axum::middleware::map_response(
             move |resp: axum::response::Response| {
                 let counted = counted.clone();

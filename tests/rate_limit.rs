@@ -220,3 +220,40 @@ async fn a_cost_left_above_a_shrunk_burst_fails_without_calling_the_service() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
+
+/// An outer middleware's error that wraps the rate limit's.
+#[derive(Debug)]
+struct Outer(tower_throttle::BoxError);
+
+impl std::fmt::Display for Outer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad("outer middleware failed")
+    }
+}
+
+impl std::error::Error for Outer {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn denied_is_found_in_the_layer_error_and_through_wrappers() {
+    use tower_throttle::Denied;
+
+    let mut svc = RateLimitLayer::new(Bucket::new(Quota::per_second(10).burst(5)))
+        .cost(|size: &u32| *size)
+        .layer(service_fn(|_: u32| async { Ok::<_, Infallible>(()) }));
+    let err = svc.ready().await.unwrap().call(6).await.unwrap_err();
+    let never = Denied::find(&*err).and_then(Denied::exceeds_burst).unwrap();
+    assert_eq!((never.requested(), never.burst()), (6, 5));
+
+    let wrapped = Outer(err);
+    let found = Denied::find(&wrapped).unwrap();
+    assert_eq!(found.exceeds_burst().unwrap().requested(), 6);
+
+    // An error without a `Denied` in its chain has none.
+    let other: tower_throttle::BoxError = "connection reset".into();
+    assert!(Denied::find(&*other).is_none());
+    assert!(Denied::find(&Outer(other)).is_none());
+}

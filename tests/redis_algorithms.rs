@@ -15,7 +15,7 @@ use redis_support::{
     micros, on_redis_clock, raw, redis_now_us, redis_url, unique_prefix, wait_range,
 };
 use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind, RedisKeyed};
-use tower_throttle::{Algorithm, Denied, Quota};
+use tower_throttle::{Algorithm, Denied, Quota, RejectLayer};
 
 const LEAKY: Algorithm = Algorithm::leaky_bucket(16);
 const ALL: [Algorithm; 5] = [
@@ -1069,17 +1069,16 @@ async fn keyed_rejecting_layers_on_a_sliding_log_share_each_keys_window() {
     use http::{Request, Response, StatusCode};
     use tower::{service_fn, Layer, ServiceExt};
     use tower_throttle::extract::HeaderKey;
-    use tower_throttle::{KeyedBucket, RateLimitLayer};
+    use tower_throttle::KeyedBucket;
 
     let prefix = unique_prefix("keyed-log");
     let quota = Quota::per_minute(3).burst(3);
     let server = |redis: RedisKeyed| {
         assert_eq!(redis.algorithm(), Algorithm::SlidingLog);
-        RateLimitLayer::keyed(
+        RejectLayer::keyed(
             KeyedBucket::<tower_throttle::extract::KeyDigest>::from(redis),
             HeaderKey::x_api_key(),
         )
-        .reject()
         .layer(service_fn(|_: Request<String>| async {
             Ok::<_, Infallible>(Response::new(String::from("ok")))
         }))

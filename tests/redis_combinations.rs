@@ -18,11 +18,11 @@ use tower_throttle::extract::{HeaderKey, KeyDigest};
 use tower_throttle::observe::Observer;
 use tower_throttle::redis::{RedisBucket, RedisKeyed};
 use tower_throttle::reject::Rejected;
-use tower_throttle::{Algorithm, Bucket, Denied, KeyedBucket, Quota, RateLimitLayer};
+use tower_throttle::{Algorithm, Bucket, Denied, KeyedBucket, Quota, RejectLayer};
 
 const ALGORITHMS: [Algorithm; 5] = [
     Algorithm::TokenBucket,
-    Algorithm::LeakyBucket { max_queue: 16 },
+    Algorithm::leaky_bucket(16),
     Algorithm::FixedWindow,
     Algorithm::SlidingWindow,
     Algorithm::SlidingLog,
@@ -81,11 +81,11 @@ async fn every_algorithm_rejects_on_redis_as_in_process() {
         let a = redis_bucket(&prefix, quota, algorithm).await;
         let b = redis_bucket(&prefix, quota, algorithm).await;
         let on_redis = [
-            RateLimitLayer::new(a).reject().layer(ok()),
-            RateLimitLayer::new(b).reject().layer(ok()),
+            RejectLayer::new(a).layer(ok()),
+            RejectLayer::new(b).layer(ok()),
         ];
-        let local = Bucket::with_algorithm(quota, algorithm);
-        let in_process = [RateLimitLayer::new(local).reject().layer(ok())];
+        let local = Bucket::builder(quota).algorithm(algorithm).build();
+        let in_process = [RejectLayer::new(local).layer(ok())];
         let (remote, local) = (send(&on_redis, 8).await, send(&in_process, 8).await);
         assert_eq!(remote, local, "{algorithm:?}");
         assert!(
@@ -99,12 +99,10 @@ async fn every_algorithm_rejects_on_redis_as_in_process() {
 async fn max_wait_on_a_redis_bucket_waits_its_turn_or_refuses() {
     let prefix = unique_prefix("max-wait");
     let quota = Quota::per_second(5).burst(1);
-    let waiting = RateLimitLayer::new(redis_bucket(&prefix, quota, Algorithm::TokenBucket).await)
-        .reject()
+    let waiting = RejectLayer::new(redis_bucket(&prefix, quota, Algorithm::TokenBucket).await)
         .max_wait(Duration::from_millis(500))
         .layer(ok());
-    let impatient = RateLimitLayer::new(redis_bucket(&prefix, quota, Algorithm::TokenBucket).await)
-        .reject()
+    let impatient = RejectLayer::new(redis_bucket(&prefix, quota, Algorithm::TokenBucket).await)
         .max_wait(Duration::from_millis(20))
         .layer(ok());
     let req = || Request::new(String::new());
@@ -130,11 +128,10 @@ async fn max_wait_per_key_on_redis_waits_its_turn() {
         .build()
         .await
         .unwrap();
-    let svc = RateLimitLayer::keyed(
+    let svc = RejectLayer::keyed(
         KeyedBucket::<KeyDigest>::from(per_key),
         HeaderKey::x_api_key(),
     )
-    .reject()
     .max_wait(Duration::from_millis(500))
     .layer(ok());
     let req = || {
@@ -174,8 +171,7 @@ async fn dry_run_observer_and_fallback_on_redis() {
     // Dry run: both go through; the second carries the refusal, and is reported as a dry run.
     let prefix = unique_prefix("dry-run");
     let seen = Arc::new(Refusals::default());
-    let dry = RateLimitLayer::new(redis_bucket(&prefix, quota, Algorithm::TokenBucket).await)
-        .reject()
+    let dry = RejectLayer::new(redis_bucket(&prefix, quota, Algorithm::TokenBucket).await)
         .dry_run(true)
         .observer(seen.clone())
         .layer(ok());
@@ -194,8 +190,7 @@ async fn dry_run_observer_and_fallback_on_redis() {
     // Observer, for real: the refusal of the shared limit is reported.
     let prefix = unique_prefix("observer");
     let seen = Arc::new(Refusals::default());
-    let observed = RateLimitLayer::new(redis_bucket(&prefix, quota, Algorithm::SlidingLog).await)
-        .reject()
+    let observed = RejectLayer::new(redis_bucket(&prefix, quota, Algorithm::SlidingLog).await)
         .observer(seen.clone())
         .layer(ok());
     send(&[observed], 3).await;
@@ -207,8 +202,7 @@ async fn dry_run_observer_and_fallback_on_redis() {
         Ok::<_, Infallible>(Response::new("cached".to_owned()))
     });
     let with_fallback =
-        RateLimitLayer::new(redis_bucket(&prefix, quota, Algorithm::FixedWindow).await)
-            .reject()
+        RejectLayer::new(redis_bucket(&prefix, quota, Algorithm::FixedWindow).await)
             .fallback(cached)
             .layer(ok());
     let first = with_fallback.clone().oneshot(req()).await.unwrap();

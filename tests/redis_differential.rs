@@ -107,7 +107,7 @@ async fn sequence(
         eprintln!("{algorithm:?} seed {seed:#x}: {quota:?}");
     }
     let width_us = micros_up(quota.period());
-    let bucket = Bucket::with_algorithm(quota, algorithm);
+    let bucket = Bucket::builder(quota).algorithm(algorithm).build();
     let aligned = matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow);
     let keyed = (!aligned).then(|| KeyedBucket::builder(quota).algorithm(algorithm).build());
 

@@ -13,7 +13,7 @@ use redis_support::{redis_url, unique_prefix};
 use tower::{service_fn, Layer, ServiceExt};
 use tower_throttle::extract::{HeaderKey, KeyDigest, KeyExtractor, PeerIp, StableKey};
 use tower_throttle::redis::RedisKeyed;
-use tower_throttle::{Algorithm, KeyedBucket, Quota, RateLimitLayer};
+use tower_throttle::{Algorithm, KeyedBucket, Quota, RejectLayer};
 
 async fn keyed(prefix: &str, quota: Quota) -> RedisKeyed {
     RedisKeyed::builder(quota)
@@ -134,11 +134,10 @@ async fn a_key_through_redis_keyed_and_through_the_layers_is_one_limit() {
     // Two tokens of alice's three spent directly…
     direct.try_acquire("alice", 2).await.unwrap();
     // …leave one for a layer keyed by a `String` extractor…
-    let by_string = RateLimitLayer::keyed(
+    let by_string = RejectLayer::keyed(
         KeyedBucket::<String>::from(keyed(&prefix, quota).await),
         by_user,
     )
-    .reject()
     .layer(ok());
     let req = || {
         Request::builder()
@@ -152,11 +151,10 @@ async fn a_key_through_redis_keyed_and_through_the_layers_is_one_limit() {
     let resp = by_string.oneshot(req()).await.unwrap();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     // …and a layer keyed by the header's digest sees the same, empty limit.
-    let by_header = RateLimitLayer::keyed(
+    let by_header = RejectLayer::keyed(
         KeyedBucket::<KeyDigest>::from(keyed(&prefix, quota).await),
         HeaderKey::x_api_key(),
     )
-    .reject()
     .layer(ok());
     let resp = by_header.oneshot(req()).await.unwrap();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -189,11 +187,10 @@ async fn a_peer_address_through_the_layer_is_named_as_through_redis_keyed() {
     let direct = keyed(&prefix, quota).await;
     let addr: SocketAddr = "192.0.2.7:4000".parse().unwrap();
     direct.try_acquire(addr.ip(), 1).await.unwrap();
-    let layer = RateLimitLayer::keyed(
+    let layer = RejectLayer::keyed(
         KeyedBucket::<IpAddr>::from(keyed(&prefix, quota).await),
         PeerIp::new(),
     )
-    .reject()
     .layer(ok());
     let mut req = Request::new(String::new());
     req.extensions_mut().insert(addr);

@@ -13,7 +13,7 @@ use http::{Request, Response, StatusCode};
 use redis_support::{redis_url, unique_prefix};
 use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::redis::RedisBucket;
-use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RejectLayer, RetryAfterLayer};
 
 /// A separate Redis client on the shared key: what another process would build.
 async fn process(prefix: &str, quota: Quota) -> Bucket {
@@ -120,11 +120,9 @@ async fn rejecting_layers_of_two_processes_share_one_redis_limit() {
     let quota = Quota::per_minute(6).burst(6);
     let (a, b) = (process(&prefix, quota).await, process(&prefix, quota).await);
     let server = |bucket: Bucket| {
-        RateLimitLayer::new(bucket)
-            .reject()
-            .layer(service_fn(|_: Request<String>| async {
-                Ok::<_, Infallible>(Response::new(String::from("ok")))
-            }))
+        RejectLayer::new(bucket).layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }))
     };
     let (server_a, server_b) = (server(a), server(b));
     let mut admitted = 0;
@@ -183,12 +181,10 @@ async fn keyed_rejecting_layers_of_two_processes_share_each_keys_limit() {
             Ok::<_, Infallible>(Response::new(String::from("ok")))
         })
     };
-    let a = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
-        .reject()
-        .layer(ok());
-    let b = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
-        .reject()
-        .layer(ok());
+    let a =
+        RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key()).layer(ok());
+    let b =
+        RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key()).layer(ok());
     for key in ["alice", "bob"] {
         let mut admitted = 0;
         for i in 0..10 {
@@ -202,6 +198,48 @@ async fn keyed_rejecting_layers_of_two_processes_share_each_keys_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weighted_request_takes_its_cost_from_the_keys_redis_limit() {
+    use tower_throttle::extract::HeaderKey;
+    let prefix = unique_prefix("keyed-cost");
+    // A token a second, 20 at once; every request costs 10.
+    let quota = Quota::per_minute(60).burst(20);
+    let ok = || {
+        service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        })
+    };
+    let a = RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
+        .cost(|_: &Request<String>| 10)
+        .layer(ok());
+    let b = RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
+        .cost(|_: &Request<String>| 10)
+        .layer(ok());
+    let resp = a.clone().oneshot(keyed_request("alice")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = b.clone().oneshot(keyed_request("alice")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    // Two requests of 10 spent the burst of both processes: the third waits for 10 tokens,
+    // less what refilled since (a wait for one token would be a second at most).
+    let refused = a.clone().oneshot(keyed_request("alice")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait = refused
+        .extensions()
+        .get::<tower_throttle::reject::Rejected>()
+        .and_then(|r| r.wait())
+        .unwrap();
+    assert!(
+        wait > Duration::from_secs(5) && wait <= Duration::from_secs(10),
+        "{wait:?}"
+    );
+    let secs: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((6..=10).contains(&secs), "{secs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_global_refusal_gives_the_keys_redis_token_back() {
     use tower_throttle::extract::HeaderKey;
     let prefix = unique_prefix("keyed-refund");
@@ -212,13 +250,11 @@ async fn a_global_refusal_gives_the_keys_redis_token_back() {
         })
     };
     // Process A has a local global ceiling of 2 per minute; process B has none.
-    let a = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
+    let a = RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
         .global(Bucket::new(Quota::per_minute(2).burst(2)))
-        .reject()
         .layer(ok());
-    let b = RateLimitLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key())
-        .reject()
-        .layer(ok());
+    let b =
+        RejectLayer::keyed(keyed_process(&prefix, quota).await, HeaderKey::x_api_key()).layer(ok());
     for _ in 0..2 {
         let resp = a.clone().oneshot(keyed_request("alice")).await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
@@ -230,8 +266,8 @@ async fn a_global_refusal_gives_the_keys_redis_token_back() {
         refused
             .extensions()
             .get::<tower_throttle::reject::Rejected>()
-            .map(|r| r.by()),
-        Some(tower_throttle::reject::RejectedBy::Global)
+            .and_then(|r| r.policy()),
+        Some("global")
     );
     // The refund reaches Redis asynchronously; then process B still finds alice's last token.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -269,11 +305,9 @@ async fn a_refused_backend_answers_429_retry_after_one_second_with_the_denial() 
         .query_async(&mut conn)
         .await
         .unwrap();
-    let svc = RateLimitLayer::new(Bucket::from(redis))
-        .reject()
-        .layer(service_fn(|_: Request<String>| async {
-            Ok::<_, Infallible>(Response::new(String::from("served")))
-        }));
+    let svc = RejectLayer::new(Bucket::from(redis)).layer(service_fn(|_: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::from("served")))
+    }));
     let res = svc.oneshot(Request::new(String::new())).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(res.headers()["retry-after"], "1");
@@ -372,11 +406,9 @@ async fn a_rejecting_layer_admits_once_another_process_gave_the_token_back() {
     let prefix = unique_prefix("stale-reject");
     let quota = Quota::per_hour(1).burst(1);
     let (a, b) = (process(&prefix, quota).await, process(&prefix, quota).await);
-    let server = RateLimitLayer::new(a)
-        .reject()
-        .layer(service_fn(|_: Request<String>| async {
-            Ok::<_, Infallible>(Response::new(String::new()))
-        }));
+    let server = RejectLayer::new(a).layer(service_fn(|_: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    }));
     let mut held = RateLimitLayer::new(b).layer(service_fn(|()| async { Ok::<_, Infallible>(()) }));
     held.ready().await.unwrap();
     let status = |svc: &tower::util::BoxCloneService<Request<String>, Response<String>, _>| {
@@ -407,11 +439,11 @@ async fn a_keyed_rejecting_layer_admits_once_another_process_gave_the_token_back
         .build()
         .await
         .unwrap();
-    let server = RateLimitLayer::keyed(keyed, tower_throttle::extract::HeaderKey::x_api_key())
-        .reject()
-        .layer(service_fn(|_: Request<String>| async {
+    let server = RejectLayer::keyed(keyed, tower_throttle::extract::HeaderKey::x_api_key()).layer(
+        service_fn(|_: Request<String>| async {
             Ok::<_, Infallible>(Response::new(String::new()))
-        }));
+        }),
+    );
     let status = |server: &_| {
         let svc: tower::util::BoxCloneService<Request<String>, Response<String>, _> =
             tower::util::BoxCloneService::clone(server);

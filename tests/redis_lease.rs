@@ -90,9 +90,7 @@ async fn settings_a_lease_cannot_work_with_are_refused() {
         ),
         (
             "leaky bucket",
-            base()
-                .lease(2)
-                .algorithm(Algorithm::LeakyBucket { max_queue: 0 }),
+            base().lease(2).algorithm(Algorithm::leaky_bucket(0)),
         ),
         (
             "sliding log",

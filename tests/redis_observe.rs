@@ -14,7 +14,7 @@ use redis_support::{redis_url, unique_prefix};
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_throttle::observe::{Counters, Counts};
 use tower_throttle::redis::RedisBucket;
-use tower_throttle::{Algorithm, Bucket, Quota, RateLimitLayer};
+use tower_throttle::{Algorithm, Bucket, Quota, RateLimitLayer, RejectLayer};
 
 async fn observed(tag: &str, quota: Quota, algorithm: Algorithm) -> (Bucket, Arc<Counters>) {
     let (bucket, counters, _) = observed_redis(tag, quota, algorithm).await;
@@ -142,9 +142,8 @@ async fn the_rejecting_layer_reports_to_the_buckets_observer() {
     ] {
         let (bucket, counters) =
             observed("observe-reject", Quota::per_hour(1).burst(1), algorithm).await;
-        let server = RateLimitLayer::new(bucket.clone())
-            .reject()
-            .layer(service_fn(|_: Request<String>| async {
+        let server =
+            RejectLayer::new(bucket.clone()).layer(service_fn(|_: Request<String>| async {
                 Ok::<_, Infallible>(Response::new(String::new()))
             }));
         let mut statuses = Vec::new();
@@ -212,8 +211,7 @@ async fn the_rejecting_layers_bounded_wait_reports_the_time_waited() {
         Algorithm::TokenBucket,
     )
     .await;
-    let server = RateLimitLayer::new(bucket)
-        .reject()
+    let server = RejectLayer::new(bucket)
         .max_wait(Duration::from_secs(1))
         .layer(service_fn(|_: Request<String>| async {
             Ok::<_, Infallible>(Response::new(String::new()))

@@ -16,8 +16,8 @@ use tower_layer::Layer;
 use tower_throttle::extract::{HeaderKey, PeerIp};
 use tower_throttle::headers::read_quota_hint;
 use tower_throttle::keyed::KeyedBucket;
-use tower_throttle::reject::{MissingKey, Rejected, RejectedBy};
-use tower_throttle::{Bucket, Quota, RateLimitLayer};
+use tower_throttle::reject::{MissingKey, Rejected};
+use tower_throttle::{Bucket, Quota, RejectLayer};
 
 type Res = Response<String>;
 
@@ -79,7 +79,7 @@ fn header<'a>(res: &'a Res, name: &str) -> &'a str {
 #[tokio::test(start_paused = true)]
 async fn over_the_limit_429_with_retry_after_equal_to_the_real_wait_rounded_up() {
     // Two per three seconds: a token every 1.5 s.
-    let layer = RateLimitLayer::new(Bucket::new(Quota::new(2, Duration::from_secs(3)))).reject();
+    let layer = RejectLayer::new(Bucket::new(Quota::new(2, Duration::from_secs(3))));
     let calls = counter();
     let mut svc = layer.layer(inner(calls.clone()));
     for _ in 0..2 {
@@ -90,7 +90,7 @@ async fn over_the_limit_429_with_retry_after_equal_to_the_real_wait_rounded_up()
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&res, "retry-after"), "2"); // 1.5 s, rounded up
     let rejected = res.extensions().get::<Rejected>().unwrap();
-    assert_eq!(rejected.by(), RejectedBy::Bucket);
+    assert_eq!(rejected.policy(), Some("default"));
     assert_eq!(rejected.wait(), Some(Duration::from_millis(1500)));
     assert_eq!(res.body(), "Too Many Requests\n");
     assert_eq!(header(&res, "content-type"), "text/plain; charset=utf-8");
@@ -116,9 +116,7 @@ async fn over_the_limit_429_with_retry_after_equal_to_the_real_wait_rounded_up()
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_matches_the_wait_for_whole_and_long_waits() {
-    let mut svc = RateLimitLayer::new(Bucket::new(Quota::per_minute(1)))
-        .reject()
-        .layer(inner(counter()));
+    let mut svc = RejectLayer::new(Bucket::new(Quota::per_minute(1))).layer(inner(counter()));
     send(&mut svc, plain()).await;
     let res = send(&mut svc, plain()).await;
     assert_eq!(header(&res, "retry-after"), "60");
@@ -131,12 +129,11 @@ async fn retry_after_matches_the_wait_for_whole_and_long_waits() {
 
 #[tokio::test(start_paused = true)]
 async fn rate_limit_fields_are_present_and_parseable() {
-    let mut svc = RateLimitLayer::keyed(
+    let mut svc = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_second(4)),
         HeaderKey::x_api_key(),
     )
     .global(Bucket::new(Quota::per_minute(600)))
-    .reject()
     .x_ratelimit_headers(true)
     .layer(inner(counter()));
     for _ in 0..4 {
@@ -157,9 +154,7 @@ async fn rate_limit_fields_are_present_and_parseable() {
 
 #[tokio::test(start_paused = true)]
 async fn under_the_limit_the_inner_response_is_untouched() {
-    let mut svc = RateLimitLayer::new(Bucket::new(Quota::per_second(10)))
-        .reject()
-        .layer(inner(counter()));
+    let mut svc = RejectLayer::new(Bucket::new(Quota::per_second(10))).layer(inner(counter()));
     let res = send(&mut svc, plain()).await;
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.body(), "ok");
@@ -171,12 +166,11 @@ async fn under_the_limit_the_inner_response_is_untouched() {
 #[tokio::test(start_paused = true)]
 async fn admitted_headers_describe_every_limit() {
     let global = Bucket::new(Quota::per_second(100));
-    let mut svc = RateLimitLayer::keyed(
+    let mut svc = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_second(4)),
         HeaderKey::x_api_key(),
     )
     .global(global)
-    .reject()
     .admitted_headers(true)
     .layer(inner(counter()));
     let res = send(&mut svc, with_key("a")).await;
@@ -194,11 +188,10 @@ async fn admitted_headers_describe_every_limit() {
 
 #[tokio::test(start_paused = true)]
 async fn keys_are_isolated() {
-    let mut svc = RateLimitLayer::keyed(
+    let mut svc = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_minute(2)),
         HeaderKey::x_api_key(),
     )
-    .reject()
     .layer(inner(counter()));
     for key in ["a", "b", "c"] {
         for _ in 0..2 {
@@ -212,12 +205,11 @@ async fn keys_are_isolated() {
 async fn the_global_ceiling_holds_across_keys() {
     let global = Bucket::new(Quota::per_minute(5));
     let calls = counter();
-    let mut svc = RateLimitLayer::keyed(
+    let mut svc = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_minute(2)),
         HeaderKey::x_api_key(),
     )
     .global(global.clone())
-    .reject()
     .layer(inner(calls.clone()));
     let mut admitted = 0;
     for i in 0..20 {
@@ -226,7 +218,7 @@ async fn the_global_ceiling_holds_across_keys() {
             admitted += 1;
         } else {
             let rejected = res.extensions().get::<Rejected>().unwrap();
-            assert_eq!(rejected.by(), RejectedBy::Global);
+            assert_eq!(rejected.policy(), Some("global"));
             assert_eq!(header(&res, "retry-after"), "12");
             assert_eq!(header(&res, "ratelimit"), "\"global\";r=0;t=12");
         }
@@ -238,20 +230,19 @@ async fn the_global_ceiling_holds_across_keys() {
 #[tokio::test(start_paused = true)]
 async fn a_per_key_rejection_leaves_the_global_bucket_untouched() {
     let global = Bucket::new(Quota::per_minute(100));
-    let mut svc = RateLimitLayer::keyed(
+    let mut svc = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_minute(1)),
         HeaderKey::x_api_key(),
     )
     .global(global.clone())
-    .reject()
     .layer(inner(counter()));
     send(&mut svc, with_key("a")).await;
     assert_eq!(global.snapshot().available, 99);
     for _ in 0..50 {
         let res = send(&mut svc, with_key("a")).await;
         assert_eq!(
-            res.extensions().get::<Rejected>().unwrap().by(),
-            RejectedBy::Key
+            res.extensions().get::<Rejected>().unwrap().policy(),
+            Some("per-key")
         );
     }
     assert_eq!(global.snapshot().available, 99);
@@ -261,16 +252,15 @@ async fn a_per_key_rejection_leaves_the_global_bucket_untouched() {
 async fn a_global_rejection_leaves_the_key_untouched() {
     let global = Bucket::new(Quota::per_minute(1));
     let keyed = KeyedBucket::new(Quota::per_minute(10));
-    let mut svc = RateLimitLayer::keyed(keyed.clone(), api_key)
+    let mut svc = RejectLayer::keyed(keyed.clone(), api_key)
         .global(global.clone())
-        .reject()
         .layer(inner(counter()));
     assert_eq!(send(&mut svc, with_key("a")).await.status(), StatusCode::OK);
     for _ in 0..5 {
         let res = send(&mut svc, with_key("b")).await;
         assert_eq!(
-            res.extensions().get::<Rejected>().unwrap().by(),
-            RejectedBy::Global
+            res.extensions().get::<Rejected>().unwrap().policy(),
+            Some("global")
         );
     }
     // "b" was charged and refunded each time: its bucket is full, and not even tracked.
@@ -281,11 +271,10 @@ async fn a_global_rejection_leaves_the_key_untouched() {
 
 #[tokio::test(start_paused = true)]
 async fn clones_and_services_share_the_buckets() {
-    let layer = RateLimitLayer::keyed(
+    let layer = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_minute(3)),
         HeaderKey::x_api_key(),
-    )
-    .reject();
+    );
     let mut one = layer.layer(inner(counter()));
     let mut two = layer.layer(inner(counter()));
     let mut three = one.clone();
@@ -297,41 +286,80 @@ async fn clones_and_services_share_the_buckets() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn missing_keys_share_one_bucket_by_default() {
-    let mut svc = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_minute(2)), PeerIp::new())
-        .reject()
-        .layer(inner(counter()));
-    // No peer address at all: the shared anonymous bucket, never a free pass.
+async fn missing_header_keys_share_one_bucket_by_default() {
+    let mut svc = RejectLayer::keyed(
+        KeyedBucket::new(Quota::per_minute(2)),
+        HeaderKey::x_api_key(),
+    )
+    .layer(inner(counter()));
+    // No header: the shared anonymous bucket, never a free pass.
     assert_eq!(send(&mut svc, plain()).await.status(), 200);
     assert_eq!(send(&mut svc, plain()).await.status(), 200);
     let res = send(&mut svc, plain()).await;
     assert_eq!(res.status(), 429);
     assert_eq!(
-        res.extensions().get::<Rejected>().unwrap().by(),
-        RejectedBy::Key
+        res.extensions().get::<Rejected>().unwrap().policy(),
+        Some("per-key")
     );
     // A request with a key is not affected.
+    assert_eq!(send(&mut svc, with_key("a")).await.status(), 200);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_ip_limit_without_a_peer_address_answers_500() {
+    let calls = counter();
+    let mut svc = RejectLayer::keyed(KeyedBucket::new(Quota::per_minute(2)), PeerIp::new())
+        .layer(inner(calls.clone()));
+    // The server does not record peer addresses: a wiring mistake, never one shared bucket.
+    for _ in 0..3 {
+        let res = send(&mut svc, plain()).await;
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(res.headers().get("retry-after").is_none());
+        let rejected = res.extensions().get::<Rejected>().unwrap();
+        assert_eq!(rejected.policy(), None);
+        assert_eq!(rejected.status_code(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    // A gRPC call gets the status its client understands: INTERNAL, no push-back.
+    let grpc = Request::post("/echo.Echo/Say")
+        .version(http::Version::HTTP_2)
+        .header("content-type", "application/grpc")
+        .body(String::new())
+        .unwrap();
+    let res = send(&mut svc, grpc).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(header(&res, "grpc-status"), "13");
+    assert!(res.headers().get("grpc-retry-pushback-ms").is_none());
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // A request with an address is served.
     let mut req = plain();
     req.extensions_mut()
         .insert("192.0.2.1:5".parse::<SocketAddr>().unwrap());
     assert_eq!(send(&mut svc, req).await.status(), 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // Sharing one bucket between address-less requests is still available, when asked for.
+    let mut shared = RejectLayer::keyed(KeyedBucket::new(Quota::per_minute(2)), PeerIp::new())
+        .on_missing_key(MissingKey::Shared)
+        .layer(inner(counter()));
+    assert_eq!(send(&mut shared, plain()).await.status(), 200);
+    assert_eq!(send(&mut shared, plain()).await.status(), 200);
+    assert_eq!(send(&mut shared, plain()).await.status(), 429);
 }
 
 #[tokio::test(start_paused = true)]
 async fn missing_keys_can_be_rejected_with_400() {
     let calls = counter();
-    let mut svc = RateLimitLayer::keyed(
+    let mut svc = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_minute(2)),
         HeaderKey::x_api_key(),
     )
     .on_missing_key(MissingKey::Reject)
-    .reject()
     .layer(inner(calls.clone()));
     let res = send(&mut svc, plain()).await;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     assert!(res.headers().get("retry-after").is_none());
     let rejected = res.extensions().get::<Rejected>().unwrap();
-    assert_eq!(rejected.by(), RejectedBy::MissingKey);
+    assert_eq!(rejected.policy(), None);
     assert_eq!(rejected.retry_after_secs(), None);
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
@@ -346,12 +374,11 @@ async fn a_grpc_request_gets_a_trailers_only_refusal_that_its_client_understands
         };
         req.body(String::new()).unwrap()
     };
-    let mut svc = RateLimitLayer::keyed(
+    let mut svc = RejectLayer::keyed(
         KeyedBucket::new(Quota::new(2, Duration::from_secs(3)).burst(1)),
         HeaderKey::x_api_key(),
     )
     .on_missing_key(MissingKey::Reject)
-    .reject()
     .layer(inner(counter()));
     assert_eq!(
         send(&mut svc, grpc(Some("a"))).await.status(),
@@ -378,28 +405,26 @@ async fn a_grpc_request_gets_a_trailers_only_refusal_that_its_client_understands
 
 #[tokio::test(start_paused = true)]
 async fn missing_keys_can_be_allowed_under_the_global_ceiling() {
-    let mut svc = RateLimitLayer::keyed(
+    let mut svc = RejectLayer::keyed(
         KeyedBucket::new(Quota::per_minute(1)),
         HeaderKey::x_api_key(),
     )
     .global(Bucket::new(Quota::per_minute(3)))
     .on_missing_key(MissingKey::Allow)
-    .reject()
     .layer(inner(counter()));
     for _ in 0..3 {
         assert_eq!(send(&mut svc, plain()).await.status(), 200);
     }
     let res = send(&mut svc, plain()).await;
     assert_eq!(
-        res.extensions().get::<Rejected>().unwrap().by(),
-        RejectedBy::Global
+        res.extensions().get::<Rejected>().unwrap().policy(),
+        Some("global")
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn custom_rejection_response_keeps_the_fields() {
-    let mut svc = RateLimitLayer::new(Bucket::new(Quota::per_minute(1)))
-        .reject()
+    let mut svc = RejectLayer::new(Bucket::new(Quota::per_minute(1)))
         .on_reject(|rejected: &Rejected| {
             Response::builder()
                 .status(StatusCode::SERVICE_UNAVAILABLE)
@@ -424,18 +449,17 @@ async fn custom_rejection_response_keeps_the_fields() {
 #[tokio::test(start_paused = true)]
 async fn fallback_serves_over_limit_requests() {
     let fallback = service_fn(|req: Request<String>| async move {
-        let by = req.extensions().get::<Rejected>().map(|r| r.by());
+        let by = req.extensions().get::<Rejected>().and_then(|r| r.policy());
         Ok::<_, Infallible>(Response::new(format!("cached ({by:?})")))
     });
     let calls = counter();
-    let mut svc = RateLimitLayer::new(Bucket::new(Quota::per_minute(1)))
-        .reject()
+    let mut svc = RejectLayer::new(Bucket::new(Quota::per_minute(1)))
         .fallback(fallback)
         .layer(inner(calls.clone()));
     assert_eq!(send(&mut svc, plain()).await.body(), "ok");
     let res = send(&mut svc, plain()).await;
     assert_eq!(res.status(), StatusCode::OK);
-    assert_eq!(res.body(), "cached (Some(Bucket))");
+    assert_eq!(res.body(), "cached (Some(\"default\"))");
     assert!(res.headers().get("retry-after").is_none());
     assert_eq!(header(&res, "ratelimit"), "\"default\";r=0;t=60");
     assert!(res.extensions().get::<Rejected>().is_some());
@@ -446,8 +470,7 @@ async fn fallback_serves_over_limit_requests() {
 async fn bounded_wait_per_key() {
     // One token every 500 ms, no burst beyond one.
     let keyed = KeyedBucket::new(Quota::per_second(2).burst(1));
-    let svc = RateLimitLayer::keyed(keyed, HeaderKey::x_api_key())
-        .reject()
+    let svc = RejectLayer::keyed(keyed, HeaderKey::x_api_key())
         .max_wait(Duration::from_millis(600))
         .layer(inner(counter()));
     let start = Instant::now();
@@ -472,8 +495,7 @@ async fn bounded_wait_per_key() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_wait_gives_its_turn_back() {
     let keyed = KeyedBucket::new(Quota::per_second(2).burst(1));
-    let svc = RateLimitLayer::keyed(keyed, HeaderKey::x_api_key())
-        .reject()
+    let svc = RejectLayer::keyed(keyed, HeaderKey::x_api_key())
         .max_wait(Duration::from_millis(600))
         .layer(inner(counter()));
     send(&mut svc.clone(), with_key("a")).await;
@@ -492,9 +514,8 @@ async fn a_dropped_wait_gives_its_turn_back() {
 async fn bounded_wait_then_the_global_ceiling_refuses_and_refunds_the_key() {
     let keyed = KeyedBucket::new(Quota::per_second(2).burst(1));
     let global = Bucket::new(Quota::per_minute(2));
-    let svc = RateLimitLayer::keyed(keyed.clone(), api_key)
+    let svc = RejectLayer::keyed(keyed.clone(), api_key)
         .global(global)
-        .reject()
         .max_wait(Duration::from_secs(1))
         .layer(inner(counter()));
     assert_eq!(send(&mut svc.clone(), with_key("a")).await.status(), 200);
@@ -505,8 +526,8 @@ async fn bounded_wait_then_the_global_ceiling_refuses_and_refunds_the_key() {
     assert_eq!(start.elapsed(), Duration::from_millis(500));
     assert_eq!(res.status(), 429);
     assert_eq!(
-        res.extensions().get::<Rejected>().unwrap().by(),
-        RejectedBy::Global
+        res.extensions().get::<Rejected>().unwrap().policy(),
+        Some("global")
     );
     // The key's reservation was given back: its bucket is full again.
     assert_eq!(keyed.snapshot(&"a".to_owned()).available, 1);
@@ -514,8 +535,7 @@ async fn bounded_wait_then_the_global_ceiling_refuses_and_refunds_the_key() {
 
 #[tokio::test(start_paused = true)]
 async fn bounded_wait_on_a_single_bucket_queues_fairly() {
-    let svc = RateLimitLayer::new(Bucket::new(Quota::per_second(10).burst(1)))
-        .reject()
+    let svc = RejectLayer::new(Bucket::new(Quota::per_second(10).burst(1)))
         .max_wait(Duration::from_millis(250))
         .layer(inner(counter()));
     let start = Instant::now();
@@ -538,7 +558,7 @@ async fn bounded_wait_on_a_single_bucket_queues_fairly() {
 
 #[tokio::test(start_paused = true)]
 async fn poll_ready_forwards_the_inner_service_and_errors_pass_through() {
-    let layer = RateLimitLayer::new(Bucket::new(Quota::per_minute(1))).reject();
+    let layer = RejectLayer::new(Bucket::new(Quota::per_minute(1)));
     let (mut svc, mut handle) = tower_test::mock::spawn_layer::<Request<String>, Res, _>(layer);
 
     handle.allow(0);

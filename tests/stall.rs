@@ -14,7 +14,7 @@ use support::{aligned, settle};
 use tokio::time::{advance, Instant};
 use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
-use tower_throttle::{Algorithm, Bucket, Quota, RateLimitLayer};
+use tower_throttle::{Algorithm, Bucket, Quota, RateLimitLayer, RejectLayer};
 
 const MS: Duration = Duration::from_millis(1);
 const STALL: Duration = Duration::from_millis(60);
@@ -37,12 +37,16 @@ fn algorithms() -> Vec<(&'static str, Bucket, Bound)> {
         // `⌈2 ms · rate⌉ + 1` tokens applies (see `a_leaky_bucket_*` below at 500/s).
         (
             "leaky",
-            Bucket::with_algorithm(token, Algorithm::leaky_bucket(10_000)),
+            Bucket::builder(token)
+                .algorithm(Algorithm::leaky_bucket(10_000))
+                .build(),
             |t| 1 + t + 2,
         ),
         (
             "log",
-            Bucket::with_algorithm(window, Algorithm::SlidingLog),
+            Bucket::builder(window)
+                .algorithm(Algorithm::SlidingLog)
+                .build(),
             |t| 10 + t + 1,
         ),
         // Up to twice the count across a boundary.
@@ -83,8 +87,7 @@ async fn request(path: Path, bucket: Bucket, log: Log) {
             svc.oneshot(()).await.unwrap();
         }
         Path::RejectLayerMaxWait => {
-            let svc = RateLimitLayer::new(bucket)
-                .reject()
+            let svc = RejectLayer::new(bucket)
                 .max_wait(Duration::from_secs(3600))
                 .layer(service_fn(move |_: Request<String>| {
                     record();
@@ -258,7 +261,9 @@ async fn in_jumps(bucket: Bucket, n: usize, jump: Duration) -> Vec<Duration> {
 /// The leaky bucket (strict spacing, burst 1) at 500/s on a runtime that only runs every
 /// `jump`: 1001 waiters, the instants they go.
 async fn leaky_in_jumps(jump: Duration) -> Vec<Duration> {
-    let bucket = Bucket::with_algorithm(Quota::per_second(500), Algorithm::leaky_bucket(2000));
+    let bucket = Bucket::builder(Quota::per_second(500))
+        .algorithm(Algorithm::leaky_bucket(2000))
+        .build();
     let times = in_jumps(bucket, 1001, jump).await;
     // Never more than the burst plus the token of rounding in any interval `w`, however the
     // jumps fall: `1 + 500·w + 1`, so at most two at one instant.
@@ -344,14 +349,15 @@ async fn busy_waiters_are_polled_about_twice_per_admission() {
         ("token", Bucket::new(token)),
         (
             "leaky",
-            Bucket::with_algorithm(token, Algorithm::leaky_bucket(1000)),
+            Bucket::builder(token)
+                .algorithm(Algorithm::leaky_bucket(1000))
+                .build(),
         ),
         (
             "log",
-            Bucket::with_algorithm(
-                Quota::new(10, Duration::from_millis(10)),
-                Algorithm::SlidingLog,
-            ),
+            Bucket::builder(Quota::new(10, Duration::from_millis(10)))
+                .algorithm(Algorithm::SlidingLog)
+                .build(),
         ),
     ];
     for (name, bucket) in cases {
@@ -454,7 +460,9 @@ fn excess(times: &[Duration], rate_per_ms: f64) -> f64 {
 async fn log_in_jumps(jump: Duration) -> Vec<Duration> {
     let quota = Quota::new(10, Duration::from_millis(10));
     in_jumps(
-        Bucket::with_algorithm(quota, Algorithm::SlidingLog),
+        Bucket::builder(quota)
+            .algorithm(Algorithm::SlidingLog)
+            .build(),
         1000,
         jump,
     )

@@ -108,6 +108,21 @@ impl BucketBuilder {
     }
 
     /// The algorithm (default: [`Algorithm::TokenBucket`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{Algorithm, Bucket, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Strictly spaced: no burst even when idle, at most 100 waiting.
+    /// let leaky = Bucket::builder(Quota::per_second(10))
+    ///     .algorithm(Algorithm::leaky_bucket(100))
+    ///     .build();
+    /// leaky.try_acquire(1).unwrap();
+    /// assert_eq!(leaky.try_acquire(1).unwrap_err().wait(), Some(Duration::from_millis(100)));
+    /// # }
+    /// ```
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
         self

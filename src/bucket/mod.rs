@@ -51,8 +51,6 @@ pub use self::snapshot::Snapshot;
 pub(crate) use self::waiter::Waiter;
 use crate::adaptive::{Adaptive, Control};
 pub use crate::algorithm::Algorithm;
-#[allow(deprecated)]
-pub use crate::denied::AcquireError;
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
 use crate::Quota;
 
@@ -64,7 +62,7 @@ use crate::Quota;
 /// By default the bucket implements the generic cell rate algorithm (GCRA), which is an exact
 /// token bucket kept in one atomic number: refill is computed from the clock when a request
 /// comes (no background task), and a request that fits is admitted with one compare-and-swap.
-/// [`Bucket::with_algorithm`] picks a leaky bucket or a window instead (see [`Algorithm`]).
+/// [`BucketBuilder::algorithm`] picks a leaky bucket or a window instead (see [`Algorithm`]).
 ///
 /// # Semantics
 /// - **Rate invariant**: over any interval of length `t`, admitted tokens ≤ `burst + rate·t`.
@@ -98,28 +96,7 @@ impl Bucket {
     /// the server says; [`BucketBuilder::ramp`] starts it lower, to find a slower server's
     /// limit with one push-back.
     pub fn new(quota: Quota) -> Self {
-        Self::with_algorithm(quota, Algorithm::TokenBucket)
-    }
-
-    /// A new bucket deciding with `algorithm`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_throttle::{bucket::Algorithm, Bucket, Quota};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// // Strictly spaced: no burst even when idle, at most 100 waiting.
-    /// let leaky = Bucket::with_algorithm(
-    ///     Quota::per_second(10),
-    ///     Algorithm::leaky_bucket(100),
-    /// );
-    /// leaky.try_acquire(1).unwrap();
-    /// assert_eq!(leaky.try_acquire(1).unwrap_err().wait(), Some(Duration::from_millis(100)));
-    /// # }
-    /// ```
-    pub fn with_algorithm(quota: Quota, algorithm: Algorithm) -> Self {
-        Self::builder(quota).algorithm(algorithm).build()
+        Self::builder(quota).build()
     }
 
     /// A builder, for the algorithm and the clock.

@@ -186,6 +186,11 @@ impl<B> KeyExtractor<B> for ClientIp {
     fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
         self.client_ip(req).map(|ip| self.grouping.key(ip))
     }
+
+    /// `true`: every connection has a peer address, unless the server does not record it.
+    fn requires_key(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

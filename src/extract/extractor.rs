@@ -33,6 +33,15 @@ pub trait KeyExtractor<B> {
 
     /// The key of `req`, or `None` when it has none.
     fn extract(&self, req: &Request<B>) -> Option<Self::Key>;
+
+    /// Whether every request has a key when the server is set up right, so a request
+    /// without one is a wiring mistake: the rejecting layer then answers it `500` by default
+    /// ([`MissingKey::Fail`](crate::reject::MissingKey::Fail)) instead of sharing one bucket
+    /// between keyless requests. `false` (the default) for keys clients may omit, such as a
+    /// header.
+    fn requires_key(&self) -> bool {
+        false
+    }
 }
 
 impl<B, K, F> KeyExtractor<B> for F
@@ -44,18 +53,6 @@ where
 
     fn extract(&self, req: &Request<B>) -> Option<K> {
         self(req)
-    }
-}
-
-/// One key for every request: a keyed layer with it is one shared bucket.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GlobalKey;
-
-impl<B> KeyExtractor<B> for GlobalKey {
-    type Key = ();
-
-    fn extract(&self, _: &Request<B>) -> Option<()> {
-        Some(())
     }
 }
 
@@ -185,6 +182,11 @@ impl<B> KeyExtractor<B> for PeerIp {
 
     fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
         peer_addr(req).map(|addr| self.grouping.key(addr.ip()))
+    }
+
+    /// `true`: every connection has a peer address, unless the server does not record it.
+    fn requires_key(&self) -> bool {
+        true
     }
 }
 

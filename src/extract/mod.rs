@@ -1,5 +1,5 @@
 //! Key extraction: the [`KeyExtractor`]s that find what a request is limited by, for the
-//! per-key limits of [`RateLimitLayer::keyed`](crate::RateLimitLayer::keyed), and the
+//! per-key limits of [`RejectLayer::keyed`](crate::RejectLayer::keyed), and the
 //! [`StableKey`] encoding that names a key in a shared store.
 //!
 //! | Extractor | Key | Use |
@@ -7,7 +7,6 @@
 //! | [`PeerIp`] | connection address (IPv6 by /64) | servers facing clients directly |
 //! | [`ClientIp`] | client address behind trusted proxies | behind a load balancer / CDN |
 //! | [`HeaderKey`] | a header's value ([`KeyDigest`]) | API keys, tenant ids |
-//! | [`GlobalKey`] | one key for all | a single shared bucket |
 //! | any `Fn(&Request<B>) -> Option<K>` | yours | users, routes… |
 //!
 //! ```
@@ -25,6 +24,6 @@ mod ip;
 mod stable;
 
 pub use self::client_ip::{ClientIp, ProxyHeaders};
-pub use self::extractor::{GlobalKey, HeaderKey, KeyExtractor, PeerIp};
+pub use self::extractor::{HeaderKey, KeyExtractor, PeerIp};
 pub use self::ip::{Cidr, CidrError};
 pub use self::stable::{KeyDigest, StableKey, KEY_SCHEME_VERSION};

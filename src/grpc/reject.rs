@@ -14,8 +14,9 @@ use crate::reject::{OnReject, RejectLayer, Rejected};
 /// (`RESOURCE_EXHAUSTED`), a `grpc-message`, and `grpc-retry-pushback-ms`: the wait, rounded
 /// up to the millisecond — so a gRPC client sees the status its library understands (an HTTP
 /// 429 would reach it as `UNAVAILABLE`, with no delay). A request without a key gets
-/// `grpc-status: 3` (`INVALID_ARGUMENT`). Any other request gets the plain status (429, or
-/// 400 without a key) with an empty body.
+/// `grpc-status: 3` (`INVALID_ARGUMENT`), or `13` (`INTERNAL`) when the server is set up wrong
+/// ([`MissingKey::Fail`](crate::reject::MissingKey::Fail)). Any other request gets the plain
+/// status (429; 400 or 500 without a key) with an empty body.
 ///
 /// The default [`TooManyRequests`](crate::reject::TooManyRequests) answers gRPC requests
 /// the same way, for bodies that convert from text (axum's).
@@ -38,7 +39,7 @@ where
     }
 }
 
-impl<K, E, O> RejectLayer<K, E, O> {
+impl<K, E, O, C> RejectLayer<K, E, O, C> {
     /// Answer with gRPC statuses: see [`ResourceExhausted`]. For tonic servers
     /// (`Server::builder().layer(limit)`), whose response body is tonic's `Body`:
     ///
@@ -46,13 +47,12 @@ impl<K, E, O> RejectLayer<K, E, O> {
     /// use tower::{service_fn, ServiceBuilder, ServiceExt};
     /// use tower_throttle::extract::HeaderKey;
     /// use tower_throttle::keyed::KeyedBucket;
-    /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
+    /// use tower_throttle::{Bucket, Quota, RejectLayer};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), std::convert::Infallible> {
-    /// let limit = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_second(10).burst(1)), HeaderKey::x_api_key())
+    /// let limit = RejectLayer::keyed(KeyedBucket::new(Quota::per_second(10).burst(1)), HeaderKey::x_api_key())
     ///     .global(Bucket::new(Quota::per_second(1000)))
-    ///     .reject()
     ///     .grpc();
     /// let svc = ServiceBuilder::new().layer(limit).service(service_fn(|_: http::Request<tonic::body::Body>| async {
     ///     Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::empty()))
@@ -73,7 +73,7 @@ impl<K, E, O> RejectLayer<K, E, O> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn grpc(self) -> RejectLayer<K, E, ResourceExhausted> {
+    pub fn grpc(self) -> RejectLayer<K, E, ResourceExhausted, C> {
         self.with(ResourceExhausted)
     }
 }

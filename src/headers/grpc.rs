@@ -21,6 +21,8 @@ pub(crate) const PUSHBACK: &str = "grpc-retry-pushback-ms";
 pub(crate) const INVALID_ARGUMENT: i32 = 3;
 /// The status of a request turned away by a limit.
 pub(crate) const RESOURCE_EXHAUSTED: i32 = 8;
+/// `INTERNAL`: the server is set up wrong.
+pub(crate) const INTERNAL: i32 = 13;
 
 /// Whether `headers` describe a gRPC message: `content-type` is `application/grpc`, alone or
 /// followed by `+format` or parameters (gRPC-Web, `application/grpc-web…`, is not).

@@ -1,6 +1,6 @@
 //! Per-key limits: [`KeyedBucket`], a bucket per key, of any [`Algorithm`](crate::Algorithm),
 //! forgotten when unused again. A layer
-//! ([`RateLimitLayer::keyed`](crate::RateLimitLayer::keyed)) finds each request's key with a
+//! ([`RejectLayer::keyed`](crate::RejectLayer::keyed)) finds each request's key with a
 //! [`KeyExtractor`](crate::extract::KeyExtractor).
 //!
 //! ```
@@ -8,13 +8,13 @@
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 //! use tower_throttle::extract::PeerIp;
 //! use tower_throttle::keyed::KeyedBucket;
-//! use tower_throttle::{Bucket, Quota, RateLimitLayer};
+//! use tower_throttle::{Bucket, Quota, RejectLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), std::convert::Infallible> {
 //! let per_ip = KeyedBucket::new(Quota::per_second(1));
 //! let mut svc = ServiceBuilder::new()
-//!     .layer(RateLimitLayer::keyed(per_ip.clone(), PeerIp::new()).reject())
+//!     .layer(RejectLayer::keyed(per_ip.clone(), PeerIp::new()))
 //!     .service(service_fn(|_: http::Request<String>| async {
 //!         Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
 //!     }));

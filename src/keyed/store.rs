@@ -357,14 +357,14 @@ where
         }
     }
 
-    /// Admit one request (one token) for `key`, or reserve it up to `max_wait` ahead; else
-    /// the wait, in nanoseconds. One token always fits an engine's capacity.
+    /// Admit `n` tokens for `key` (at most the [`capacity`](Self::capacity)), or reserve them
+    /// up to `max_wait` ahead; else the wait, in nanoseconds.
     #[inline]
-    pub(crate) fn acquire(&self, key: &K, max_wait: u64) -> Result<Grant, u64> {
+    pub(crate) fn acquire(&self, key: &K, n: u32, max_wait: u64) -> Result<Grant, u64> {
         let s = &*self.shared;
         let now = s.clock.now_ns();
         on_core!(&s.tables, core => {
-            let (admit, place) = core.acquire(key, now, 1, max_wait)?;
+            let (admit, place) = core.acquire(key, now, u64::from(n), max_wait)?;
             Ok(Grant { admit, now, place })
         })
     }
@@ -388,12 +388,12 @@ impl<K: Hash + Eq> KeyedBucket<K> {
         on_core!(&self.shared.tables, core => core.allocated_bytes())
     }
 
-    /// Admit one request from the one bucket shared by requests that have no key.
-    pub(crate) fn acquire_keyless(&self, max_wait: u64) -> Result<Grant, u64> {
+    /// Admit `n` tokens from the one bucket shared by requests that have no key.
+    pub(crate) fn acquire_keyless(&self, n: u32, max_wait: u64) -> Result<Grant, u64> {
         let s = &*self.shared;
         let now = s.clock.now_ns();
         on_core!(&s.tables, core => {
-            let admit = core.acquire_shared(Place::Keyless, now, 1, max_wait)?;
+            let admit = core.acquire_shared(Place::Keyless, now, u64::from(n), max_wait)?;
             Ok(Grant { admit, now, place: Place::Keyless })
         })
     }
@@ -450,6 +450,11 @@ impl<K> KeyedBucket<K> {
         let (remaining, reset) =
             on_core!(&self.shared.tables, core => core.engine.status(&grant.admit));
         (remaining, Duration::from_nanos(reset))
+    }
+
+    /// The most tokens one request may take from a key's bucket.
+    pub(crate) fn capacity(&self) -> u64 {
+        on_core!(&self.shared.tables, core => core.engine.capacity())
     }
 
     /// The instant a reservation may go (`None` for an immediate admission).

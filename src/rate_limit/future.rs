@@ -121,8 +121,3 @@ impl<S: Service<Req>, Req> fmt::Debug for ResponseFuture<S, Req> {
         f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
-
-/// The response future of a [`RateLimit`](super::RateLimit) with a cost, renamed
-/// [`ResponseFuture`] as in every other middleware module.
-#[deprecated(note = "renamed `rate_limit::ResponseFuture`")]
-pub type CostFuture<S, Req> = ResponseFuture<S, Req>;

@@ -26,8 +26,6 @@ mod gate;
 mod layer;
 mod service;
 
-#[allow(deprecated)]
-pub use self::future::CostFuture;
 pub use self::future::ResponseFuture;
 pub use self::layer::RateLimitLayer;
 pub use self::service::RateLimit;

@@ -103,7 +103,7 @@ mod tests {
 
     const ALGORITHMS: [Algorithm; 5] = [
         Algorithm::TokenBucket,
-        Algorithm::LeakyBucket { max_queue: 16 },
+        Algorithm::leaky_bucket(16),
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::SlidingLog,
@@ -117,7 +117,7 @@ mod tests {
     fn one_call_never_mixes_two_rates() {
         // What a call reading the interval before a change and the tolerance after it sent
         // (a leaky bucket, the rate going back up): refused by the scripts, `tau < T`.
-        let leaky = Algorithm::LeakyBucket { max_queue: 16 };
+        let leaky = Algorithm::leaky_bucket(16);
         let quota = Quota::per_second(100).burst(1);
         let changing = rates(leaky, quota);
         changing.set_rate(effective(quota, 10.0).unwrap());

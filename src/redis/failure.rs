@@ -163,7 +163,7 @@ pub(crate) struct LocalBucket {
 impl LocalBucket {
     pub(crate) fn new(quota: Quota, algorithm: Algorithm) -> Self {
         LocalBucket {
-            bucket: Bucket::with_algorithm(quota, algorithm),
+            bucket: Bucket::builder(quota).algorithm(algorithm).build(),
             run: Run::default(),
         }
     }
@@ -214,7 +214,7 @@ struct Table {
 
 impl LocalTable {
     pub(crate) fn new(quota: Quota, algorithm: Algorithm, capacity: usize) -> Self {
-        let overflow = Bucket::with_algorithm(quota, algorithm);
+        let overflow = Bucket::builder(quota).algorithm(algorithm).build();
         LocalTable {
             run: Run::default(),
             quota,
@@ -266,7 +266,9 @@ impl LocalTable {
                 return self.overflow.clone();
             }
         }
-        let b = Bucket::with_algorithm(self.quota, self.algorithm);
+        let b = Bucket::builder(self.quota)
+            .algorithm(self.algorithm)
+            .build();
         // Decisions fall back here only while the store fails: a fresh burst would be more
         // than the key's share of the limit.
         b.pause(Duration::ZERO);

@@ -115,7 +115,7 @@ impl From<RedisBucket> for Bucket {
     /// quiet queue), and [`Bucket::pause`] — which [`RetryAfterLayer`](crate::RetryAfterLayer)
     /// calls on a 429 — holds every process.
     ///
-    /// The rejecting layer of a single bucket (`RateLimitLayer::new(bucket).reject()`) decides
+    /// The rejecting layer of a single bucket (`RejectLayer::new(bucket)`) decides
     /// on Redis too, asynchronously in its response future; when the failure policy refuses,
     /// the request is answered 429 with `Retry-After: 1`.
     ///
@@ -153,7 +153,7 @@ impl RemoteKeyed for RedisKeyed {
 
 impl<K: StableKey + Hash + Eq + Clone> From<RedisKeyed> for KeyedBucket<K> {
     /// A [`KeyedBucket`] whose every decision is Redis's: the rejecting layer
-    /// (`RateLimitLayer::keyed(..).reject()`, with `max_wait` too) and
+    /// (`RejectLayer::keyed(..)`, with `max_wait` too) and
     /// [`KeyedBucket::try_acquire_shared`]. Server replicas share one limit per key. Keys are
     /// named by their [`StableKey`] digest, exactly as [`RedisKeyed::try_acquire`] names
     /// them. With a global ceiling, a request the ceiling refuses gives its key's token back.

@@ -1,4 +1,4 @@
-//! [`RejectLayer`], and [`RateLimitLayer::reject`].
+//! [`RejectLayer`].
 
 use std::fmt;
 use std::sync::Arc;
@@ -8,21 +8,23 @@ use http::Response;
 use tower_layer::Layer;
 
 use super::fields::Spec;
-use super::limits::Limits;
+use super::limits::{Keyed, Limits, Single};
+use super::missing::{FailOnce, MissingKey};
 use super::rejected::Rejected;
 use super::respond::{Fallback, RespondWith, TooManyRequests};
 use super::service::{Config, Reject};
-use crate::extract::GlobalKey;
+use crate::keyed::KeyedBucket;
 use crate::observe::Observer;
-use crate::RateLimitLayer;
+use crate::rate_limit::UnitCost;
+use crate::Bucket;
 
 /// Rejects requests over the limit with `429 Too Many Requests` instead of waiting: the
 /// server side.
 ///
-/// Made by [`RateLimitLayer::reject`] (one bucket for everything) or
-/// [`KeyedLayer::reject`](super::KeyedLayer::reject) (a bucket per key, and optionally a
-/// global ceiling). Cloning this layer does not create a new bucket: every service it wraps,
-/// and every clone of those, draws from the same buckets.
+/// Made by [`RejectLayer::new`] (one bucket for everything) or [`RejectLayer::keyed`] (a
+/// bucket per key, and optionally a [`global`](RejectLayer::global) ceiling). Cloning this
+/// layer does not create a new bucket: every service it wraps, and every clone of those,
+/// draws from the same buckets.
 ///
 /// A rejection carries `Retry-After` (whole seconds, rounded up, never 0), the IETF draft
 /// fields `RateLimit-Policy` and `RateLimit`, and the [`Rejected`] in the response
@@ -31,18 +33,19 @@ use crate::RateLimitLayer;
 /// - [`x_ratelimit_headers`](Self::x_ratelimit_headers): also `X-RateLimit-Limit`,
 ///   `-Remaining` and `-Reset`.
 /// - [`admitted_headers`](Self::admitted_headers): the rate-limit fields on every response.
+/// - [`cost`](Self::cost): charge expensive requests more than one token.
 /// - [`max_wait`](Self::max_wait): let a request that would fit soon wait, rather than refuse it.
 /// - [`on_reject`](Self::on_reject): build the rejection response yourself.
 /// - [`fallback`](Self::fallback): send over-limit requests to another service.
 ///
 /// ```
 /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-/// use tower_throttle::{Bucket, Quota, RateLimitLayer};
+/// use tower_throttle::{Bucket, Quota, RejectLayer};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), std::convert::Infallible> {
 /// let mut svc = ServiceBuilder::new()
-///     .layer(RateLimitLayer::new(Bucket::new(Quota::per_minute(1))).reject())
+///     .layer(RejectLayer::new(Bucket::new(Quota::per_minute(1))))
 ///     .service(service_fn(|_: http::Request<String>| async {
 ///         Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello")))
 ///     }));
@@ -58,9 +61,10 @@ use crate::RateLimitLayer;
 /// # }
 /// ```
 #[must_use]
-pub struct RejectLayer<K = (), E = GlobalKey, O = TooManyRequests> {
+pub struct RejectLayer<K = (), E = Single, O = TooManyRequests, C = UnitCost> {
     limits: Limits<K, E>,
     on_reject: O,
+    cost: C,
     max_wait: Duration,
     x_ratelimit: bool,
     admitted: bool,
@@ -68,18 +72,45 @@ pub struct RejectLayer<K = (), E = GlobalKey, O = TooManyRequests> {
     observer: Option<Arc<dyn Observer>>,
 }
 
-impl RateLimitLayer {
-    /// Reject requests over the limit at once, instead of waiting: see [`RejectLayer`].
-    pub fn reject(self) -> RejectLayer {
-        RejectLayer::new(Limits::single(self.bucket().clone()))
+impl RejectLayer {
+    /// One bucket for every request.
+    pub fn new(bucket: Bucket) -> Self {
+        RejectLayer::with_limits(Limits::single(bucket))
     }
 }
 
 impl<K, E> RejectLayer<K, E> {
-    pub(crate) fn new(limits: Limits<K, E>) -> Self {
+    /// One bucket per key: `extractor` finds a request's key (see
+    /// [`KeyExtractor`](crate::extract::KeyExtractor)), `bucket` holds a bucket per key. Add
+    /// a ceiling on all keys together with [`global`](Self::global).
+    ///
+    /// ```
+    /// use axum::{routing::get, Router};
+    /// use tower_throttle::extract::PeerIp;
+    /// use tower_throttle::keyed::KeyedBucket;
+    /// use tower_throttle::{Bucket, Quota, RejectLayer};
+    ///
+    /// let layer = RejectLayer::keyed(KeyedBucket::new(Quota::per_second(10)), PeerIp::new())
+    ///     .global(Bucket::new(Quota::per_second(1000)));
+    /// let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(layer);
+    /// // Serve with `app.into_make_service_with_connect_info::<SocketAddr>()` so that `PeerIp`
+    /// // sees the client address: without it, every request is answered 500.
+    /// ```
+    pub fn keyed(bucket: KeyedBucket<K>, extractor: E) -> Self {
+        let keyed = Keyed {
+            bucket,
+            extractor,
+            missing: None,
+            fail_once: FailOnce::default(),
+        };
+        RejectLayer::with_limits(Limits::keyed(keyed, None))
+    }
+
+    fn with_limits(limits: Limits<K, E>) -> Self {
         RejectLayer {
             limits,
             on_reject: TooManyRequests,
+            cost: UnitCost,
             max_wait: Duration::ZERO,
             x_ratelimit: false,
             admitted: false,
@@ -89,7 +120,52 @@ impl<K, E> RejectLayer<K, E> {
     }
 }
 
-impl<K, E, O> RejectLayer<K, E, O> {
+impl<K, E, O, C> RejectLayer<K, E, O, C> {
+    /// Add a ceiling on all keys together, to a layer made by [`keyed`](RejectLayer::keyed)
+    /// (on a layer made by [`new`](RejectLayer::new), `global` takes the place of its bucket).
+    ///
+    /// A request must fit both its key's bucket and `global`. One refused by its key costs the
+    /// global bucket nothing, and one refused by the global bucket costs its key nothing.
+    pub fn global(mut self, global: Bucket) -> Self {
+        self.limits.set_bucket(global);
+        self
+    }
+
+    /// What to do with requests that have no key. The default depends on the extractor: see
+    /// [`MissingKey`].
+    pub fn on_missing_key(mut self, outcome: MissingKey) -> Self {
+        self.limits.set_missing(outcome);
+        self
+    }
+
+    /// Charge each request `cost(&request)` tokens instead of one, so expensive routes weigh
+    /// more.
+    ///
+    /// The cost is charged to the key's bucket and to the global ceiling (or to the single
+    /// bucket), and shows in the response fields: `Retry-After` is the wait until that many
+    /// tokens are there, `RateLimit` the tokens left after it. A cost above what the limit can
+    /// ever hold is refused with no `Retry-After` ([`Denied::ExceedsBurst`](crate::Denied)).
+    /// A cost of zero passes without touching the limits.
+    ///
+    /// ```
+    /// use tower_throttle::{Bucket, Quota, RejectLayer};
+    ///
+    /// let layer = RejectLayer::new(Bucket::new(Quota::per_second(100)))
+    ///     .cost(|req: &http::Request<String>| if req.uri().path() == "/search" { 10 } else { 1 });
+    /// ```
+    pub fn cost<F>(self, cost: F) -> RejectLayer<K, E, O, F> {
+        RejectLayer {
+            limits: self.limits,
+            on_reject: self.on_reject,
+            cost,
+            max_wait: self.max_wait,
+            x_ratelimit: self.x_ratelimit,
+            admitted: self.admitted,
+            dry_run: self.dry_run,
+            observer: self.observer,
+        }
+    }
+
     /// Let a request over the limit wait up to `max_wait` for its turn before it is refused.
     ///
     /// A request that would fit within `max_wait` reserves its turn and waits for it in the
@@ -141,10 +217,9 @@ impl<K, E, O> RejectLayer<K, E, O> {
     /// is put in its extensions.
     ///
     /// ```
-    /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
+    /// use tower_throttle::{Bucket, Quota, RejectLayer};
     ///
-    /// let layer = RateLimitLayer::new(Bucket::new(Quota::per_second(10)))
-    ///     .reject()
+    /// let layer = RejectLayer::new(Bucket::new(Quota::per_second(10)))
     ///     .on_reject(|rejected| {
     ///         let wait = rejected.wait().unwrap_or_default().as_secs_f64();
     ///         let body = format!("{{\"error\":\"slow down\",\"retry_after\":{wait}}}");
@@ -155,7 +230,7 @@ impl<K, E, O> RejectLayer<K, E, O> {
     ///             .unwrap()
     ///     });
     /// ```
-    pub fn on_reject<F, B>(self, f: F) -> RejectLayer<K, E, RespondWith<F>>
+    pub fn on_reject<F, B>(self, f: F) -> RejectLayer<K, E, RespondWith<F>, C>
     where
         F: Fn(&Rejected) -> Response<B>,
     {
@@ -168,14 +243,15 @@ impl<K, E, O> RejectLayer<K, E, O> {
     /// The request carries the [`Rejected`] in its extensions; the response gets the
     /// `RateLimit` fields (not `Retry-After`) and the [`Rejected`] too. `service` is cloned for
     /// each such request and driven to readiness before it is called.
-    pub fn fallback<F>(self, service: F) -> RejectLayer<K, E, Fallback<F>> {
+    pub fn fallback<F>(self, service: F) -> RejectLayer<K, E, Fallback<F>, C> {
         self.with(Fallback::new(service))
     }
 
-    pub(crate) fn with<P>(self, on_reject: P) -> RejectLayer<K, E, P> {
+    pub(crate) fn with<P>(self, on_reject: P) -> RejectLayer<K, E, P, C> {
         RejectLayer {
             limits: self.limits,
             on_reject,
+            cost: self.cost,
             max_wait: self.max_wait,
             x_ratelimit: self.x_ratelimit,
             admitted: self.admitted,
@@ -185,13 +261,14 @@ impl<K, E, O> RejectLayer<K, E, O> {
     }
 }
 
-impl<S, K, E, O> Layer<S> for RejectLayer<K, E, O>
+impl<S, K, E, O, C> Layer<S> for RejectLayer<K, E, O, C>
 where
     K: Clone,
     E: Clone,
     O: Clone,
+    C: Clone,
 {
-    type Service = Reject<S, K, E, O>;
+    type Service = Reject<S, K, E, O, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
         let spec = Spec {
@@ -201,6 +278,7 @@ where
         let config = Config {
             limits: self.limits.clone(),
             on_reject: self.on_reject.clone(),
+            cost: self.cost.clone(),
             max_wait: if self.dry_run {
                 0
             } else {
@@ -214,11 +292,12 @@ where
     }
 }
 
-impl<K: Clone, E: Clone, O: Clone> Clone for RejectLayer<K, E, O> {
+impl<K: Clone, E: Clone, O: Clone, C: Clone> Clone for RejectLayer<K, E, O, C> {
     fn clone(&self) -> Self {
         RejectLayer {
             limits: self.limits.clone(),
             on_reject: self.on_reject.clone(),
+            cost: self.cost.clone(),
             max_wait: self.max_wait,
             x_ratelimit: self.x_ratelimit,
             admitted: self.admitted,
@@ -228,7 +307,7 @@ impl<K: Clone, E: Clone, O: Clone> Clone for RejectLayer<K, E, O> {
     }
 }
 
-impl<K, E, O> fmt::Debug for RejectLayer<K, E, O> {
+impl<K, E, O, C> fmt::Debug for RejectLayer<K, E, O, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RejectLayer")
             .field("keyed", &self.limits.keyed_bucket().map(|k| k.quota()))

@@ -17,25 +17,62 @@ use http::Request;
 use tokio::time::Instant;
 
 use super::fields::Policies;
-use super::keyed_layer::MissingKey;
-use super::rejected::{Rejected, RejectedBy, Status};
+use super::missing::{FailOnce, MissingKey};
+use super::rejected::{Rejected, Status};
 use super::wait::Pending;
 use crate::bucket::{Backend, Local, Reservation};
 use crate::extract::KeyExtractor;
 use crate::keyed::{Grant, KeyedBucket, KEYLESS};
-use crate::{Bucket, Denied, Throttled};
+use crate::{Bucket, Denied, ExceedsBurst, Throttled};
 
 /// Policy names in `RateLimit-Policy` and `RateLimit`.
 pub(crate) const SINGLE: &str = "default";
 pub(crate) const PER_KEY: &str = "per-key";
 pub(crate) const GLOBAL: &str = "global";
 
+/// The extractor of a layer of one bucket, which has no keys: one bucket for every request is
+/// [`RejectLayer::new`](super::RejectLayer::new).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Single;
+
+impl<B> KeyExtractor<B> for Single {
+    type Key = ();
+
+    fn extract(&self, _: &Request<B>) -> Option<()> {
+        Some(())
+    }
+}
+
 /// The keyed part of a layer.
 #[derive(Clone)]
 pub(crate) struct Keyed<K, E> {
     pub(crate) bucket: KeyedBucket<K>,
     pub(crate) extractor: E,
-    pub(crate) missing: MissingKey,
+    /// `None`: the extractor's default.
+    pub(crate) missing: Option<MissingKey>,
+    pub(crate) fail_once: FailOnce,
+}
+
+impl<K, E> Keyed<K, E> {
+    /// What to do with a request without a key, or the verdict on it.
+    fn on_missing<B>(&self) -> Result<MissingKey, Rejected>
+    where
+        E: KeyExtractor<B>,
+    {
+        let default = if self.extractor.requires_key() {
+            MissingKey::Fail
+        } else {
+            MissingKey::Shared
+        };
+        match self.missing.unwrap_or(default) {
+            MissingKey::Reject => Err(Rejected::missing_key(false)),
+            MissingKey::Fail => {
+                self.fail_once.note();
+                Err(Rejected::missing_key(true))
+            }
+            outcome => Ok(outcome),
+        }
+    }
 }
 
 /// Every limit a layer enforces.
@@ -70,6 +107,18 @@ impl<K, E> Limits<K, E> {
         }
     }
 
+    /// Replace the single bucket, or set the global ceiling of a keyed layer.
+    pub(crate) fn set_bucket(&mut self, bucket: Bucket) {
+        self.bucket = Some(bucket);
+    }
+
+    /// What a keyed layer does with a request without a key.
+    pub(crate) fn set_missing(&mut self, missing: MissingKey) {
+        if let Some(k) = &mut self.keyed {
+            k.missing = Some(missing);
+        }
+    }
+
     /// The limits as `RateLimit-Policy` names them (the bucket's quota may change).
     pub(crate) fn policies(&self) -> Policies {
         policies(self.keyed_bucket(), self.bucket(), self.keyed.is_some())
@@ -84,11 +133,11 @@ impl<K, E> Limits<K, E> {
     }
 
     /// How the bucket is named and reported.
-    fn bucket_role(&self) -> (RejectedBy, &'static str) {
+    fn bucket_name(&self) -> &'static str {
         if self.keyed.is_some() {
-            (RejectedBy::Global, GLOBAL)
+            GLOBAL
         } else {
-            (RejectedBy::Bucket, SINGLE)
+            SINGLE
         }
     }
 }
@@ -97,48 +146,71 @@ impl<K, E> Limits<K, E>
 where
     K: Hash + Eq + Clone,
 {
-    /// Decide for `req`. `max_wait` (nanoseconds) bounds a wait for the key's bucket or the
+    /// Decide for `req`, which costs `n` tokens. `max_wait` (nanoseconds) bounds a wait for the key's bucket or the
     /// single bucket; the global ceiling of a keyed layer never queues. `describe` asks for
     /// the state of each limit after admission (for the rate-limit fields).
-    pub(crate) fn check<B>(&self, req: &Request<B>, max_wait: u64, describe: bool) -> Verdict<K>
+    pub(crate) fn check<B>(
+        &self,
+        req: &Request<B>,
+        n: u32,
+        max_wait: u64,
+        describe: bool,
+    ) -> Verdict<K>
     where
         E: KeyExtractor<B, Key = K>,
     {
         let mut statuses = [None, None];
         let mut held = None;
+        if n == 0 {
+            return Verdict::Admit(statuses);
+        }
         if let Some(k) = &self.keyed {
+            let burst = k.bucket.capacity();
+            if u64::from(n) > burst {
+                let never = ExceedsBurst {
+                    requested: n,
+                    burst: u32::try_from(burst).unwrap_or(u32::MAX),
+                };
+                let quota = k.bucket.quota();
+                return Verdict::Reject(refusal(PER_KEY, &quota, never.into()));
+            }
             if let Some(remote) = k.bucket.remote() {
                 // A shared, remote keyed bucket decides asynchronously, then the global
                 // ceiling; a refusal by the global ceiling gives the key's token back.
-                let id = match (k.extractor.extract(req), k.missing) {
-                    (Some(key), _) => Some((remote.name)(&key)),
-                    (None, MissingKey::Shared) => Some(KEYLESS),
-                    (None, MissingKey::Reject) => return Verdict::Reject(Rejected::missing_key()),
-                    (None, MissingKey::Allow) => None,
+                let id = match k.extractor.extract(req) {
+                    Some(key) => Some((remote.name)(&key)),
+                    None => match k.on_missing::<B>() {
+                        Ok(MissingKey::Shared) => Some(KEYLESS),
+                        Ok(_) => None,
+                        Err(rejected) => return Verdict::Reject(rejected),
+                    },
                 };
                 if let Some(id) = id {
                     return Verdict::Wait(Pending::remote_key(
                         k.bucket.clone(),
                         Arc::clone(&remote.store),
                         id,
+                        n,
                         Duration::from_nanos(max_wait),
                         self.bucket.clone(),
                     ));
                 }
             }
             let key = k.extractor.extract(req);
-            let result = match (&key, k.missing) {
-                (Some(key), _) => Some(k.bucket.acquire(key, max_wait)),
-                (None, MissingKey::Shared) => Some(k.bucket.acquire_keyless(max_wait)),
-                (None, MissingKey::Reject) => return Verdict::Reject(Rejected::missing_key()),
-                (None, MissingKey::Allow) => None,
+            let result = match &key {
+                Some(key) => Some(k.bucket.acquire(key, n, max_wait)),
+                None => match k.on_missing::<B>() {
+                    Ok(MissingKey::Shared) => Some(k.bucket.acquire_keyless(n, max_wait)),
+                    Ok(_) => None,
+                    Err(rejected) => return Verdict::Reject(rejected),
+                },
             };
             match result {
                 None => {}
                 Some(Err(wait)) => {
                     let denied = Throttled::after(Duration::from_nanos(wait)).into();
                     let quota = k.bucket.quota();
-                    return Verdict::Reject(refusal(RejectedBy::Key, PER_KEY, &quota, denied));
+                    return Verdict::Reject(refusal(PER_KEY, &quota, denied));
                 }
                 Some(Ok(grant)) => {
                     if let Some(due) = k.bucket.due(&grant) {
@@ -148,6 +220,7 @@ where
                             grant,
                             due,
                             self.bucket.clone(),
+                            n,
                         ));
                     }
                     if describe {
@@ -158,7 +231,7 @@ where
             }
         }
         if let Some(bucket) = &self.bucket {
-            let (by, name) = self.bucket_role();
+            let name = self.bucket_name();
             let local = match bucket.backend() {
                 Backend::Local(local) => local,
                 // A shared, remote bucket decides asynchronously, in the response future:
@@ -171,6 +244,7 @@ where
                             grant,
                             Instant::now(),
                             self.bucket.clone(),
+                            n,
                         )),
                         (keyed, _) => {
                             // The global ceiling of a keyed layer never queues.
@@ -178,13 +252,13 @@ where
                                 Some(_) => Duration::ZERO,
                                 None => Duration::from_nanos(max_wait),
                             };
-                            let decision = remote.try_acquire(1, max_wait);
-                            Verdict::Wait(Pending::remote(bucket.clone(), decision, by, name))
+                            let decision = remote.try_acquire(n, max_wait);
+                            Verdict::Wait(Pending::remote(bucket.clone(), decision, name))
                         }
                     };
                 }
             };
-            match bucket.try_acquire_local(local, 1) {
+            match bucket.try_acquire_local(local, n) {
                 Ok(()) if describe => statuses[1] = Some(bucket_status(bucket, name)),
                 Ok(()) => {}
                 Err(denied) => {
@@ -194,10 +268,10 @@ where
                     let max_wait = Duration::from_nanos(max_wait);
                     if let (None, Some(wait)) = (&self.keyed, denied.wait()) {
                         if wait <= max_wait && !max_wait.is_zero() {
-                            return reserve(bucket, local, denied, max_wait, describe);
+                            return reserve(bucket, local, n, denied, max_wait, describe);
                         }
                     }
-                    return Verdict::Reject(refusal(by, name, &bucket.quota(), denied));
+                    return Verdict::Reject(refusal(name, &bucket.quota(), denied));
                 }
             }
         }
@@ -222,11 +296,12 @@ pub(crate) fn policies<K>(
 fn reserve<K: Hash + Eq>(
     bucket: &Bucket,
     local: Local<'_>,
+    n: u32,
     denied: Denied,
     max_wait: Duration,
     describe: bool,
 ) -> Verdict<K> {
-    match local.reserve(1, true) {
+    match local.reserve(n, true) {
         Ok(Reservation::Now(_)) => {
             let status = describe.then(|| bucket_status(bucket, SINGLE));
             Verdict::Admit([None, status])
@@ -235,18 +310,13 @@ fn reserve<K: Hash + Eq>(
             Verdict::Wait(Pending::bucket(bucket.clone(), waiter, max_wait))
         }
         // A leaky bucket's queue is full: refuse, with the wait the bucket announced.
-        Err(_) => Verdict::Reject(refusal(RejectedBy::Bucket, SINGLE, &bucket.quota(), denied)),
+        Err(_) => Verdict::Reject(refusal(SINGLE, &bucket.quota(), denied)),
     }
 }
 
 /// A refusal by the limit `name` of `quota`.
-pub(crate) fn refusal(
-    by: RejectedBy,
-    name: &'static str,
-    quota: &crate::Quota,
-    denied: Denied,
-) -> Rejected {
-    Rejected::new(by, denied, name, *quota)
+pub(crate) fn refusal(name: &'static str, quota: &crate::Quota, denied: Denied) -> Rejected {
+    Rejected::new(denied, name, *quota)
 }
 
 /// A per-key limit right after `grant`, seen when it is due.

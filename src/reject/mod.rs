@@ -1,10 +1,10 @@
 //! Server side: answer requests over the limit with `429 Too Many Requests` at once, instead
 //! of waiting.
 //!
-//! [`RateLimitLayer::reject`](crate::RateLimitLayer::reject) turns a bucket into a
-//! [`RejectLayer`]; [`RateLimitLayer::keyed`](crate::RateLimitLayer::keyed) builds one with a
-//! bucket per key and an optional global ceiling. The service is axum-friendly: always ready
-//! when the inner service is, the inner service's error type, and rejections are responses:
+//! [`RejectLayer::new`] refuses over one bucket; [`RejectLayer::keyed`] over a bucket per key,
+//! with an optional [`global`](RejectLayer::global) ceiling. The service is axum-friendly:
+//! always ready when the inner service is, the inner service's error type, and rejections are
+//! responses:
 //!
 //! ```text
 //! HTTP/1.1 429 Too Many Requests
@@ -20,13 +20,12 @@
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 //! use tower_throttle::extract::HeaderKey;
 //! use tower_throttle::keyed::KeyedBucket;
-//! use tower_throttle::{Bucket, Quota, RateLimitLayer};
+//! use tower_throttle::{Bucket, Quota, RejectLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), std::convert::Infallible> {
-//! let limit = RateLimitLayer::keyed(KeyedBucket::new(Quota::per_second(2)), HeaderKey::x_api_key())
-//!     .global(Bucket::new(Quota::per_second(1000)))
-//!     .reject();
+//! let limit = RejectLayer::keyed(KeyedBucket::new(Quota::per_second(2)), HeaderKey::x_api_key())
+//!     .global(Bucket::new(Quota::per_second(1000)));
 //! let mut svc = ServiceBuilder::new()
 //!     .layer(limit)
 //!     .service(service_fn(|_: http::Request<String>| async {
@@ -46,19 +45,20 @@
 //! # }
 //! ```
 
+mod cost;
 mod fields;
 mod future;
-mod keyed_layer;
 mod layer;
 mod limits;
+mod missing;
 mod rejected;
 mod respond;
 mod service;
 mod wait;
 
 pub use self::future::ResponseFuture;
-pub use self::keyed_layer::{KeyedLayer, MissingKey};
 pub use self::layer::RejectLayer;
-pub use self::rejected::{Rejected, RejectedBy};
+pub use self::missing::MissingKey;
+pub use self::rejected::Rejected;
 pub use self::respond::{Fallback, OnReject, Oneshot, RespondWith, TooManyRequests};
 pub use self::service::Reject;

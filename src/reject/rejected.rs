@@ -7,21 +7,6 @@ use http::StatusCode;
 
 use crate::{Denied, Quota};
 
-/// Which limit turned a request away.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RejectedBy {
-    /// The bucket of the request's key (or the bucket shared by keyless or overflow keys).
-    Key,
-    /// The global ceiling of a keyed layer.
-    Global,
-    /// The bucket of a single-bucket layer.
-    Bucket,
-    /// The request had no key and the layer rejects such requests
-    /// ([`MissingKey::Reject`](super::MissingKey::Reject)).
-    MissingKey,
-}
-
 /// A request turned away by a [`Reject`](super::Reject) service.
 ///
 /// Passed to the rejection response builder, inserted in the extensions of the response (and,
@@ -32,12 +17,13 @@ pub enum RejectedBy {
 /// ```
 /// use std::time::Duration;
 /// use tower::{service_fn, Service, ServiceExt};
-/// use tower_throttle::{reject::{Rejected, RejectedBy}, Bucket, Quota, RateLimitLayer};
+/// use tower_throttle::reject::Rejected;
+/// use tower_throttle::{Bucket, Quota, RejectLayer};
 /// use tower_layer::Layer;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), std::convert::Infallible> {
-/// let layer = RateLimitLayer::new(Bucket::new(Quota::per_second(2).burst(1))).reject();
+/// let layer = RejectLayer::new(Bucket::new(Quota::per_second(2).burst(1)));
 /// let mut svc = layer.layer(service_fn(|_: http::Request<String>| async {
 ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello")))
 /// }));
@@ -46,7 +32,7 @@ pub enum RejectedBy {
 /// let res = svc.ready().await?.call(http::Request::new(String::new())).await?;
 /// assert_eq!(res.status(), 429);
 /// let rejected = res.extensions().get::<Rejected>().unwrap();
-/// assert_eq!(rejected.by(), RejectedBy::Bucket);
+/// assert_eq!(rejected.policy(), Some("default"));
 /// assert_eq!(rejected.wait(), Some(Duration::from_millis(500)));
 /// assert_eq!(rejected.retry_after_secs(), Some(1));
 /// # Ok(())
@@ -54,10 +40,10 @@ pub enum RejectedBy {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Rejected {
-    by: RejectedBy,
-    /// The limit's answer; `None` for [`RejectedBy::MissingKey`].
+    /// The limit's answer; `None` for a request without a key.
     denied: Option<Denied>,
     status: Option<Status>,
+    code: StatusCode,
 }
 
 /// How long a client is told to wait when the backend that keeps a limit failed and its
@@ -79,11 +65,11 @@ pub(crate) struct Status {
 impl Rejected {
     /// Refused by the limit `name` of `quota`, for the reason `denied`: nothing left, the
     /// next token [`wait`](Self::wait) away (zero when waiting does not help).
-    pub(crate) fn new(by: RejectedBy, denied: Denied, name: &'static str, quota: Quota) -> Self {
+    pub(crate) fn new(denied: Denied, name: &'static str, quota: Quota) -> Self {
         let mut rejected = Rejected {
-            by,
             denied: Some(denied),
             status: None,
+            code: StatusCode::TOO_MANY_REQUESTS,
         };
         rejected.status = Some(Status {
             name,
@@ -94,21 +80,30 @@ impl Rejected {
         rejected
     }
 
-    /// No key, and keyless requests are rejected.
-    pub(crate) fn missing_key() -> Self {
+    /// No key, and keyless requests are refused: `400`, or `500` when the key is missing
+    /// because the server is set up wrong (`fail`).
+    pub(crate) fn missing_key(fail: bool) -> Self {
         Rejected {
-            by: RejectedBy::MissingKey,
             denied: None,
             status: None,
+            code: if fail {
+                StatusCode::INTERNAL_SERVER_ERROR
+            } else {
+                StatusCode::BAD_REQUEST
+            },
         }
     }
 
-    /// Which limit turned the request away.
-    pub fn by(&self) -> RejectedBy {
-        self.by
+    /// The limit that turned the request away, as `RateLimit-Policy` names it: `"per-key"`
+    /// (the key's bucket, or the one shared by requests without a key), `"global"` (the
+    /// ceiling of a keyed layer) or `"default"` (the bucket of a layer made by
+    /// [`RejectLayer::new`](super::RejectLayer::new)). `None` when the request had no key and
+    /// the layer refuses such requests ([`MissingKey`](super::MissingKey)).
+    pub fn policy(&self) -> Option<&'static str> {
+        self.status.map(|s| s.name)
     }
 
-    /// The limit's answer ([`Denied`]); `None` for [`RejectedBy::MissingKey`].
+    /// The limit's answer ([`Denied`]); `None` for a request without a key.
     pub fn denied(&self) -> Option<&Denied> {
         self.denied.as_ref()
     }
@@ -134,13 +129,12 @@ impl Rejected {
         self.status.map(|s| s.quota)
     }
 
-    /// The status of the default response: `429 Too Many Requests`, or `400 Bad Request` for
-    /// [`RejectedBy::MissingKey`].
+    /// The status of the default response: `429 Too Many Requests`; for a request without a
+    /// key, `400 Bad Request`
+    /// ([`MissingKey::Reject`](super::MissingKey::Reject)) or `500 Internal Server Error`
+    /// ([`MissingKey::Fail`](super::MissingKey::Fail)).
     pub fn status_code(&self) -> StatusCode {
-        match self.by {
-            RejectedBy::MissingKey => StatusCode::BAD_REQUEST,
-            _ => StatusCode::TOO_MANY_REQUESTS,
-        }
+        self.code
     }
 
     pub(crate) fn status(&self) -> Option<&Status> {
@@ -150,9 +144,9 @@ impl Rejected {
 
 impl fmt::Display for Rejected {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(match self.by {
-            RejectedBy::MissingKey => "request rejected: no rate-limit key",
-            _ => "request rejected: rate limit exceeded",
+        f.pad(match self.policy() {
+            None => "request rejected: no rate-limit key",
+            Some(_) => "request rejected: rate limit exceeded",
         })
     }
 }

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::header::CONTENT_TYPE;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::rejected::{Rejected, RejectedBy};
-use crate::headers::grpc::{is_grpc, trailers_only, INVALID_ARGUMENT, RESOURCE_EXHAUSTED};
+use super::rejected::Rejected;
+use crate::headers::grpc::{
+    is_grpc, trailers_only, INTERNAL, INVALID_ARGUMENT, RESOURCE_EXHAUSTED,
+};
 
 /// What a [`Reject`](super::Reject) service does with a request it turns away.
 ///
@@ -63,8 +65,9 @@ where
         if is_grpc(req.headers()) {
             return ready(Ok(rejected.grpc_answer(B::from(""))));
         }
-        let body = match rejected.by() {
-            RejectedBy::MissingKey => "Bad Request\n",
+        let body = match rejected.status_code() {
+            StatusCode::BAD_REQUEST => "Bad Request\n",
+            StatusCode::INTERNAL_SERVER_ERROR => "Internal Server Error\n",
             _ => "Too Many Requests\n",
         };
         let mut res = Response::new(B::from(body));
@@ -80,9 +83,12 @@ where
 impl Rejected {
     /// The answer of [`TooManyRequests`] to a gRPC request, with `body` (empty).
     pub(crate) fn grpc_answer<B>(&self, body: B) -> Response<B> {
-        match self.by() {
-            RejectedBy::MissingKey => {
+        match self.status_code() {
+            StatusCode::BAD_REQUEST => {
                 trailers_only(INVALID_ARGUMENT, "no rate-limit key", None, body)
+            }
+            StatusCode::INTERNAL_SERVER_ERROR => {
+                trailers_only(INTERNAL, "rate-limit key missing", None, body)
             }
             _ => trailers_only(RESOURCE_EXHAUSTED, "rate limit exceeded", self.wait(), body),
         }

@@ -9,13 +9,15 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::cost::Cost;
 use super::fields::Spec;
 use super::future::ResponseFuture;
-use super::limits::{Limits, Verdict};
+use super::limits::{Limits, Single, Verdict};
 use super::respond::{OnReject, TooManyRequests};
 use super::wait::Wait;
-use crate::extract::{GlobalKey, KeyExtractor};
+use crate::extract::KeyExtractor;
 use crate::observe::Observer;
+use crate::rate_limit::UnitCost;
 
 /// Answers requests over the limit at once (`429 Too Many Requests`), and passes the others
 /// to the inner service.
@@ -37,15 +39,16 @@ use crate::observe::Observer;
 /// request. A `Service` impl without the bound would have to refuse, or decide for this
 /// process only, on those paths, which the crate does not do silently. Every axum, hyper and
 /// `tower::service_fn` service is `Clone`; wrap another in `tower::buffer::Buffer`.
-pub struct Reject<S, K = (), E = GlobalKey, O = TooManyRequests> {
+pub struct Reject<S, K = (), E = Single, O = TooManyRequests, C = UnitCost> {
     inner: S,
-    config: Arc<Config<K, E, O>>,
+    config: Arc<Config<K, E, O, C>>,
 }
 
 /// What every clone of a service shares.
-pub(crate) struct Config<K, E, O> {
+pub(crate) struct Config<K, E, O, C> {
     pub(crate) limits: Limits<K, E>,
     pub(crate) on_reject: O,
+    pub(crate) cost: C,
     /// Nanoseconds; zero: never wait.
     pub(crate) max_wait: u64,
     pub(crate) spec: Spec,
@@ -54,8 +57,8 @@ pub(crate) struct Config<K, E, O> {
     pub(crate) observer: Option<Arc<dyn Observer>>,
 }
 
-impl<S, K, E, O> Reject<S, K, E, O> {
-    pub(crate) fn new(inner: S, config: Arc<Config<K, E, O>>) -> Self {
+impl<S, K, E, O, C> Reject<S, K, E, O, C> {
+    pub(crate) fn new(inner: S, config: Arc<Config<K, E, O, C>>) -> Self {
         Reject { inner, config }
     }
 
@@ -67,12 +70,13 @@ impl<S, K, E, O> Reject<S, K, E, O> {
     }
 }
 
-impl<S, K, E, O, ReqBody, ResBody> Service<Request<ReqBody>> for Reject<S, K, E, O>
+impl<S, K, E, O, C, ReqBody, ResBody> Service<Request<ReqBody>> for Reject<S, K, E, O, C>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     E: KeyExtractor<ReqBody, Key = K>,
     K: Hash + Eq + Clone,
     O: OnReject<Request<ReqBody>, Response<ResBody>, S::Error> + Clone,
+    C: Cost<Request<ReqBody>>,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -85,9 +89,10 @@ where
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let config = &*self.config;
+        let n = config.cost.cost(&req);
         let verdict = config
             .limits
-            .check(&req, config.max_wait, config.spec.admitted);
+            .check(&req, n, config.max_wait, config.spec.admitted);
         match verdict {
             Verdict::Admit(statuses) => {
                 let fields = config.spec.admitted(|| config.limits.policies(), statuses);
@@ -95,14 +100,14 @@ where
             }
             Verdict::Reject(rejected) => {
                 if let Some(o) = &config.observer {
-                    o.refused(1, rejected.wait().unwrap_or(Duration::ZERO), config.dry_run);
+                    o.refused(n, rejected.wait().unwrap_or(Duration::ZERO), config.dry_run);
                 }
                 req.extensions_mut().insert(rejected.clone());
                 if config.dry_run {
-                    trace_event!(debug, by = ?rejected.by(), wait = ?rejected.wait(), "dry run: request would be rejected");
+                    trace_event!(debug, limit = ?rejected.policy(), wait = ?rejected.wait(), "dry run: request would be rejected");
                     return ResponseFuture::called(self.inner.call(req), None);
                 }
-                trace_event!(debug, by = ?rejected.by(), wait = ?rejected.wait(), "request rejected");
+                trace_event!(debug, limit = ?rejected.policy(), wait = ?rejected.wait(), "request rejected");
                 let future = config.on_reject.on_reject(req, &rejected);
                 let refusal = config.on_reject.is_refusal();
                 let fields = config
@@ -118,6 +123,7 @@ where
                     pending,
                     ready,
                     req,
+                    n,
                     on_reject,
                     config.spec,
                     config.dry_run,
@@ -129,7 +135,7 @@ where
     }
 }
 
-impl<S: Clone, K, E, O> Clone for Reject<S, K, E, O> {
+impl<S: Clone, K, E, O, C> Clone for Reject<S, K, E, O, C> {
     fn clone(&self) -> Self {
         Reject {
             inner: self.inner.clone(),
@@ -138,7 +144,7 @@ impl<S: Clone, K, E, O> Clone for Reject<S, K, E, O> {
     }
 }
 
-impl<S: fmt::Debug, K, E, O> fmt::Debug for Reject<S, K, E, O> {
+impl<S: fmt::Debug, K, E, O, C> fmt::Debug for Reject<S, K, E, O, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let limits = &self.config.limits;
         f.debug_struct("Reject")

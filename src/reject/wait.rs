@@ -23,7 +23,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::fields::{Policies, Spec};
 use super::limits::{bucket_status, key_status, policies, refusal, GLOBAL, PER_KEY, SINGLE};
-use super::rejected::{Rejected, RejectedBy, Status};
+use super::rejected::{Rejected, Status};
 use crate::bucket::{Backend, RemoteDecision, Waiter};
 use crate::keyed::{Grant, KeyId, KeyedBucket, RemoteKeyed};
 use crate::observe::Observer;
@@ -35,6 +35,8 @@ pub(crate) enum Pending<K: Hash + Eq> {
         hold: KeyHold<K>,
         due: Instant,
         global: Option<Bucket>,
+        /// The request's cost, for the global ceiling.
+        n: u32,
         /// The decision of a shared, remote global ceiling, once asked.
         global_decision: Option<RemoteDecision>,
     },
@@ -48,7 +50,6 @@ pub(crate) enum Pending<K: Hash + Eq> {
     Remote {
         bucket: Bucket,
         decision: RemoteDecision,
-        by: RejectedBy,
         name: &'static str,
     },
     /// A decision a shared, remote keyed bucket is making, then the global ceiling's.
@@ -56,6 +57,8 @@ pub(crate) enum Pending<K: Hash + Eq> {
         keyed: KeyedBucket<K>,
         remote: Arc<dyn RemoteKeyed>,
         id: KeyId,
+        /// The request's cost.
+        n: u32,
         decision: Option<RemoteDecision>,
         global: Option<Bucket>,
         global_decision: Option<RemoteDecision>,
@@ -69,6 +72,7 @@ impl<K: Hash + Eq> Pending<K> {
         grant: Grant,
         due: Instant,
         global: Option<Bucket>,
+        n: u32,
     ) -> Self {
         Pending::Key {
             hold: KeyHold {
@@ -79,20 +83,15 @@ impl<K: Hash + Eq> Pending<K> {
             },
             due,
             global,
+            n,
             global_decision: None,
         }
     }
 
-    pub(crate) fn remote(
-        bucket: Bucket,
-        decision: RemoteDecision,
-        by: RejectedBy,
-        name: &'static str,
-    ) -> Self {
+    pub(crate) fn remote(bucket: Bucket, decision: RemoteDecision, name: &'static str) -> Self {
         Pending::Remote {
             bucket,
             decision,
-            by,
             name,
         }
     }
@@ -101,14 +100,16 @@ impl<K: Hash + Eq> Pending<K> {
         keyed: KeyedBucket<K>,
         remote: Arc<dyn RemoteKeyed>,
         id: KeyId,
+        n: u32,
         max_wait: Duration,
         global: Option<Bucket>,
     ) -> Self {
-        let decision = Some(remote.try_acquire(id, 1, max_wait));
+        let decision = Some(remote.try_acquire(id, n, max_wait));
         Pending::RemoteKey {
             keyed,
             remote,
             id,
+            n,
             decision,
             global,
             global_decision: None,
@@ -162,6 +163,8 @@ pub(crate) struct Wait<S, O, Req, K: Hash + Eq> {
     deadline: Option<Pin<Box<Sleep>>>,
     service: Option<S>,
     req: Option<Req>,
+    /// The request's cost.
+    tokens: u32,
     pub(crate) on_reject: O,
     pub(crate) spec: Spec,
     /// Let a refused request through (dry run), and whom to tell.
@@ -170,10 +173,12 @@ pub(crate) struct Wait<S, O, Req, K: Hash + Eq> {
 }
 
 impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         pending: Pending<K>,
         service: S,
         req: Req,
+        tokens: u32,
         on_reject: O,
         spec: Spec,
         dry_run: bool,
@@ -193,6 +198,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             deadline,
             service: Some(service),
             req: Some(req),
+            tokens,
             on_reject,
             spec,
             dry_run,
@@ -222,6 +228,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             Pending::Key {
                 hold,
                 global,
+                n,
                 global_decision,
                 ..
             } => {
@@ -235,9 +242,9 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         std::task::ready!(d.as_mut().poll(cx))
                     } else {
                         match g.backend() {
-                            Backend::Local(local) => g.try_acquire_local(local, 1),
+                            Backend::Local(local) => g.try_acquire_local(local, *n),
                             Backend::Remote(remote) => {
-                                *global_decision = Some(remote.try_acquire(1, Duration::ZERO));
+                                *global_decision = Some(remote.try_acquire(*n, Duration::ZERO));
                                 continue;
                             }
                         }
@@ -246,7 +253,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         Ok(()) => Ok([key, describe.then(|| bucket_status(g, GLOBAL))]),
                         Err(denied) => {
                             hold.refund();
-                            Err(refusal(RejectedBy::Global, GLOBAL, &g.quota(), denied))
+                            Err(refusal(GLOBAL, &g.quota(), denied))
                         }
                     };
                 };
@@ -259,6 +266,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                 keyed,
                 remote,
                 id,
+                n,
                 decision,
                 global,
                 global_decision,
@@ -270,8 +278,8 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     break match std::task::ready!(d.as_mut().poll(cx)) {
                         Ok(()) => Ok([None, None]),
                         Err(denied) => {
-                            remote.release(*id, 1); // the key's token was not used
-                            Err(refusal(RejectedBy::Global, GLOBAL, &global.quota(), denied))
+                            remote.release(*id, *n); // the key's tokens were not used
+                            Err(refusal(GLOBAL, &global.quota(), denied))
                         }
                     };
                 }
@@ -279,19 +287,19 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                 let key_verdict = std::task::ready!(d.as_mut().poll(cx));
                 *decision = None;
                 if let Err(denied) = key_verdict {
-                    break Err(refusal(RejectedBy::Key, PER_KEY, &keyed.quota(), denied));
+                    break Err(refusal(PER_KEY, &keyed.quota(), denied));
                 }
                 match global {
                     None => break Ok([None, None]),
                     Some(g) => match g.backend() {
                         Backend::Remote(r) => {
-                            *global_decision = Some(r.try_acquire(1, Duration::ZERO));
+                            *global_decision = Some(r.try_acquire(*n, Duration::ZERO));
                         }
-                        Backend::Local(local) => match g.try_acquire_local(local, 1) {
+                        Backend::Local(local) => match g.try_acquire_local(local, *n) {
                             Ok(()) => break Ok([None, describe.then(|| bucket_status(g, GLOBAL))]),
                             Err(denied) => {
-                                remote.release(*id, 1);
-                                break Err(refusal(RejectedBy::Global, GLOBAL, &g.quota(), denied));
+                                remote.release(*id, *n);
+                                break Err(refusal(GLOBAL, &g.quota(), denied));
                             }
                         },
                     },
@@ -300,11 +308,10 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             Pending::Remote {
                 bucket,
                 decision,
-                by,
                 name,
             } => match std::task::ready!(decision.as_mut().poll(cx)) {
                 Ok(()) => Ok([None, describe.then(|| bucket_status(bucket, name))]),
-                Err(denied) => Err(refusal(*by, name, &bucket.quota(), denied)),
+                Err(denied) => Err(refusal(name, &bucket.quota(), denied)),
             },
             Pending::Bucket {
                 bucket,
@@ -320,12 +327,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     match permit {
                         Ok(_) => Ok([None, describe.then(|| bucket_status(bucket, SINGLE))]),
                         // The quota shrank below the request while it waited.
-                        Err(never) => Err(refusal(
-                            RejectedBy::Bucket,
-                            SINGLE,
-                            &bucket.quota(),
-                            never.into(),
-                        )),
+                        Err(never) => Err(refusal(SINGLE, &bucket.quota(), never.into())),
                     }
                 } else {
                     let deadline = self.deadline.as_mut().map(|d| d.as_mut().poll(cx));
@@ -335,7 +337,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     waiter.take(); // leave the queue, giving the place back
                     let wait = bucket.snapshot().next_token_in;
                     let denied = Throttled::after(wait).into();
-                    Err(refusal(RejectedBy::Bucket, SINGLE, &bucket.quota(), denied))
+                    Err(refusal(SINGLE, &bucket.quota(), denied))
                 }
             }
         };
@@ -345,7 +347,11 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
             Ok(statuses) => Outcome::Go(service, req, statuses),
             Err(rejected) => {
                 if let Some(o) = &self.observer {
-                    o.refused(1, rejected.wait().unwrap_or(Duration::ZERO), self.dry_run);
+                    o.refused(
+                        self.tokens,
+                        rejected.wait().unwrap_or(Duration::ZERO),
+                        self.dry_run,
+                    );
                 }
                 if self.dry_run {
                     trace_event!(debug, wait = ?rejected.wait(), "dry run: request would be rejected");
