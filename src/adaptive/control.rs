@@ -1,6 +1,5 @@
-//! [`Control`]: one bucket's [`Law`] as a state machine. Events come in (a request sent, a
-//! success, a push-back, a cut learned from other processes, a new configured quota); each
-//! returns the [`Decision`] the bucket applies.
+//! [`Control`]: one bucket's [`Law`] as a state machine; each event returns the [`Decision`]
+//! the bucket applies.
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
@@ -14,8 +13,7 @@ use super::Cut;
 use crate::observe::Ignored;
 use crate::Quota;
 
-/// A new rate is applied to the bucket when it differs from the one in force by this
-/// fraction or more (or at once after a push-back or a stated quota).
+/// A new rate is applied when it moved by this fraction (at once after a push-back).
 const APPLY_STEP: f64 = 0.01;
 /// How often, at most, a control whose limit other processes share asks what they learned.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
@@ -29,10 +27,7 @@ pub(crate) const DEFAULT_FLOOR: f64 = 1.0 / 3600.0;
 /// The longest a stated rate lasts without a response saying it again.
 pub(crate) const STATED_AT_MOST: Duration = Duration::from_secs(3600);
 
-/// How long a rate a server stated (`rate` tokens per second) lasts without a response
-/// saying it again: the gap of two requests at that rate (its window is at least one),
-/// at least a minute, at most [`STATED_AT_MOST`]. Then the rate probes upwards again: one
-/// answer never holds a bucket down for longer.
+/// How long a stated rate lasts unrestated: two gaps at it, within 1 min and [`STATED_AT_MOST`].
 fn stated_for(rate: f64) -> Duration {
     let gaps = 2.0 / rate;
     if gaps.is_finite() && gaps >= 0.0 {
@@ -58,8 +53,7 @@ pub(crate) enum Mode {
 pub(crate) struct Decision {
     /// The rate in force, tokens per second.
     pub(crate) rate: f64,
-    /// Whether the bucket spaces its admissions from the instants they went: once a server's
-    /// limit is known, or while the ramp measures it, unless the server showed a burst.
+    /// Whether the bucket spaces its admissions from the instants they went.
     pub(crate) spaced: bool,
     /// The quota to enforce from now on, when the rate moved enough to apply.
     pub(crate) enforce: Option<Quota>,
@@ -70,30 +64,25 @@ pub(crate) struct Decision {
 /// The rate control of one bucket.
 #[derive(Debug)]
 pub(crate) struct Control {
-    /// The configured quota: the ceiling, and the shape (count, period, burst) of every
-    /// effective quota.
+    /// The configured quota: the ceiling, and the shape of every effective quota.
     configured: Quota,
     /// `None`: the rate stays at the configured one (pauses only).
     law: Option<Law>,
     /// A configured rate ramps up from its first request (see [`Law::capped`]).
     ramp: bool,
-    /// Other processes share the limit: the gaps between this process's requests, and its
-    /// successes, are not what the limit saw.
+    /// Other processes share the limit: this process's gaps and successes are not the limit's.
     shared: bool,
     /// The rate applied to the bucket last.
     applied: f64,
-    /// The latest rates applied, with their instants: the rate a refused request was sent at.
+    /// The latest rates applied, with their instants.
     history: VecDeque<(Instant, f64)>,
-    /// The rate a server stated last: taken once, when it first says it (a push-back at
-    /// that rate then lowers the rate as any push-back does).
+    /// The rate a server stated last, taken when it first says it.
     stated: Option<f64>,
-    /// When the rate stated last expires unless a response says it again (see
-    /// [`stated_for`]).
+    /// When the rate stated last expires ([`stated_for`]).
     stated_until: Option<Instant>,
     /// The successes of the last second.
     meter: Meter,
-    /// The requests sent while the ramp of a configured rate, a search or a verification
-    /// runs.
+    /// The requests sent while the ramp, a search or a verification runs.
     sends: Sends,
     /// Nothing sent yet: the first request sent starts the ramp.
     fresh: bool,
@@ -101,29 +90,20 @@ pub(crate) struct Control {
     measuring: bool,
     /// A pause began and the first request after it is not known yet.
     after_pause: bool,
-    /// When the last push-back was acted on (the rate lowered, here or in another process,
-    /// or held): a push-back of a request sent before it answers what was decided then, and
-    /// lowers nothing more.
+    /// When the last push-back was acted on: requests sent before it lower nothing more.
     decided: Option<Instant>,
     /// The end of the latest pause (a push-back's cooldown).
     resume: Option<Instant>,
-    /// The first request sent after the latest pause, and whether it went alone (no other
-    /// at the same instant): refused, the server refused a request after a whole cooldown
-    /// of silence, which no rate explains.
+    /// The first request sent after the latest pause, and whether it went alone.
     first_after: Option<(Instant, bool)>,
-    /// The push-back this bucket acted on last, made or adopted, as processes read it back
-    /// ([`Cut::shared`]): read back from the shared limit, it is no news. (Converting its
-    /// wall-clock instant to this process's clock would place it a little later or earlier
-    /// each time, and a little later would be taken for a new push-back, undoing the rate
-    /// climbed since.)
+    /// The push-back acted on last, as read back from the shared limit ([`Cut::shared`]).
     acted: Option<Cut>,
     /// When this control last asked what other processes learned.
     asked: Option<Instant>,
 }
 
 impl Control {
-    /// A control at `configured`; `ramp`: a configured rate ramps up from its first request;
-    /// `shared`: other processes share the limit.
+    /// A control at `configured`; `shared`: other processes share the limit.
     pub(crate) fn new(
         configured: Quota,
         mode: Mode,
@@ -176,9 +156,7 @@ impl Control {
         self.law.as_ref().and_then(Law::limit)
     }
 
-    /// Whether [`sending`](Self::sending) has anything to do: the first request starts the
-    /// ramp, the ramp (a search, a verification) keeps when each went, and the first request
-    /// after a pause is looked for. Otherwise the bucket need not report sends.
+    /// Whether [`sending`](Self::sending) has anything to do.
     pub(crate) fn watches_sends(&self) -> bool {
         self.fresh || self.measuring || self.after_pause
     }
@@ -190,17 +168,9 @@ impl Control {
     }
 
     /// A server pushed back at `now` (`wall` on the system clock) for `cooldown`, on a
-    /// request sent at `sent`: lower the rate, before the bucket is paused. The decision
-    /// carries the cut, for other processes, if this one made one.
-    ///
-    /// A request sent before the last push-back was acted on went at the old rate: its
-    /// push-back is no news, however long after the cooldown it comes (a `Retry-After: 0`,
-    /// or answers slower than the cooldown). Each one taken as news would lower the rate
-    /// again, once per request in flight, down to the floor. And the first request after a
-    /// pause, sent alone, tests no rate: refused, the server's quota ran out for a while
-    /// (an outage answering `429` with `Retry-After: 1` for a minute), and each such refusal
-    /// taken as news would leave the rate at a fraction of a request per second when the
-    /// server comes back.
+    /// request sent at `sent`: lower the rate, before the bucket is paused; the decision
+    /// carries the cut for other processes. A request sent before the last push-back was
+    /// acted on, or the first one after a pause sent alone, tests no rate: no news.
     pub(crate) fn pushed_back(
         &mut self,
         now: Instant,
@@ -216,9 +186,7 @@ impl Control {
             return None;
         }
         if first {
-            // Refused after a whole cooldown of silence: the server's quota ran out for a
-            // while (or another client took it), which no rate explains. The pause holds,
-            // the rate too; the requests sent meanwhile follow this decision.
+            // Refused after a whole cooldown of silence, which no rate explains.
             self.decided = Some(now);
             self.meter.from = self.meter.from.max(self.resume.unwrap_or(now));
             trace_event!(
@@ -228,8 +196,7 @@ impl Control {
             return None;
         }
         let verifying = self.law.as_ref().is_some_and(Law::verifying);
-        // With a limit other processes share, the gap to this process's previous request
-        // is not what the limit saw (others sent in between): the rate in force then is.
+        // With a shared limit, the gap to this process's previous request is not the limit's.
         let local = !self.shared;
         let refused = match self.tested(sent) {
             Some(tested) if tested > 0.0 && !verifying && local => tested,
@@ -239,9 +206,7 @@ impl Control {
             }
             _ => self.rate_at(sent),
         };
-        // The successes of this process alone: with a limit other processes share, its
-        // share of the rate, not what the limit let through (half of it would guess the
-        // server's rate at a fraction of the shared one).
+        // This process's successes say nothing of a limit other processes share.
         let measured = self.meter.rate(now).filter(|_| local);
         if local && self.law.as_ref().is_some_and(Law::bracketing) {
             let before = self
@@ -274,12 +239,9 @@ impl Control {
     }
 
     /// Another process acted on a push-back (`cut`, read at `now`, `wall` on the system
-    /// clock): follow the same curve, unless this one already acted on that cooldown or a
-    /// later one.
+    /// clock): follow the same curve, unless this one already acted on it or a later one. A
+    /// cut deeper than one push-back (below [`DECREASE`] times the rate) is ignored.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
-    ///
-    /// A cut deeper than one push-back can make here (a limit below [`DECREASE`] times the
-    /// rate in force) comes from no process: it is ignored.
     pub(crate) fn adopt(
         &mut self,
         now: Instant,
@@ -322,8 +284,7 @@ impl Control {
         Ok(Some(self.apply(now, rate, true)))
     }
 
-    /// Whether to ask the shared limit what other processes learned, at `now`: at most every
-    /// 250 ms (and if so, the clock starts again).
+    /// Whether to ask the shared limit what other processes learned (every [`ASK_EVERY`]).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only a Redis limit shares what it learned
     pub(crate) fn ask_others(&mut self, now: Instant) -> bool {
         let due = self.shared
@@ -346,9 +307,8 @@ impl Control {
         }
     }
 
-    /// A request is sent at `sent`: the first one starts the ramp of a configured rate,
-    /// the ramp (a search, a verification) keeps when each went, and the first after a
-    /// pause is noted.
+    /// A request is sent at `sent`: the first starts the ramp, the ramp (a search, a
+    /// verification) keeps when each went, and the first after a pause is noted.
     pub(crate) fn sending(&mut self, sent: Instant) -> Option<Decision> {
         let mut decision = None;
         if std::mem::take(&mut self.fresh) {
@@ -371,8 +331,7 @@ impl Control {
         decision
     }
 
-    /// Note a request sent at `sent` while the first one after a pause is looked for: the
-    /// first, another at the same instant, or the next one (the search ends).
+    /// Note a request sent at `sent` while the first one after a pause is looked for.
     fn after_pause_sent(&mut self, sent: Instant) {
         if self.resume.is_some_and(|r| sent < r) {
             return;
@@ -384,8 +343,7 @@ impl Control {
         }
     }
 
-    /// The ramp, search or verification ended (a push-back, back at the ceiling, a stated
-    /// quota): stop keeping sends.
+    /// The ramp, search or verification ended: stop keeping sends.
     fn measure_over(&mut self) {
         if self.measuring && !self.law.as_ref().is_some_and(Law::measuring) {
             self.measuring = false;
@@ -393,17 +351,14 @@ impl Control {
         }
     }
 
-    /// A push-back: the gaps start again after the pause (the first request after it tested
-    /// nothing), kept while the law measures (a guess is verified).
+    /// A push-back: the gaps start again after the pause, kept while the law measures.
     fn measure_anew(&mut self) {
         self.sends.forget();
         self.measuring = self.law.as_ref().is_some_and(Law::measuring);
     }
 
-    /// The rate a request sent at `sent` during the ramp, a search or a verification tested:
-    /// `1 / gap` to the request sent before it, at most the rate in force when it went (a
-    /// gap shortened by the timer's ticks does not make the ramp go faster); `0` for the
-    /// first request. `None` when it was not sent then.
+    /// The rate a request sent at `sent` tested: `1 / gap` to the one before it, at most the
+    /// rate in force then; `0` for the first. `None` when it was not sent while measuring.
     fn tested(&self, sent: Instant) -> Option<f64> {
         self.sends.find(sent).map(|send| self.tested_by(send))
     }
@@ -423,8 +378,7 @@ impl Control {
             .map_or(self.applied, |(_, r)| *r)
     }
 
-    /// A request succeeded at `now`; `sent`: when it was sent, if known; `stated`: the rate
-    /// the server's quota fields give, if any.
+    /// A request sent at `sent` succeeded at `now`; `stated`: the rate the server stated.
     pub(crate) fn succeeded(
         &mut self,
         now: Instant,
@@ -452,8 +406,7 @@ impl Control {
             }
             None => {}
         }
-        // A stated rate is taken when it changes by a step or more (a pace read from
-        // `Remaining / Reset` moves a little with every response).
+        // A stated rate is taken when it changes by a step or more.
         let stated = stated.filter(|s| {
             self.stated
                 .is_none_or(|old| (s - old).abs() >= APPLY_STEP * old)
@@ -472,8 +425,7 @@ impl Control {
         Some(self.apply(now, rate, exact))
     }
 
-    /// A new configured quota: the rate restarts at it, as the ceiling, forgetting what was
-    /// learned (a search ends).
+    /// A new configured quota: the rate restarts at it, forgetting what was learned.
     pub(crate) fn reset(&mut self, quota: Quota, now: Instant) {
         let ceiling = quota.per_second_f64();
         self.configured = quota;
@@ -494,8 +446,7 @@ impl Control {
         self.after_pause = false;
     }
 
-    /// The decision to go to `rate` at `now`: the quota to enforce when it moved by a step
-    /// or more from the one applied last, or `always`.
+    /// The decision to go to `rate` at `now`, enforced when it moved a step, or `always`.
     fn apply(&mut self, now: Instant, rate: f64, always: bool) -> Decision {
         let mut decision = Decision {
             rate,
@@ -529,8 +480,8 @@ fn configured_law(ramp: bool, ceiling: f64, floor: f64) -> Law {
     }
 }
 
-/// The configured quota's shape at `rate` tokens per second: the same count and burst over
-/// a longer period. `None` when it cannot be built (a rate too low to represent).
+/// The configured quota's count and burst over the period giving `rate` tokens per second;
+/// `None` for a rate too low to represent.
 pub(crate) fn effective(configured: Quota, rate: f64) -> Option<Quota> {
     let ceiling = configured.per_second_f64();
     if rate.is_nan() || rate <= 0.0 || rate >= ceiling {

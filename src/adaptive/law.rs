@@ -6,69 +6,52 @@ use tokio::time::Instant;
 
 use super::window::Window;
 
-/// A first push-back with nothing else known: the server's limit is first guessed at this
-/// fraction of the rate refused, and the guess is then verified upwards.
+/// A first push-back with nothing else known: the limit is guessed at this fraction of the
+/// rate refused, then verified upwards.
 pub(crate) const DECREASE: f64 = 0.5;
-/// Verifying a guess, each success after the cooldown raises the rate by this much (requests
-/// per second): the rate grows by this fraction per second, and a push-back comes within one
-/// step above the highest rate that went through, the server's limit to within a few per cent
-/// (a step is 0.4 % of 50/s). Slow enough that a burst behind the limit hides little of it.
+/// Verifying a guess, each success after the cooldown adds this much (requests per second).
 pub(crate) const VERIFY_STEP: f64 = 0.2;
-/// After a push-back the rate rises above the rate it holds (a guess verified upwards, or the
-/// probe above `HOLD × limit`) only from this many successes after the end of the cooldown
-/// on: a refused probe comes at least this many successes after the push-back before it. Against a server that admits the rate held, at most one request in 101 after the
-/// first push-back is refused.
+/// After a push-back the rate rises above the rate held only from this many successes after
+/// the cooldown: a server that admits the rate held refuses at most one request in 101.
 pub(crate) const PROBE_AFTER: f64 = 100.0;
 /// Once a limit is estimated, the rate holds at this fraction of it…
 pub(crate) const HOLD: f64 = 0.96;
-/// …or at this one once two windows showed a burst behind it: the burst absorbs the jitter
-/// of requests on their way, which a server without one refuses.
+/// …or at this one once two windows showed a burst behind it (the burst absorbs jitter).
 pub(crate) const HOLD_BURST: f64 = 0.98;
-/// A configured rate with the ramp drops to this fraction of itself when its first request is
-/// sent (or at its first success reported)…
+/// With the ramp, a configured rate starts at this fraction of itself…
 pub(crate) const RAMP_FROM: f64 = 0.45;
-/// …and grows by this factor per success, back to itself in 21 successes (about 11
-/// intervals lost, once). A server up to `1 / RAMP_FROM` times slower than the configured
-/// rate refuses a step of this ramp, which brackets its limit to within the step: one
-/// push-back instead of a guess and a second one to verify it.
+/// …and grows by this factor per success (back in 21 successes); a refused step brackets
+/// the server's limit to within the step.
 pub(crate) const RAMP_STEP: f64 = 1.04;
-/// …coming back to it after a deep cut with this time constant (seconds).
+/// After a deep cut the rate comes back with this time constant (seconds)…
 pub(crate) const RECOVER_SECS: f64 = 0.5;
-/// Then it probes upwards, reaching the estimate again after this long (seconds).
+/// …then probes upwards, reaching the estimate again after this long (seconds).
 pub(crate) const PROBE_SECS: f64 = 30.0;
-/// A push-back this soon (seconds) after the end of a cooldown, below the estimate, says
-/// the estimate is off by more than timing jitter: a burst the server refilled during the
-/// pause let a rate above its own through.
+/// A push-back this soon (seconds) after a cooldown, below the estimate: a burst the server
+/// refilled during the pause let a rate above its own through.
 pub(crate) const QUICK_SECS: f64 = 0.5;
-/// Two such windows estimate the server's rate when their lengths differ by this much.
+/// Two windows estimate the server's rate when their lengths differ by this much (seconds).
 pub(crate) const WINDOWS_APART_SECS: f64 = 0.1;
-/// A search or a verification ends at a rate that went through; when two windows put the
-/// server's rate below this fraction of it, a burst let it through, and the windows are
-/// believed instead (closer, they are the noisier of the two).
+/// Two windows below this fraction of the rate that went through reveal a burst, and are
+/// believed instead.
 pub(crate) const BURST_SEEN: f64 = 0.9;
-/// A push-back at most this long (seconds) after the end of a cooldown comes from a client
-/// above the server's rate through the whole window: a window for the estimate behind a
-/// burst.
+/// A push-back at most this long (seconds) after a cooldown ends a window for the estimate
+/// behind a burst.
 pub(crate) const WINDOW_SECS: f64 = 3.0;
-/// A push-back at least this long (seconds) after the end of a cooldown, of a request sent
-/// at a rate that has gone through since (below the estimate), from a server without a
-/// burst, is taken for a request delayed on its way: a late request followed by one on time
-/// reaches the server closer than the client sent them…
+/// A push-back at least this long (seconds) after a cooldown, at a rate that has gone
+/// through since, from a server without a burst, is taken for a request delayed on its way…
 pub(crate) const FORGIVE_AFTER_SECS: f64 = 2.0;
-/// …at most once in this many seconds: a server whose rate is just below the client's
-/// refuses now and then too, and must lower it.
+/// …at most once in this many seconds (a server just below the rate must lower it)…
 pub(crate) const FORGIVE_EVERY_SECS: f64 = 10.0;
-/// …a rate at most this factor above the hold: the probe has hardly moved it yet (0.2 % in
-/// the first 11 s), so the rate has been going through for seconds.
+/// …at a rate at most this factor above the hold.
 pub(crate) const FORGIVE_ABOVE_HOLD: f64 = 1.002;
-/// Searching (no limit known yet), each success adds `min(rate, 1 / SEARCH_SECS)`: the
-/// rate doubles per success while low, then grows `e`-fold every `SEARCH_SECS`.
+/// Searching, each success adds `min(rate, 1 / SEARCH_SECS)`: doubling while low, then
+/// `e`-fold every `SEARCH_SECS`.
 pub(crate) const SEARCH_SECS: f64 = 0.35;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
-    /// A configured rate before any request: at the ceiling; the ramp starts with the first
-    /// request sent (or the first success reported).
+    /// A configured rate with the ramp, before any request.
     Fresh,
     /// A configured rate growing from `RAMP_FROM` of itself, `RAMP_STEP` per success, until
     /// it is back or a push-back comes.
@@ -77,9 +60,8 @@ enum Phase {
     Hold,
     /// No limit known yet: growing until the first push-back.
     Search,
-    /// Verifying a guess made at a first push-back: held until [`PROBE_AFTER`] successes
-    /// came after the cooldown (successes before its end ignored), then a search in small
-    /// steps.
+    /// Verifying a first push-back's guess: held for [`PROBE_AFTER`] successes after the
+    /// cooldown, then rising in small steps.
     Verify,
     /// After a push-back: back towards `HOLD × limit` from `from`, from `since` (the end of
     /// the cooldown); probing above it once [`PROBE_AFTER`] successes came.
@@ -194,9 +176,8 @@ impl Law {
         self.phase == Phase::Ramp
     }
 
-    /// Whether what each request tested (the gap to the request sent before it) is weighed:
-    /// during the ramp of a configured rate, a search, and the verification of a guess,
-    /// until the rate reaches the ceiling (a server that never pushes back).
+    /// Whether what each request tested (its gap to the one before) is weighed: ramping,
+    /// searching or verifying below the ceiling.
     pub(crate) fn measuring(&self) -> bool {
         match self.phase {
             Phase::Ramp => true,
@@ -233,10 +214,8 @@ impl Law {
     }
 
     /// A push-back at `now` of a request sent at the rate `refused`, with the server's
-    /// `cooldown`; `measured`: the rate of successes over the last second, when there is a
-    /// whole second of history since the start or the last cooldown. Returns the new rate,
-    /// or `None` when the push-back answers a request sent before the last decrease (one
-    /// decrease per cooldown: the requests in flight then were sent at the old rate).
+    /// `cooldown`; `measured`: the rate of successes over the last whole second. Returns the
+    /// new rate, or `None` for a request sent before the last decrease (one per cooldown).
     pub(crate) fn pushed_back(
         &mut self,
         now: Instant,
@@ -301,15 +280,10 @@ impl Law {
                 (limit, false)
             }
             // A step of the ramp refused, the one before it through: the limit lies between
-            // them, a step apart or more (a late timer lengthens a gap, an early one after
-            // it shortens the next). The highest rate that went through: a server measuring
-            // on a clock of its own (nginx: whole milliseconds) may have let it through at
-            // its very limit.
+            // them; take the highest rate that went through.
             (Phase::Ramp, _) if self.passed > 0.0 => (self.passed.min(refused), false),
-            // The ramp went through at the ceiling, and the ceiling has gone through for
-            // seconds since: the server allows it. Refused now, a request was delayed on its
-            // way (or the server lowered its rate: refused again soon after the pause, the
-            // rate follows). Just below the ceiling, not at half of it.
+            // The ceiling has gone through for seconds: a request was delayed on its way.
+            // Hold just below the ceiling; refused again soon, the rate follows.
             (Phase::Hold, None)
                 if self.through.is_some_and(|t| {
                     now.saturating_duration_since(t).as_secs_f64() >= FORGIVE_AFTER_SECS
@@ -318,12 +292,8 @@ impl Law {
                 self.forgiven = Some(now);
                 (self.ceiling, false)
             }
-            // A first push-back at the configured rate (or at the ramp's first step): it may
-            // be far above the server's, or just above it. Guess half (a rate up to twice
-            // the server's lands just below it), then verify upwards in small steps: the next
-            // push-back says where the limit is, whatever the configured rate was (a guess
-            // held for long would leave a client configured 10 % above its server at half
-            // its rate).
+            // A first push-back at the configured rate: guess half (a rate up to twice the
+            // server's lands just below it), then verify upwards in small steps.
             (_, None) => {
                 let refused = if matches!(self.phase, Phase::Fresh | Phase::Ramp) {
                     first
@@ -338,11 +308,8 @@ impl Law {
                 self.burst = true;
                 (estimate.unwrap_or(refused), false)
             }
-            // Refused seconds after a pause at a rate that went through since, below the
-            // estimate, by a server without a burst: a request delayed on its way reached it
-            // too close behind the one before (its late timer, or the server's). The pause
-            // holds, the estimate too; refused again within seconds, the server did lower
-            // its rate.
+            // Refused seconds after a pause at a rate that went through since, by a server
+            // without a burst: a request delayed on its way. The estimate holds.
             (Phase::Recover { .. }, Some(limit))
                 if !self.burst
                     && forgivable
@@ -365,10 +332,8 @@ impl Law {
         Some(self.cut(limit, from, since))
     }
 
-    /// The limit guessed at half of what was sent (`refused`, or the rate of successes
-    /// `measured` when lower), then verified upwards from the end of the cooldown `since`.
-    /// A second without a success (requests failing, or a bucket only ever pushed back)
-    /// says nothing of the rate: it is not a rate of 0.
+    /// The limit guessed at half of what was sent (`refused`, or `measured` when lower and
+    /// not 0), then verified upwards from the end of the cooldown `since`.
     fn guess(&mut self, refused: f64, measured: Option<f64>, since: Instant) -> f64 {
         let sent = measured
             .filter(|m| *m > 0.0)
@@ -441,16 +406,12 @@ impl Law {
         match self.phase {
             Phase::Fresh => self.start_ramp(),
             Phase::Ramp => {
-                // The rate this request tested (how closely it followed the one before it),
-                // or, unknown, the rate in force. A server without a burst lets every rate
-                // up to the highest tested through.
+                // The rate this request tested (its gap to the one before), or the rate in force.
                 match tested {
                     Some(t) => self.passed = self.passed.max(t.min(self.ceiling)),
                     None => self.passed = self.rate,
                 }
-                // Over once a request at the ceiling went through (or closer: a configured
-                // burst): until then a push-back brackets the limit between the last two
-                // steps.
+                // Over once a request at the ceiling went through.
                 if self.passed >= self.ceiling {
                     self.phase = Phase::Hold;
                     self.through = Some(now);
