@@ -6,10 +6,11 @@
 //! the `grpc-retry-pushback-ms` metadata of [gRFC A6]. tonic clients and servers are tower
 //! stacks, so the crate's layers sit in the right place; this module teaches them the words.
 //!
-//! **Server.** A [`RejectLayer`](crate::RejectLayer) answers a gRPC request (`content-type:
-//! application/grpc…`) with a trailers-only `RESOURCE_EXHAUSTED` carrying
-//! `grpc-retry-pushback-ms` (the real wait, rounded up to the millisecond). Detection is by
-//! content type, so it is automatic and leaves plain HTTP alone: the default rejection does
+//! **Server.** A [`RejectLayer`](crate::RejectLayer) answers a gRPC call (a `POST` over
+//! HTTP/2 with `content-type: application/grpc…`) with a trailers-only `RESOURCE_EXHAUSTED`
+//! carrying `grpc-retry-pushback-ms` (the real wait, rounded up to the millisecond) and
+//! `cache-control: no-store`. Detection is automatic and leaves plain HTTP alone (a `GET` or
+//! an HTTP/1.1 request gets its 429 whatever its content type): the default rejection does
 //! it for bodies that convert from text (axum), with or without this feature, and
 //! [`RejectLayer::grpc`](crate::RejectLayer::grpc) does it for tonic's body. Keys come from
 //! metadata as from headers (gRPC metadata *are* HTTP/2 headers):

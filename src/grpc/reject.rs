@@ -4,15 +4,15 @@ use std::future::{ready, Ready};
 
 use http::{Request, Response};
 
-use crate::headers::grpc::is_grpc;
+use crate::headers::grpc::is_grpc_call;
 use crate::reject::{OnReject, RejectLayer, Rejected};
 
 /// The rejection of a gRPC server, for response bodies with an empty `Default` (tonic's
 /// `Body`): made by [`RejectLayer::grpc`].
 ///
-/// A gRPC request gets a trailers-only response — HTTP 200, `grpc-status: 8`
-/// (`RESOURCE_EXHAUSTED`), a `grpc-message`, and `grpc-retry-pushback-ms`: the wait, rounded
-/// up to the millisecond — so a gRPC client sees the status its library understands (an HTTP
+/// A gRPC call (a `POST` over HTTP/2 with a gRPC `content-type`) gets a trailers-only
+/// response — HTTP 200, `grpc-status: 8` (`RESOURCE_EXHAUSTED`), a `grpc-message`, and
+/// `grpc-retry-pushback-ms`: the wait, rounded up to the millisecond — so a gRPC client sees the status its library understands (an HTTP
 /// 429 would reach it as `UNAVAILABLE`, with no delay). A request without a key gets
 /// `grpc-status: 3` (`INVALID_ARGUMENT`). Any other request gets the plain status (429, or
 /// 400 without a key) with an empty body.
@@ -29,7 +29,7 @@ where
     type Future = Ready<Result<Response<B>, E>>;
 
     fn on_reject(&self, req: Request<ReqB>, rejected: &Rejected) -> Self::Future {
-        if is_grpc(req.headers()) {
+        if is_grpc_call(&req) {
             return ready(Ok(rejected.grpc_answer(B::default())));
         }
         let mut res = Response::new(B::default());

@@ -137,8 +137,9 @@ impl<K, E, O> RejectLayer<K, E, O> {
 
     /// Build the rejection response with `f` (status, body, headers of your choice).
     ///
-    /// The rate-limit fields the response does not set are still added, and the [`Rejected`]
-    /// is put in its extensions.
+    /// The rate-limit fields the response does not set are still added (with
+    /// `Cache-Control: no-store` unless it sets `Cache-Control`), and the [`Rejected`] is put
+    /// in its extensions.
     ///
     /// ```
     /// use tower_throttle::{Bucket, Quota, RateLimitLayer};
@@ -166,7 +167,7 @@ impl<K, E, O> RejectLayer<K, E, O> {
     /// cheaper answer, a queue.
     ///
     /// The request carries the [`Rejected`] in its extensions; the response gets the
-    /// `RateLimit` fields (not `Retry-After`) and the [`Rejected`] too. `service` is cloned for
+    /// `RateLimit` fields (not `Retry-After` nor `Cache-Control`) and the [`Rejected`] too. `service` is cloned for
     /// each such request and driven to readiness before it is called.
     pub fn fallback<F>(self, service: F) -> RejectLayer<K, E, Fallback<F>> {
         self.with(Fallback::new(service))
