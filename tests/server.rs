@@ -318,6 +318,54 @@ async fn missing_keys_share_one_bucket_by_default() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_repeated_key_header_is_charged_to_the_first_key() {
+    let mut svc = RateLimitLayer::keyed(
+        KeyedBucket::new(Quota::per_minute(1)),
+        HeaderKey::x_api_key(),
+    )
+    .reject()
+    .layer(inner(counter()));
+    let twice = |first: &str, second: &str| {
+        Request::builder()
+            .header("x-api-key", first)
+            .header("x-api-key", second)
+            .body(String::new())
+            .unwrap()
+    };
+    assert_eq!(send(&mut svc, with_key("a")).await.status(), 200);
+    // Sending the key twice neither escapes nor lands in the anonymous bucket.
+    let res = send(&mut svc, twice("a", "a")).await;
+    assert_eq!(res.status(), 429);
+    assert_eq!(send(&mut svc, twice("a", "b")).await.status(), 429);
+    assert_eq!(send(&mut svc, twice("b", "a")).await.status(), 200);
+    assert_eq!(send(&mut svc, with_key("b")).await.status(), 429);
+    assert_eq!(
+        send(&mut svc, plain()).await.status(),
+        200,
+        "anonymous untouched"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_repeated_key_header_can_be_refused() {
+    use tower_throttle::extract::Repeated;
+    let mut svc = RateLimitLayer::keyed(
+        KeyedBucket::new(Quota::per_minute(1)),
+        HeaderKey::x_api_key().on_repeated(Repeated::NoKey),
+    )
+    .on_missing_key(MissingKey::Reject)
+    .reject()
+    .layer(inner(counter()));
+    let req = Request::builder()
+        .header("x-api-key", "a")
+        .header("x-api-key", "a")
+        .body(String::new())
+        .unwrap();
+    assert_eq!(send(&mut svc, req).await.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(send(&mut svc, with_key("a")).await.status(), 200);
+}
+
+#[tokio::test(start_paused = true)]
 async fn missing_keys_can_be_rejected_with_400() {
     let calls = counter();
     let mut svc = RateLimitLayer::keyed(

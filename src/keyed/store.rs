@@ -54,8 +54,8 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// A slot holds the key and its state; a growing table is 1/2 to 3/4 full, so a token bucket
 /// with `u64` keys takes 21 to 32 bytes per tracked key, and windows 32 to 48 (see
 /// [`allocated_bytes`](KeyedBucket::allocated_bytes)).
-/// [`HeaderKey`](crate::extract::HeaderKey) keys are `u64`; IP keys take 16 more bytes per
-/// slot.
+/// [`HeaderKey`](crate::extract::HeaderKey) keys are 16-byte digests: 8 more bytes per slot
+/// than a `u64`; IP keys (17 bytes) 16 more.
 ///
 /// # Hashing
 /// Keys are hashed with a randomly seeded `foldhash`. Keys that an attacker can choose freely
