@@ -119,7 +119,8 @@ impl ClientIp {
         self
     }
 
-    /// Key IPv6 clients by their first `bits` bits (default 64; at most 128).
+    /// Key IPv6 clients by their first `bits` bits (default 64; at most 128). For a /48 tier
+    /// stacked on the /64 one, see [`PeerIp::ipv6_prefix`](super::PeerIp::ipv6_prefix).
     #[must_use]
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.grouping = self.grouping.with_v6(bits);

@@ -239,6 +239,28 @@ impl PeerIp {
     }
 
     /// Key IPv6 peers by their first `bits` bits (default 64; at most 128).
+    ///
+    /// One site often holds a /48: 65,536 /64s, each a bucket of its own. For a coarser tier,
+    /// stack a second limit keyed by the /48 (or any prefix) with a larger quota; a request
+    /// passes only if both admit it:
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use tower::ServiceBuilder;
+    /// use tower_throttle::extract::{KeyExtractor, PeerIp};
+    /// use tower_throttle::keyed::KeyedBucket;
+    /// use tower_throttle::{Quota, RateLimitLayer};
+    ///
+    /// let per_site = PeerIp::new().ipv6_prefix(48);
+    /// let layers = ServiceBuilder::new()
+    ///     .layer(RateLimitLayer::keyed(KeyedBucket::<IpAddr>::new(Quota::per_second(1_000)), per_site).reject())
+    ///     .layer(RateLimitLayer::keyed(KeyedBucket::<IpAddr>::new(Quota::per_second(50)), PeerIp::new()).reject());
+    ///
+    /// let mut req = http::Request::new(());
+    /// req.extensions_mut().insert("[2001:db8:1:ffff::7]:443".parse::<std::net::SocketAddr>()?);
+    /// assert_eq!(per_site.extract(&req), Some("2001:db8:1::".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.grouping = self.grouping.with_v6(bits);
