@@ -11,7 +11,7 @@ use crate::{Denied, Quota};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RejectedBy {
-    /// The bucket of the request's key (or the bucket shared by keyless or overflow keys).
+    /// The bucket of the request's key (or the bucket shared by requests without a key).
     Key,
     /// The global ceiling of a keyed layer.
     Global,
