@@ -68,7 +68,8 @@ pub enum Algorithm {
     TokenBucket,
     /// Leaky bucket: one admission per interval, strictly spaced; at most
     /// [`max_queue`](Algorithm::max_queue) requests wait in
-    /// [`acquire`](crate::Bucket::acquire), more are refused at once.
+    /// [`acquire`](crate::Bucket::acquire) or a [`RateLimitLayer`](crate::RateLimitLayer),
+    /// more are refused at once.
     ///
     /// Build it with [`Algorithm::leaky_bucket`] and match it as `LeakyBucket { .. }`: naming
     /// the field is deprecated, so that settings can be added without a breaking change.
