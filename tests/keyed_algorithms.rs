@@ -465,16 +465,17 @@ async fn every_algorithm_forgets_unused_keys_and_bounds_what_a_flood_gives_back_
                 "{name}: {extra} more admitted"
             );
         }
-        // Once every key is unused again, new keys sweep the old ones out.
+        // Once every key is unused again, new keys take the old ones' places: 64 new keys,
+        // each tracked with its admission, leave no room for any old one.
         advance(Duration::from_secs(3)).await;
-        for k in 20_000..20_010u64 {
+        let fresh = keys.snapshot(&u64::MAX).available;
+        for k in 20_000..20_064u64 {
             keys.try_acquire(&k, 1).unwrap();
         }
-        assert!(
-            keys.len() < 64,
-            "{name}: {} keys after they all expired",
-            keys.len()
-        );
+        assert!(keys.len() <= 64, "{name}: {}", keys.len());
+        for k in 20_000..20_064u64 {
+            assert_eq!(keys.snapshot(&k).available, fresh - 1, "{name}: key {k}");
+        }
         assert_eq!(
             keys.snapshot(&0),
             keys.snapshot(&u64::MAX),
