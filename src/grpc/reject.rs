@@ -60,6 +60,8 @@ impl<K, E, O> RejectLayer<K, E, O> {
     ///
     /// let call = || {
     ///     http::Request::builder()
+    ///         .method("POST")
+    ///         .version(http::Version::HTTP_2)
     ///         .header("content-type", "application/grpc")
     ///         .header("x-api-key", "alice")
     ///         .body(tonic::body::Body::empty())
@@ -70,6 +72,7 @@ impl<K, E, O> RejectLayer<K, E, O> {
     /// assert_eq!(refused.status(), 200); // gRPC status codes travel in HTTP 200s
     /// assert_eq!(refused.headers()["grpc-status"], "8"); // RESOURCE_EXHAUSTED
     /// assert_eq!(refused.headers()["grpc-retry-pushback-ms"], "100");
+    /// assert_eq!(refused.headers()["cache-control"], "no-store");
     /// # Ok(())
     /// # }
     /// ```
