@@ -68,7 +68,8 @@ pub enum Algorithm {
     TokenBucket,
     /// Leaky bucket: one admission per interval, strictly spaced; at most
     /// [`max_queue`](Algorithm::max_queue) requests wait in
-    /// [`acquire`](crate::Bucket::acquire), more are refused at once.
+    /// [`acquire`](crate::Bucket::acquire) or a [`RateLimitLayer`](crate::RateLimitLayer),
+    /// more are refused at once.
     ///
     /// Build it with [`Algorithm::leaky_bucket`]; match it as `LeakyBucket { max_queue, .. }`.
     #[non_exhaustive]

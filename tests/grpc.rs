@@ -210,6 +210,8 @@ async fn plain_http_keeps_its_429_and_grpc_gets_a_trailers_only_answer() {
     use http_body::Body as _;
     let grpc_req = || {
         http::Request::builder()
+            .method("POST")
+            .version(http::Version::HTTP_2)
             .header("content-type", "application/grpc+proto")
             .body(String::new())
             .unwrap()
@@ -249,10 +251,46 @@ async fn plain_http_keeps_its_429_and_grpc_gets_a_trailers_only_answer() {
     assert_eq!(grpc.status(), 200);
     assert_eq!(grpc.headers()["grpc-status"], "8");
     assert_eq!(grpc.headers()["grpc-retry-pushback-ms"], "150");
+    assert_eq!(grpc.headers()["cache-control"], "no-store");
     assert!(grpc.body().is_end_stream());
     let plain = send(&mut svc, http_req()).await;
     assert_eq!(plain.status(), 429);
+    assert_eq!(plain.headers()["cache-control"], "no-store");
     assert!(plain.body().is_end_stream());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_get_or_http1_request_with_a_grpc_content_type_gets_a_429_from_the_grpc_rejection() {
+    let mut svc = ServiceBuilder::new()
+        .layer(RejectLayer::new(Bucket::new(Quota::per_second(1).burst(1))).grpc())
+        .service(service_fn(|_: http::Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty()))
+        }));
+    send(&mut svc, grpc_call()).await;
+    let get_h1 = http::Request::builder()
+        .method("GET")
+        .version(http::Version::HTTP_11)
+        .header("content-type", "application/grpc")
+        .body(Body::empty())
+        .unwrap();
+    let get_h2 = http::Request::builder()
+        .method("GET")
+        .version(http::Version::HTTP_2)
+        .header("content-type", "application/grpc")
+        .body(Body::empty())
+        .unwrap();
+    let post_h1 = http::Request::builder()
+        .method("POST")
+        .version(http::Version::HTTP_11)
+        .header("content-type", "application/grpc")
+        .body(Body::empty())
+        .unwrap();
+    for req in [get_h1, get_h2, post_h1] {
+        let res = send(&mut svc, req).await;
+        assert_eq!(res.status(), 429);
+        assert!(res.headers().get("grpc-status").is_none());
+        assert_eq!(res.headers()["cache-control"], "no-store");
+    }
 }
 
 // One thread (tokio's test default): between a worker's admission and the instant its call is
@@ -527,6 +565,8 @@ fn scripted(
 
 fn grpc_call() -> http::Request<Body> {
     http::Request::builder()
+        .method("POST")
+        .version(http::Version::HTTP_2)
         .header("content-type", "application/grpc")
         .body(Body::empty())
         .unwrap()

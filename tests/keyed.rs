@@ -13,7 +13,7 @@ use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
 use tower_throttle::extract::ClientIp;
 use tower_throttle::keyed::KeyedBucket;
-use tower_throttle::{Bucket, Quota, RejectLayer};
+use tower_throttle::{Algorithm, Bucket, Quota, RejectLayer};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -24,7 +24,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_million_keys_stay_under_the_cap_and_a_throttled_key_keeps_its_state() {
+async fn a_million_new_keys_each_get_a_bucket_under_the_cap_and_a_throttled_key_keeps_its_state() {
     let keys = KeyedBucket::builder(Quota::per_minute(10))
         .max_keys(10_000)
         .build();
@@ -37,11 +37,12 @@ async fn a_million_keys_stay_under_the_cap_and_a_throttled_key_keeps_its_state()
         Duration::from_secs(6)
     );
 
-    // A flood of a million new keys, all at once: the table never passes the cap.
-    let mut own_bucket = 0;
+    // A flood of a million new keys, all at once: the table never passes the cap, and each
+    // new key has a bucket of its own (nobody is refused for someone else's flood).
     for k in 1..=1_000_000u64 {
-        if keys.try_acquire(&k, 1).is_ok() {
-            own_bucket += 1;
+        assert!(keys.try_acquire(&k, 1).is_ok(), "key {k}");
+        if k % 1_000 == 0 {
+            assert_eq!(keys.snapshot(&k).available, 9, "key {k}");
         }
         if k % 100_000 == 0 {
             assert!(keys.len() <= 10_000, "{} keys tracked", keys.len());
@@ -53,10 +54,7 @@ async fn a_million_keys_stay_under_the_cap_and_a_throttled_key_keeps_its_state()
         "{}",
         keys.allocated_bytes()
     );
-    // The keys beyond the cap shared one overflow bucket (10 tokens): no free pass.
-    assert!(own_bucket <= 10_000 + 10, "{own_bucket} admitted");
-
-    // Key 0 kept its state through the churn.
+    // Key 0 kept its state through the churn: the flood's keys, owing less, went first.
     assert_eq!(
         keys.try_acquire(&0, 1).unwrap_err().wait().unwrap(),
         Duration::from_secs(6)
@@ -64,6 +62,40 @@ async fn a_million_keys_stay_under_the_cap_and_a_throttled_key_keeps_its_state()
     advance(Duration::from_secs(6)).await;
     assert!(keys.try_acquire(&0, 1).is_ok());
     assert!(keys.try_acquire(&0, 1).is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_new_keys_does_not_pin_a_table_of_daily_windows() {
+    // A daily quota of 5, a table of 1,000 keys, 12 new keys a second for over half an hour.
+    let keys = KeyedBucket::builder(Quota::new(5, Duration::from_secs(86_400)))
+        .algorithm(Algorithm::FixedWindow)
+        .max_keys(1_000)
+        .shards(1)
+        .build();
+    const FLOOD: u64 = 24_000;
+    for _ in 0..5 {
+        keys.try_acquire(&0u64, 1).unwrap();
+    }
+    let mut extra = 0;
+    for k in 1..=FLOOD {
+        keys.try_acquire(&k, 1).unwrap();
+        // Key 0, throttled for the day, tries again after every new key.
+        if keys.try_acquire(&0, 1).is_ok() {
+            extra += 1;
+        }
+        advance(Duration::from_millis(83)).await;
+        assert!(keys.len() <= 1_000);
+    }
+    // A newcomer after the flood has its own full quota, not a share of an overflow.
+    let newcomer = u64::MAX;
+    assert_eq!(keys.snapshot(&newcomer).available, 5);
+    for _ in 0..5 {
+        assert!(keys.try_acquire(&newcomer, 1).is_ok());
+    }
+    assert!(keys.try_acquire(&newcomer, 1).is_err());
+    // An evicted key starts again from a full window, at most once per `max_keys` new keys.
+    let bound = 5 * (FLOOD / 1_000 + 1);
+    assert!(extra <= bound, "key 0 got {extra} more (bound {bound})");
 }
 
 #[tokio::test(start_paused = true)]

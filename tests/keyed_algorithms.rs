@@ -423,7 +423,7 @@ async fn a_global_refusal_refunds_the_key_for_every_algorithm() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn every_algorithm_forgets_unused_keys_and_keeps_throttled_ones_at_the_cap() {
+async fn every_algorithm_forgets_unused_keys_and_bounds_what_a_flood_gives_back_at_the_cap() {
     for (name, algorithm) in all() {
         let quota = Quota::new(2, Duration::from_secs(1)).burst(2);
         let keys = KeyedBucket::builder(quota)
@@ -435,26 +435,42 @@ async fn every_algorithm_forgets_unused_keys_and_keeps_throttled_ones_at_the_cap
         // Key 0 spends everything for a long while (a window of 1 s, or 2 tokens at 2/s).
         while keys.try_acquire(&0u64, 1).is_ok() {}
         let wait = keys.try_acquire(&0, 1).unwrap_err().wait().unwrap();
-        // A flood of new keys at the cap: key 0 keeps its state.
+        // A flood of new keys at the cap, each with a bucket of its own; key 0 tries again
+        // after each.
+        let mut extra = 0;
         for k in 1..10_000u64 {
-            let _ = keys.try_acquire(&k, 1);
+            assert!(keys.try_acquire(&k, 1).is_ok(), "{name}: key {k}");
+            if keys.try_acquire(&0, 1).is_ok() {
+                extra += 1;
+            }
         }
         assert!(keys.len() <= 64, "{name}: {}", keys.len());
-        assert_eq!(
-            keys.try_acquire(&0, 1).unwrap_err().wait().unwrap(),
-            wait,
-            "{name}"
-        );
-        // Once every key is unused again, new keys sweep the old ones out.
+        if algorithm == Algorithm::TokenBucket {
+            // Key 0 owes more than any flood key: it keeps its state.
+            assert_eq!(extra, 0, "{name}");
+            assert_eq!(
+                keys.try_acquire(&0, 1).unwrap_err().wait().unwrap(),
+                wait,
+                "{name}"
+            );
+        } else {
+            // Equals: key 0 starts again at most once per 64 new keys, with one quota.
+            assert!(
+                extra <= 2 * (10_000 / 64 + 1),
+                "{name}: {extra} more admitted"
+            );
+        }
+        // Once every key is unused again, new keys take the old ones' places: 64 new keys,
+        // each tracked with its admission, leave no room for any old one.
         advance(Duration::from_secs(3)).await;
-        for k in 20_000..20_010u64 {
+        let fresh = keys.snapshot(&u64::MAX).available;
+        for k in 20_000..20_064u64 {
             keys.try_acquire(&k, 1).unwrap();
         }
-        assert!(
-            keys.len() < 64,
-            "{name}: {} keys after they all expired",
-            keys.len()
-        );
+        assert!(keys.len() <= 64, "{name}: {}", keys.len());
+        for k in 20_000..20_064u64 {
+            assert_eq!(keys.snapshot(&k).available, fresh - 1, "{name}: key {k}");
+        }
         assert_eq!(
             keys.snapshot(&0),
             keys.snapshot(&u64::MAX),

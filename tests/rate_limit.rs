@@ -13,7 +13,7 @@ use tokio::time::{advance, Instant};
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_test::mock;
-use tower_throttle::{Bucket, Quota, RateLimit, RateLimitLayer};
+use tower_throttle::{Algorithm, Bucket, Quota, RateLimit, RateLimitLayer};
 
 type Echo = tower::util::ServiceFn<fn(u32) -> std::future::Ready<Result<u32, Infallible>>>;
 
@@ -154,6 +154,54 @@ async fn waiting_service_dropped_gives_its_place_back() {
     let start = Instant::now();
     second.ready().await.unwrap().call(1).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_millis(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_leaky_bucket_line_fails_the_call_at_once() {
+    let bucket = Bucket::builder(Quota::per_second(10))
+        .algorithm(Algorithm::leaky_bucket(2))
+        .build();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let inner = {
+        let calls = calls.clone();
+        service_fn(move |n: u32| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Ok::<_, Infallible>(n))
+        })
+    };
+    let layer = RateLimitLayer::new(bucket.clone());
+    let mut svcs: Vec<_> = (0..4).map(|_| layer.layer(inner.clone())).collect();
+    let mut polls: Vec<_> = svcs
+        .iter_mut()
+        .map(|s| tokio_test::task::spawn(futures::future::poll_fn(move |cx| s.poll_ready(cx))))
+        .collect();
+    assert_ready_ok!(polls[0].poll()); // admitted now
+    assert_pending!(polls[1].poll()); // waits 100 ms
+    assert_pending!(polls[2].poll()); // waits 200 ms: the line is full
+    assert_ready_ok!(polls[3].poll()); // ready, to fail its call
+    drop(polls);
+    let err = svcs[3].call(3).await.unwrap_err();
+    assert!(
+        matches!(
+            err.downcast_ref::<tower_throttle::Denied>(),
+            Some(tower_throttle::Denied::QueueFull(q)) if q.max_queue() == 2
+        ),
+        "{err}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // The waiting ones keep their places; a later caller waits again once there is room.
+    let start = Instant::now();
+    svcs[0].call(0).await.unwrap();
+    svcs[1].ready().await.unwrap().call(1).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+    let mut third = tokio_test::task::spawn(svcs[3].ready());
+    assert_pending!(third.poll());
+    drop(third);
+    svcs[2].ready().await.unwrap().call(2).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(200));
+    svcs[3].ready().await.unwrap().call(3).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(300));
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
 }
 
 #[tokio::test(start_paused = true)]

@@ -268,6 +268,21 @@ async fn a_cooldown_over_the_cap_returns_the_429_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_endless_cooldown_under_an_endless_cap_waits_without_overflowing() {
+    for endless in ["99999999999999999999999", "Fri, 31 Dec 9999 23:59:59 GMT"] {
+        let bucket = Bucket::new(Quota::per_second(10));
+        let layer = RetryAfterLayer::new(bucket.clone())
+            .retry_after_jitter(Duration::from_secs(1))
+            .max_retry_after(Duration::MAX);
+        let script = Script::new([reply(429, &[("retry-after", endless)]), reply(200, &[])]);
+        let call = stack(&bucket, layer.clone(), &script).oneshot(get());
+        let year = Duration::from_secs(365 * 24 * 3600);
+        assert!(tokio::time::timeout(year, call).await.is_err(), "{endless}");
+        assert_eq!(script.times().len(), 1, "{endless}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_caller_sees_the_last_real_response() {
     let bucket = Bucket::new(Quota::per_second(10));
     let script = Script::new((0..10).map(|_| reply(429, &[("retry-after", "1")])));

@@ -347,6 +347,52 @@ async fn a_peer_ip_limit_without_a_peer_address_answers_500() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_repeated_key_header_is_charged_to_the_first_key() {
+    let mut svc = RejectLayer::keyed(
+        KeyedBucket::new(Quota::per_minute(1)),
+        HeaderKey::x_api_key(),
+    )
+    .layer(inner(counter()));
+    let twice = |first: &str, second: &str| {
+        Request::builder()
+            .header("x-api-key", first)
+            .header("x-api-key", second)
+            .body(String::new())
+            .unwrap()
+    };
+    assert_eq!(send(&mut svc, with_key("a")).await.status(), 200);
+    // Sending the key twice neither escapes nor lands in the anonymous bucket.
+    let res = send(&mut svc, twice("a", "a")).await;
+    assert_eq!(res.status(), 429);
+    assert_eq!(send(&mut svc, twice("a", "b")).await.status(), 429);
+    assert_eq!(send(&mut svc, twice("b", "a")).await.status(), 200);
+    assert_eq!(send(&mut svc, with_key("b")).await.status(), 429);
+    assert_eq!(
+        send(&mut svc, plain()).await.status(),
+        200,
+        "anonymous untouched"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_repeated_key_header_can_be_refused() {
+    use tower_throttle::extract::Repeated;
+    let mut svc = RejectLayer::keyed(
+        KeyedBucket::new(Quota::per_minute(1)),
+        HeaderKey::x_api_key().on_repeated(Repeated::NoKey),
+    )
+    .on_missing_key(MissingKey::Reject)
+    .layer(inner(counter()));
+    let req = Request::builder()
+        .header("x-api-key", "a")
+        .header("x-api-key", "a")
+        .body(String::new())
+        .unwrap();
+    assert_eq!(send(&mut svc, req).await.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(send(&mut svc, with_key("a")).await.status(), 200);
+}
+
+#[tokio::test(start_paused = true)]
 async fn missing_keys_can_be_rejected_with_400() {
     let calls = counter();
     let mut svc = RejectLayer::keyed(
@@ -367,7 +413,10 @@ async fn missing_keys_can_be_rejected_with_400() {
 #[tokio::test(start_paused = true)]
 async fn a_grpc_request_gets_a_trailers_only_refusal_that_its_client_understands() {
     let grpc = |key: Option<&str>| {
-        let req = Request::builder().header("content-type", "application/grpc+proto");
+        let req = Request::builder()
+            .method("POST")
+            .version(http::Version::HTTP_2)
+            .header("content-type", "application/grpc+proto");
         let req = match key {
             Some(key) => req.header("x-api-key", key),
             None => req,
@@ -391,16 +440,68 @@ async fn a_grpc_request_gets_a_trailers_only_refusal_that_its_client_understands
     assert_eq!(header(&res, "content-type"), "application/grpc");
     assert_eq!(header(&res, "grpc-status"), "8");
     assert_eq!(header(&res, "grpc-retry-pushback-ms"), "1500");
+    assert_eq!(header(&res, "cache-control"), "no-store");
     assert_eq!(res.body(), "");
     assert!(res.headers().get("x-inner").is_none());
     // Without a key: INVALID_ARGUMENT, and no push-back (waiting does not help).
     let res = send(&mut svc, grpc(None)).await;
     assert_eq!(header(&res, "grpc-status"), "3");
     assert!(res.headers().get("grpc-retry-pushback-ms").is_none());
+    assert_eq!(header(&res, "cache-control"), "no-store");
     // Plain HTTP keeps its 429.
     let res = send(&mut svc, with_key("a")).await;
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(res.body(), "Too Many Requests\n");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_get_with_a_grpc_content_type_gets_a_429_that_no_cache_keeps() {
+    let mut svc =
+        RejectLayer::new(Bucket::new(Quota::per_second(1).burst(1))).layer(inner(counter()));
+    assert_eq!(send(&mut svc, plain()).await.status(), StatusCode::OK);
+    for method in ["GET", "POST"] {
+        let req = Request::builder()
+            .method(method)
+            .version(http::Version::HTTP_11)
+            .header("content-type", "application/grpc")
+            .body(String::new())
+            .unwrap();
+        let res = send(&mut svc, req).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS, "{method}");
+        assert!(res.headers().get("grpc-status").is_none());
+        assert_eq!(header(&res, "cache-control"), "no-store");
+        assert_eq!(res.body(), "Too Many Requests\n");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn refusals_are_not_stored_by_caches_and_fallback_answers_are_left_alone() {
+    let limit = || RejectLayer::new(Bucket::new(Quota::per_second(1).burst(1)));
+    let mut custom = limit()
+        .on_reject(|_: &Rejected| Response::new(String::from("slow down")))
+        .layer(inner(counter()));
+    send(&mut custom, plain()).await;
+    let res = send(&mut custom, plain()).await;
+    assert_eq!(res.body(), "slow down");
+    assert_eq!(header(&res, "cache-control"), "no-store");
+
+    let mut own = limit()
+        .on_reject(|_: &Rejected| {
+            let mut res = Response::new(String::new());
+            res.headers_mut()
+                .insert("cache-control", "private, max-age=0".parse().unwrap());
+            res
+        })
+        .layer(inner(counter()));
+    send(&mut own, plain()).await;
+    let res = send(&mut own, plain()).await;
+    assert_eq!(header(&res, "cache-control"), "private, max-age=0");
+
+    let mut fallback = limit().fallback(inner(counter())).layer(inner(counter()));
+    send(&mut fallback, plain()).await;
+    let res = send(&mut fallback, plain()).await;
+    assert_eq!(header(&res, "x-inner"), "1");
+    assert!(res.headers().get("cache-control").is_none());
 }
 
 #[tokio::test(start_paused = true)]

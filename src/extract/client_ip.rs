@@ -40,8 +40,10 @@ pub enum ProxyHeaders {
 /// 3. With [`ProxyHeaders::Both`] (the default), when both fields name a client and the
 ///    names differ, one of them was forged: the request is keyed by the peer instead (it
 ///    shares the proxy's bucket with other such requests, and gains nothing).
-/// 4. A hop that cannot be read (`unknown`, an obfuscated name, garbage) where the walk
-///    needs it is treated the same way: the request is keyed by the peer.
+/// 4. A hop that cannot be read (`unknown`, an obfuscated name, garbage, a malformed
+///    `Forwarded` element) where the walk needs it stops the walk: the request is keyed by
+///    the peer. A quote a client leaves open in `Forwarded` does not hide the elements a
+///    proxy appends after it.
 ///
 /// Without a peer address (see [`PeerIp`](super::PeerIp)) there is no key, and the layer's
 /// [`MissingKey`](crate::reject::MissingKey) outcome applies. Keys are grouped like those of
@@ -117,7 +119,8 @@ impl ClientIp {
         self
     }
 
-    /// Key IPv6 clients by their first `bits` bits (default 64; at most 128).
+    /// Key IPv6 clients by their first `bits` bits (default 64; at most 128). For a /48 tier
+    /// stacked on the /64 one, see [`PeerIp::ipv6_prefix`](super::PeerIp::ipv6_prefix).
     #[must_use]
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.grouping = self.grouping.with_v6(bits);
@@ -253,6 +256,27 @@ mod tests {
             ],
         );
         assert_eq!(c.extract(&r), ip("203.0.113.5"));
+    }
+
+    #[test]
+    fn a_forwarded_line_left_quoted_by_the_client_keys_on_the_real_address() {
+        // The client sent `for=6.6.6.6;x="`; the proxy appended `, for=<peer of the proxy>`.
+        let forged = "for=6.6.6.6;x=\", for=203.0.113.5";
+        for c in [proxies(), proxies().headers(ProxyHeaders::Forwarded)] {
+            let r = req("10.0.0.1:1", &[("forwarded", forged)]);
+            assert_eq!(c.extract(&r), ip("203.0.113.5"));
+        }
+        let r = req(
+            "10.0.0.1:1",
+            &[("forwarded", "for=6.6.6.6;x=\", for=\"203.0.113.5\"")],
+        );
+        assert_eq!(proxies().extract(&r), ip("203.0.113.5"));
+        // A malformed element where the walk needs it stops the walk.
+        let r = req(
+            "10.0.0.1:1",
+            &[("forwarded", "for=203.0.113.5, for=10.1.1.1;x")],
+        );
+        assert_eq!(proxies().extract(&r), ip("10.0.0.1"));
     }
 
     #[test]

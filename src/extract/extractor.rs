@@ -4,6 +4,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::net::IpAddr;
 
+use http::header::{AUTHORIZATION, PROXY_AUTHORIZATION};
 use http::{HeaderName, Request};
 
 use super::ip::{peer_addr, Grouping};
@@ -64,12 +65,35 @@ where
 /// as `RedisKeyed::try_acquire("k1")` does. The keyed store hashes digests again with a
 /// random seed, so clients cannot pick values that collide in its table.
 ///
-/// A request without the header, with an empty value or with the header repeated has no key
-/// (see [`MissingKey`](crate::reject::MissingKey)).
+/// - A request without the header, or whose value is empty, has no key (see
+///   [`MissingKey`](crate::reject::MissingKey)).
+/// - A header sent more than once is keyed by its **first** value, the one applications
+///   usually authenticate, so sending a key twice does not step out of its bucket. With
+///   [`on_repeated(Repeated::NoKey)`](Self::on_repeated) such a request has no key instead:
+///   pair it with [`MissingKey::Reject`](crate::reject::MissingKey::Reject) to refuse it.
+/// - `Authorization` and `Proxy-Authorization` are keyed by credentials, not spelling: the
+///   scheme is compared without case and the whitespace around it is dropped, so
+///   `Bearer x`, `bearer x` and `BEARER  x` are one key (the token itself keeps its case).
 ///
-/// Anyone can send any value: key by a header only when the value is checked (an API key
-/// that your service authenticates), or accept that a client may spend someone else's quota
-/// by sending their key.
+/// Anyone can send any value: a header is worth what your service checks of it. A client
+/// that sends someone else's key spends their quota, and one that sends fresh values gets
+/// fresh buckets. To limit by a **verified** identity, key on what your authentication
+/// layer found rather than on the raw header: put the limit inside (after) that layer, have
+/// it insert the identity into the request's extensions, and read it there:
+///
+/// ```
+/// use tower_throttle::extract::KeyExtractor;
+///
+/// /// Set by the authentication layer once the credentials are checked.
+/// #[derive(Clone)]
+/// struct TenantId(u64);
+///
+/// let by_tenant = |req: &http::Request<()>| req.extensions().get::<TenantId>().map(|t| t.0);
+/// let mut req = http::Request::new(());
+/// assert_eq!(by_tenant.extract(&req), None); // unauthenticated: the MissingKey outcome
+/// req.extensions_mut().insert(TenantId(7));
+/// assert_eq!(by_tenant.extract(&req), Some(7));
+/// ```
 ///
 /// ```
 /// use tower_throttle::extract::{HeaderKey, KeyExtractor};
@@ -83,12 +107,29 @@ where
 #[derive(Clone)]
 pub struct HeaderKey {
     name: HeaderName,
+    repeated: Repeated,
+}
+
+/// What a [`HeaderKey`] does with a request that sends its header more than once: set with
+/// [`HeaderKey::on_repeated`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Repeated {
+    /// The first value is the key (the default).
+    #[default]
+    First,
+    /// The request has no key, and the layer's [`MissingKey`](crate::reject::MissingKey)
+    /// outcome applies: with `MissingKey::Reject` it is refused with `400 Bad Request`.
+    NoKey,
 }
 
 impl HeaderKey {
     /// Keys by the header `name`.
     pub fn new(name: HeaderName) -> Self {
-        HeaderKey { name }
+        HeaderKey {
+            name,
+            repeated: Repeated::First,
+        }
     }
 
     /// Keys by `X-Api-Key`.
@@ -96,10 +137,18 @@ impl HeaderKey {
         Self::new(HeaderName::from_static("x-api-key"))
     }
 
-    /// Keys by `Authorization` (a bearer token, say). gRPC metadata are HTTP/2 headers, so
-    /// this and [`x_api_key`](Self::x_api_key) key gRPC calls by their metadata too.
+    /// Keys by `Authorization` (a bearer token, say), its scheme normalised. gRPC metadata
+    /// are HTTP/2 headers, so this and [`x_api_key`](Self::x_api_key) key gRPC calls by their
+    /// metadata too.
     pub fn authorization() -> Self {
-        Self::new(http::header::AUTHORIZATION)
+        Self::new(AUTHORIZATION)
+    }
+
+    /// What a request that repeats the header is keyed by (default [`Repeated::First`]).
+    #[must_use]
+    pub fn on_repeated(mut self, repeated: Repeated) -> Self {
+        self.repeated = repeated;
+        self
     }
 
     /// The header read.
@@ -113,18 +162,42 @@ impl<B> KeyExtractor<B> for HeaderKey {
 
     fn extract(&self, req: &Request<B>) -> Option<KeyDigest> {
         let mut values = req.headers().get_all(&self.name).iter();
-        let value = values.next()?;
-        if values.next().is_some() || value.is_empty() {
+        let value = values.next()?.as_bytes();
+        if self.repeated == Repeated::NoKey && values.next().is_some() {
             return None;
         }
-        Some(KeyDigest::of_bytes(value.as_bytes()))
+        if self.name == AUTHORIZATION || self.name == PROXY_AUTHORIZATION {
+            return credentials(value);
+        }
+        (!value.is_empty()).then(|| KeyDigest::of_bytes(value))
     }
+}
+
+/// The digest of credentials `scheme token…` with the scheme in lower case and one space
+/// after it (a single word as it is); `None` when there is nothing but whitespace.
+fn credentials(value: &[u8]) -> Option<KeyDigest> {
+    let ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = value.iter().position(|b| !ows(b))?;
+    let end = value.iter().rposition(|b| !ows(b))? + 1;
+    let value = &value[start..end];
+    let Some(gap) = value.iter().position(ows) else {
+        return Some(KeyDigest::of_bytes(value));
+    };
+    let token = value[gap..]
+        .iter()
+        .position(|b| !ows(b))
+        .map_or(value.len(), |i| gap + i);
+    let mut bytes = value[..gap].to_ascii_lowercase();
+    bytes.push(b' ');
+    bytes.extend_from_slice(&value[token..]);
+    Some(KeyDigest::of_bytes(&bytes))
 }
 
 impl fmt::Debug for HeaderKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HeaderKey")
             .field("name", &self.name)
+            .field("repeated", &self.repeated)
             .finish_non_exhaustive()
     }
 }
@@ -163,6 +236,28 @@ impl PeerIp {
     }
 
     /// Key IPv6 peers by their first `bits` bits (default 64; at most 128).
+    ///
+    /// One site often holds a /48: 65,536 /64s, each a bucket of its own. For a coarser tier,
+    /// stack a second limit keyed by the /48 (or any prefix) with a larger quota; a request
+    /// passes only if both admit it:
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use tower::ServiceBuilder;
+    /// use tower_throttle::extract::{KeyExtractor, PeerIp};
+    /// use tower_throttle::keyed::KeyedBucket;
+    /// use tower_throttle::{Quota, RateLimitLayer};
+    ///
+    /// let per_site = PeerIp::new().ipv6_prefix(48);
+    /// let layers = ServiceBuilder::new()
+    ///     .layer(RateLimitLayer::keyed(KeyedBucket::<IpAddr>::new(Quota::per_second(1_000)), per_site).reject())
+    ///     .layer(RateLimitLayer::keyed(KeyedBucket::<IpAddr>::new(Quota::per_second(50)), PeerIp::new()).reject());
+    ///
+    /// let mut req = http::Request::new(());
+    /// req.extensions_mut().insert("[2001:db8:1:ffff::7]:443".parse::<std::net::SocketAddr>()?);
+    /// assert_eq!(per_site.extract(&req), Some("2001:db8:1::".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.grouping = self.grouping.with_v6(bits);
@@ -206,7 +301,11 @@ mod tests {
         let a = k.extract(&req);
         assert!(a.is_some());
         req.headers_mut().append("x-api-key", "b".parse().unwrap());
-        assert_eq!(k.extract(&req), None, "repeated header");
+        assert_eq!(k.extract(&req), a, "repeated header: the first value");
+        let no_key = k.clone().on_repeated(Repeated::NoKey);
+        assert_eq!(no_key.extract(&req), None, "repeated header");
+        req.headers_mut().insert("x-api-key", "a".parse().unwrap());
+        assert_eq!(no_key.extract(&req), a);
         let long = "x".repeat(8192);
         req.headers_mut().insert("x-api-key", long.parse().unwrap());
         assert!(k.extract(&req).is_some());
@@ -215,6 +314,41 @@ mod tests {
             http::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
         );
         assert!(k.extract(&req).is_some(), "opaque bytes are fine");
+    }
+
+    #[test]
+    fn authorization_is_keyed_by_credentials_not_spelling() {
+        let key = |value: &'static str| {
+            let req = Request::builder()
+                .header("authorization", value)
+                .body(())
+                .unwrap();
+            HeaderKey::authorization().extract(&req)
+        };
+        let x = key("Bearer x");
+        assert!(x.is_some());
+        for same in ["bearer x", "BEARER  x", " Bearer\tx ", "bEaReR \t x"] {
+            assert_eq!(key(same), x, "{same:?}");
+        }
+        for other in ["Bearer X", "Bearer x y", "Basic x", "x", "Bearerx"] {
+            assert_ne!(key(other), x, "{other:?}");
+        }
+        assert_eq!(key("Bearer x y"), key("bearer   x y"));
+        assert_ne!(
+            key("Bearer x  y"),
+            key("Bearer x y"),
+            "the token is kept as sent"
+        );
+        assert_eq!(key("tok"), Some(KeyDigest::of_bytes(b"tok")));
+        assert_ne!(key("Tok"), key("tok"));
+        assert_eq!(key(""), None);
+        assert_eq!(key(" \t "), None);
+        let proxy = HeaderKey::new(http::header::PROXY_AUTHORIZATION);
+        let req = Request::builder()
+            .header("proxy-authorization", "BASIC  x")
+            .body(())
+            .unwrap();
+        assert_eq!(proxy.extract(&req), key("basic x"));
     }
 
     #[cfg(feature = "axum")]

@@ -24,6 +24,6 @@ mod ip;
 mod stable;
 
 pub use self::client_ip::{ClientIp, ProxyHeaders};
-pub use self::extractor::{HeaderKey, KeyExtractor, PeerIp};
+pub use self::extractor::{HeaderKey, KeyExtractor, PeerIp, Repeated};
 pub use self::ip::{Cidr, CidrError};
 pub use self::stable::{KeyDigest, StableKey, KEY_SCHEME_VERSION};

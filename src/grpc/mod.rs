@@ -5,13 +5,24 @@
 //! carries the server's cooldown in `grpc-retry-pushback-ms` ([gRFC A6]), not `429` and
 //! `Retry-After`.
 //!
-//! - **Server**: [`RejectLayer::grpc`](crate::RejectLayer::grpc) answers gRPC requests (by
-//!   content type; plain HTTP is left alone) with `RESOURCE_EXHAUSTED` and the real wait,
-//!   rounded up to the millisecond. Keys come from metadata like headers
-//!   ([`HeaderKey::x_api_key`](crate::extract::HeaderKey::x_api_key)).
-//! - **Client**: [`RetryAfterLayer::grpc`](crate::RetryAfterLayer::grpc) wraps a tonic
-//!   `Channel`: a push-back pauses the shared bucket (every worker holds) and the call is
-//!   retried after it.
+//! **Server.** A [`RejectLayer`](crate::RejectLayer) answers a gRPC call (a `POST` over
+//! HTTP/2 with `content-type: application/grpc…`) with a trailers-only `RESOURCE_EXHAUSTED`
+//! carrying `grpc-retry-pushback-ms` (the real wait, rounded up to the millisecond) and
+//! `cache-control: no-store`. Detection is automatic and leaves plain HTTP alone (a `GET` or
+//! an HTTP/1.1 request gets its 429 whatever its content type): the default rejection does
+//! it for bodies that convert from text (axum), with or without this feature, and
+//! [`RejectLayer::grpc`](crate::RejectLayer::grpc) does it for tonic's body. Keys come from
+//! metadata as from headers (gRPC metadata *are* HTTP/2 headers):
+//! [`HeaderKey::x_api_key`](crate::extract::HeaderKey::x_api_key),
+//! [`HeaderKey::authorization`](crate::extract::HeaderKey::authorization).
+//!
+//! **Client.** [`RetryAfterLayer::grpc`](crate::RetryAfterLayer::grpc) wraps a tonic
+//! `Channel`: a trailers-only `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a push-back pauses
+//! the shared bucket for it — every worker holds — and the call is retried after it; a
+//! negative or malformed push-back is not retried; without one, the exponential backoff
+//! applies; the [retry throttle](GrpcRetryLayer::retry_throttle) stops retries
+//! while the server keeps failing. A call's deadline (`grpc-timeout`) covers every attempt: a
+//! retry carries the time left, and none is made that could not go out before the deadline.
 //!
 //! ```
 //! use std::time::Duration;

@@ -4,15 +4,15 @@ use std::future::{ready, Ready};
 
 use http::{Request, Response};
 
-use crate::headers::grpc::is_grpc;
+use crate::headers::grpc::is_grpc_call;
 use crate::reject::{OnReject, RejectLayer, Rejected};
 
 /// The rejection of a gRPC server, for response bodies with an empty `Default` (tonic's
 /// `Body`): made by [`RejectLayer::grpc`].
 ///
-/// A gRPC request gets a trailers-only response — HTTP 200, `grpc-status: 8`
-/// (`RESOURCE_EXHAUSTED`), a `grpc-message`, and `grpc-retry-pushback-ms`: the wait, rounded
-/// up to the millisecond — so a gRPC client sees the status its library understands (an HTTP
+/// A gRPC call (a `POST` over HTTP/2 with a gRPC `content-type`) gets a trailers-only
+/// response — HTTP 200, `grpc-status: 8` (`RESOURCE_EXHAUSTED`), a `grpc-message`, and
+/// `grpc-retry-pushback-ms`: the wait, rounded up to the millisecond — so a gRPC client sees the status its library understands (an HTTP
 /// 429 would reach it as `UNAVAILABLE`, with no delay). A request without a key gets
 /// `grpc-status: 3` (`INVALID_ARGUMENT`), or `13` (`INTERNAL`) when the server is set up wrong
 /// ([`MissingKey::Fail`](crate::reject::MissingKey::Fail)). Any other request gets the plain
@@ -30,7 +30,7 @@ where
     type Future = Ready<Result<Response<B>, E>>;
 
     fn on_reject(&self, req: Request<ReqB>, rejected: &Rejected) -> Self::Future {
-        if is_grpc(req.headers()) {
+        if is_grpc_call(&req) {
             return ready(Ok(rejected.grpc_answer(B::default())));
         }
         let mut res = Response::new(B::default());
@@ -60,6 +60,8 @@ impl<K, E, O, C> RejectLayer<K, E, O, C> {
     ///
     /// let call = || {
     ///     http::Request::builder()
+    ///         .method("POST")
+    ///         .version(http::Version::HTTP_2)
     ///         .header("content-type", "application/grpc")
     ///         .header("x-api-key", "alice")
     ///         .body(tonic::body::Body::empty())
@@ -70,6 +72,7 @@ impl<K, E, O, C> RejectLayer<K, E, O, C> {
     /// assert_eq!(refused.status(), 200); // gRPC status codes travel in HTTP 200s
     /// assert_eq!(refused.headers()["grpc-status"], "8"); // RESOURCE_EXHAUSTED
     /// assert_eq!(refused.headers()["grpc-retry-pushback-ms"], "100");
+    /// assert_eq!(refused.headers()["cache-control"], "no-store");
     /// # Ok(())
     /// # }
     /// ```

@@ -1,11 +1,11 @@
 //! The fields of a gRPC server's refusal: a trailers-only response with `grpc-status`,
-//! `grpc-message` and gRFC A6's `grpc-retry-pushback-ms`, to a request whose `content-type`
-//! says gRPC.
+//! `grpc-message` and gRFC A6's `grpc-retry-pushback-ms`, to a gRPC call: a `POST` over
+//! HTTP/2 whose `content-type` says gRPC.
 
 use std::time::Duration;
 
 use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version};
 
 use super::values::ceil;
 
@@ -35,6 +35,13 @@ pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
     value.len() >= prefix.len()
         && value[..prefix.len()].eq_ignore_ascii_case(prefix)
         && matches!(value.get(prefix.len()), None | Some(b'+' | b';'))
+}
+
+/// Whether `req` is a gRPC call: a `POST` over HTTP/2 with a gRPC `content-type`. Anything
+/// else (a `GET`, HTTP/1.1) is plain HTTP whatever its content type says, so that a refusal
+/// a cache could store is never answered in a 200.
+pub(crate) fn is_grpc_call<B>(req: &Request<B>) -> bool {
+    req.method() == Method::POST && req.version() == Version::HTTP_2 && is_grpc(req.headers())
 }
 
 /// The value of `grpc-retry-pushback-ms` for a wait: whole milliseconds, rounded **up** (a
@@ -91,6 +98,25 @@ mod tests {
             assert!(!is_grpc(&with(ct)), "{ct}");
         }
         assert!(!is_grpc(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn grpc_calls_are_http2_posts() {
+        let req = |method: Method, version| {
+            Request::builder()
+                .method(method)
+                .version(version)
+                .header(CONTENT_TYPE, "application/grpc")
+                .body(())
+                .unwrap()
+        };
+        assert!(is_grpc_call(&req(Method::POST, Version::HTTP_2)));
+        assert!(!is_grpc_call(&req(Method::GET, Version::HTTP_2)));
+        assert!(!is_grpc_call(&req(Method::POST, Version::HTTP_11)));
+        assert!(!is_grpc_call(&req(Method::GET, Version::HTTP_11)));
+        let mut plain = req(Method::POST, Version::HTTP_2);
+        plain.headers_mut().remove(CONTENT_TYPE);
+        assert!(!is_grpc_call(&plain));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The keyed store for one [`Engine`]: sharded tables of per-key states, plus the two shared
-//! states for keys beyond the cap (overflow) and requests without a key.
+//! The keyed store for one [`Engine`]: sharded tables of per-key states, plus the shared
+//! state of requests without a key.
 
 use std::hash::{BuildHasher, Hash};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -11,7 +11,6 @@ use crate::engine::{Admit, Engine, View};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Place {
     Table,
-    Overflow,
     Keyless,
 }
 
@@ -25,8 +24,6 @@ pub(crate) struct Core<K, E: Engine> {
     shards: Box<[Shard<K, E::Packed>]>,
     /// Keys a shard may hold.
     shard_max: usize,
-    /// Shared by new keys that find their shard at the cap.
-    overflow: Mutex<Option<E::State>>,
     /// Shared by requests that have no key, when so configured.
     keyless: Mutex<Option<E::State>>,
 }
@@ -51,7 +48,6 @@ impl<K: Hash + Eq, E: Engine> Core<K, E> {
                 .map(|_| Shard(Mutex::new(Table::new())))
                 .collect(),
             shard_max,
-            overflow: Mutex::new(None),
             keyless: Mutex::new(None),
         }
     }
@@ -86,32 +82,18 @@ impl<K: Hash + Eq, E: Engine> Core<K, E> {
         let mut state = e.empty();
         let admit = e.admit(&mut state, now, tokens, max_wait)?;
         let packed = e.pack(state);
-        if table.insert(&self.hasher, hash, key.clone(), packed, now, self.shard_max) {
-            return Ok((admit, Place::Table));
-        }
-        drop(table);
-        trace_event!(debug, "key table full: new key shares the overflow bucket");
-        let admit = self.acquire_shared(Place::Overflow, now, tokens, max_wait)?;
-        Ok((admit, Place::Overflow))
+        table.insert(&self.hasher, hash, key.clone(), packed, now, self.shard_max);
+        Ok((admit, Place::Table))
     }
 
-    fn shared(&self, place: Place) -> &Mutex<Option<E::State>> {
-        if place == Place::Overflow {
-            &self.overflow
-        } else {
-            &self.keyless
-        }
-    }
-
-    /// Admit from the overflow or the keyless state.
-    pub(crate) fn acquire_shared(
+    /// Admit from the keyless state.
+    pub(crate) fn acquire_keyless(
         &self,
-        place: Place,
         now: u64,
         tokens: u64,
         max_wait: u64,
     ) -> Result<Admit, u64> {
-        let mut state = lock(self.shared(place));
+        let mut state = lock(&self.keyless);
         let state = state.get_or_insert_with(|| self.engine.empty());
         self.engine.admit(state, now, tokens, max_wait)
     }
@@ -134,8 +116,8 @@ impl<K: Hash + Eq, E: Engine> Core<K, E> {
                     }
                 }
             }
-            (place, _) => {
-                let mut state = lock(self.shared(place));
+            _ => {
+                let mut state = lock(&self.keyless);
                 if state.as_mut().is_some_and(undo) {
                     *state = None;
                 }

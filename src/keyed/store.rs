@@ -44,18 +44,27 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 ///
 /// # The cap on keys
 /// At most [`max_keys`](KeyedBucketBuilder::max_keys) keys are tracked (default
-/// 1,000,000, split evenly across the shards). A new key that finds its shard at the cap
-/// first tries to replace an expired entry; when there is none it is limited by one shared
-/// **overflow bucket** (same quota) instead of getting a bucket of its own. So a flood of new
-/// keys can neither exhaust memory nor push out the state of keys that are being throttled:
-/// only keys that are not tracked share the overflow bucket, until the flood subsides.
+/// 1,000,000, split evenly across the shards), so memory is bounded whatever the traffic. A
+/// new key that finds its shard at the cap replaces an expired entry (a full bucket, which
+/// loses nothing) or, when there is none, evicts the entry closest to a full bucket among
+/// the next 64 of its shard. Every key gets a bucket of its own: a flood of new keys cannot
+/// crowd out the keys that come after it. What it costs:
 ///
-/// # Memory
-/// A slot holds the key and its state; a growing table is 1/2 to 3/4 full, so a token bucket
-/// with `u64` keys takes 21 to 32 bytes per tracked key, and windows 32 to 48 (see
-/// [`allocated_bytes`](KeyedBucket::allocated_bytes)).
-/// [`HeaderKey`](crate::extract::HeaderKey) keys are `u64`; IP keys take 16 more bytes per
-/// slot.
+/// - **Memory**: at most `max_keys` slots (see below), whatever the rate of new keys.
+/// - **Admissions**: an evicted key starts again from a full bucket. Each new key is one
+///   full bucket, so `N` new keys per second are admitted up to `N × burst` per second, cap
+///   or no cap: per-key limits cannot bound clients that rotate keys; a
+///   [`global`](crate::reject::KeyedLayer::global) ceiling, or a coarser key in front
+///   (an IPv6 /48, see [`PeerIp::ipv6_prefix`](crate::extract::PeerIp::ipv6_prefix)), does.
+/// - **Throttled keys**: with the token or leaky bucket, a key that owes more than a flood
+///   key is evicted only when every entry compared owes as much, so a flood must spend as
+///   many requests per key as the evicted key would get back. Entries of the same window
+///   (and logs) compare equal: evictions then walk each shard in turn, and a key evicted
+///   keeps its next state for at least `max_keys` new keys. With `F` new keys per second, a
+///   tracked key starts again at most once every `max_keys / F` seconds (a day at about 12
+///   per second with the default cap), gaining at most one quota each time. Raise
+///   `max_keys` above the new keys your windows see, or use the token bucket, to keep that
+///   small.
 ///
 /// # Hashing
 /// Keys are hashed with a randomly seeded `foldhash`. Keys that an attacker can choose freely
@@ -393,7 +402,7 @@ impl<K: Hash + Eq> KeyedBucket<K> {
         let s = &*self.shared;
         let now = s.clock.now_ns();
         on_core!(&s.tables, core => {
-            let admit = core.acquire_shared(Place::Keyless, now, u64::from(n), max_wait)?;
+            let admit = core.acquire_keyless(now, u64::from(n), max_wait)?;
             Ok(Grant { admit, now, place: Place::Keyless })
         })
     }
@@ -515,16 +524,17 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_new_key_beyond_the_cap_uses_the_overflow_bucket() {
+    async fn a_new_key_beyond_the_cap_gets_its_own_bucket() {
         let b = KeyedBucket::builder(Quota::per_second(1).burst(2))
-            .max_keys(1)
+            .max_keys(2)
             .shards(1)
             .build();
-        assert!(b.try_acquire(&1u64, 1).is_ok());
-        assert!(b.try_acquire(&2, 1).is_ok()); // overflow: 1 of 2
-        assert!(b.try_acquire(&3, 1).is_ok()); // overflow: 2 of 2
-        assert!(b.try_acquire(&4, 1).is_err());
-        assert!(b.try_acquire(&1, 1).is_ok()); // key 1 keeps its own bucket
-        assert_eq!(b.len(), 1);
+        assert!(b.try_acquire(&1u64, 2).is_ok()); // throttled: owes 2 s
+        for k in 2..100 {
+            assert!(b.try_acquire(&k, 1).is_ok(), "key {k}");
+            assert_eq!(b.snapshot(&k).available, 1, "key {k}");
+        }
+        assert!(b.try_acquire(&1, 1).is_err()); // key 1 kept its state
+        assert_eq!(b.len(), 2);
     }
 }

@@ -17,9 +17,11 @@
 //!   ones still need the room (so it tracks the keys active now, not every key ever seen);
 //! - a table that has emptied shrinks.
 //!
-//! At its cap a table sweeps a bounded window looking for an expired entry to replace; if it
-//! finds none the insert is refused (the store then uses its overflow bucket). It never drops
-//! a live entry: a throttled key keeps its state whatever the churn of other keys.
+//! At its cap a table sweeps a bounded window looking for an expired entry to replace. When
+//! it finds none it evicts, of the next [`SWEEP_AT_CAP`] entries from the cursor, the one
+//! whose state expires first: the one closest to a full bucket, which loses the least. An
+//! eviction cursor then moves past it, so successive evictions walk the whole table: a
+//! flood of new keys cannot pin it, and every new key gets a state of its own.
 
 use std::hash::{BuildHasher, Hash};
 
@@ -33,8 +35,9 @@ struct Entry<K, S> {
 
 /// Slots swept by every insert.
 const SWEEP_PER_INSERT: usize = 4;
-/// Slots swept, at most, by an insert into a table at its cap.
-const SWEEP_AT_CAP: usize = 64;
+/// Slots swept, and entries compared for eviction, at most, by an insert into a table at its
+/// cap.
+pub(crate) const SWEEP_AT_CAP: usize = 64;
 /// The smallest allocated table.
 const MIN_CAPACITY: usize = 8;
 
@@ -44,6 +47,8 @@ pub(crate) struct Table<K, S> {
     len: usize,
     /// Next slot the incremental sweep looks at.
     cursor: usize,
+    /// Next slot eviction looks at.
+    evict_at: usize,
     /// A lower bound of the earliest expiry in the table: before it nothing can be evicted.
     earliest: u64,
 }
@@ -72,6 +77,7 @@ impl<K: Hash + Eq, S: Packed> Table<K, S> {
             slots: empty_slots(0),
             len: 0,
             cursor: 0,
+            evict_at: 0,
             earliest: u64::MAX,
         }
     }
@@ -97,6 +103,11 @@ impl<K: Hash + Eq, S: Packed> Table<K, S> {
         } else {
             i + 1
         }
+    }
+
+    #[inline]
+    fn prev(&self, i: usize) -> usize {
+        i.checked_sub(1).unwrap_or(self.slots.len() - 1)
     }
 
     /// The slot holding `key`.
@@ -125,8 +136,9 @@ impl<K: Hash + Eq, S: Packed> Table<K, S> {
         Some(r)
     }
 
-    /// Adds `key` (absent) with `state` (not yet expired). Refuses when the table is at its
-    /// cap of `max_len` entries and has no expired entry to make room.
+    /// Adds `key` (absent) with `state` (not yet expired). At the cap of `max_len` entries
+    /// (at least one), an expired entry makes room, or else the live one that
+    /// [`evict`](Self::evict) chooses.
     pub(crate) fn insert<H: BuildHasher>(
         &mut self,
         hasher: &H,
@@ -135,21 +147,47 @@ impl<K: Hash + Eq, S: Packed> Table<K, S> {
         state: S,
         now: u64,
         max_len: usize,
-    ) -> bool {
+    ) {
         self.sweep(hasher, now, SWEEP_PER_INSERT);
         if self.len >= max_len {
             if now >= self.earliest {
                 self.sweep(hasher, now, SWEEP_AT_CAP);
             }
             if self.len >= max_len {
-                return false;
+                self.evict(hasher);
             }
         }
         if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.make_room(hasher, now, max_len);
         }
         self.place(hash, Entry { key, state });
-        true
+    }
+
+    /// Removes, of the [`SWEEP_AT_CAP`] entries down from its own cursor, the one whose state
+    /// expires first (the first of equals), and moves the cursor past its slot.
+    ///
+    /// The cursor walks down the table while entries are placed at or above their home: a
+    /// key evicted and back at once lands behind the cursor, and waits a whole pass.
+    fn evict<H: BuildHasher>(&mut self, hasher: &H) {
+        let mut first: Option<(u64, usize)> = None;
+        let (mut i, mut seen) = (self.evict_at % self.slots.len(), 0);
+        for _ in 0..self.slots.len() {
+            if let Some(e) = &self.slots[i] {
+                let expires = e.state.expires();
+                if first.is_none_or(|(f, _)| expires < f) {
+                    first = Some((expires, i));
+                }
+                seen += 1;
+                if seen == SWEEP_AT_CAP {
+                    break;
+                }
+            }
+            i = self.prev(i);
+        }
+        if let Some((_, i)) = first {
+            self.remove(hasher, i);
+            self.evict_at = self.prev(i);
+        }
     }
 
     fn place(&mut self, hash: u64, entry: Entry<K, S>) {
@@ -189,6 +227,7 @@ impl<K: Hash + Eq, S: Packed> Table<K, S> {
         let old = std::mem::replace(&mut self.slots, empty_slots(cap));
         self.len = 0;
         self.cursor = 0;
+        self.evict_at = 0;
         self.earliest = u64::MAX;
         for entry in old.into_vec().into_iter().flatten() {
             if entry.state.expires() > now {
@@ -258,10 +297,10 @@ mod tests {
         foldhash::quality::FixedState::with_seed(7)
     }
 
-    fn insert(t: &mut Tats, key: u64, tat: u64, now: u64, max: usize) -> bool {
+    fn insert(t: &mut Tats, key: u64, tat: u64, now: u64, max: usize) {
         let h = hasher();
         let tat = NonZeroU64::new(tat).unwrap();
-        t.insert(&h, h.hash_one(key), key, tat, now, max)
+        t.insert(&h, h.hash_one(key), key, tat, now, max);
     }
 
     fn find(t: &mut Tats, key: u64) -> Option<u64> {
@@ -281,7 +320,7 @@ mod tests {
     fn insert_find_and_grow() {
         let mut t: Tats = Table::new();
         for k in 0..1000 {
-            assert!(insert(&mut t, k, 10 + k, 0, usize::MAX));
+            insert(&mut t, k, 10 + k, 0, usize::MAX);
         }
         assert_eq!(t.len(), 1000);
         assert!(t.capacity() * 3 >= t.len() * 4);
@@ -314,20 +353,56 @@ mod tests {
     }
 
     #[test]
-    fn the_cap_holds_and_live_entries_survive() {
+    fn at_the_cap_the_entry_closest_to_full_makes_room() {
         let mut t: Tats = Table::new();
-        assert!(insert(&mut t, 1, u64::MAX / 2, 0, 100)); // throttled for a long time
+        insert(&mut t, 1, u64::MAX / 2, 0, 100); // throttled for a long time
         for k in 2..=100 {
-            assert!(insert(&mut t, k, 10, 0, 100));
+            insert(&mut t, k, 10, 0, 100);
         }
-        assert!(!insert(&mut t, 1000, 10, 0, 100), "over the cap");
         assert_eq!(t.len(), 100);
+        // A flood of new keys, none expired yet: each gets its own entry, in place of one
+        // of the flood's, and key 1 stays.
+        for k in 1000..100_000 {
+            insert(&mut t, k, 10, 0, 100);
+            assert_eq!(find(&mut t, k), Some(10), "key {k}");
+            assert_eq!(t.len(), 100);
+        }
+        assert_eq!(find(&mut t, 1), Some(u64::MAX / 2));
         // Once the short-lived entries expire, new keys replace them; key 1 stays.
-        for k in 2000..2099 {
-            assert!(insert(&mut t, k, 50, 20, 100), "key {k}");
+        for k in 200_000..200_099 {
+            insert(&mut t, k, 50, 20, 100);
         }
         assert_eq!(find(&mut t, 1), Some(u64::MAX / 2));
         assert!(t.len() <= 100);
+    }
+
+    #[test]
+    fn among_equals_a_key_outlives_many_new_keys() {
+        // Every entry expires at the same instant (one window). A key that comes back after
+        // each eviction is evicted again only after `CAP` new keys, not by the next one.
+        const CAP: usize = 1000;
+        let mut t: Tats = Table::new();
+        for k in 0..CAP as u64 {
+            insert(&mut t, k, 10, 0, CAP);
+        }
+        let mut gaps = Vec::new();
+        let (mut since, mut fresh) = (0, 1_000_000);
+        for _ in 0..200_000 {
+            insert(&mut t, fresh, 10, 0, CAP);
+            fresh += 1;
+            since += 1;
+            assert_eq!(t.len(), CAP);
+            if find(&mut t, 7).is_none() {
+                gaps.push(since);
+                since = 0;
+                insert(&mut t, 7, 10, 0, CAP);
+            }
+        }
+        // The first eviction comes when the cursor reaches the key; each later one a whole
+        // pass after the key came back.
+        assert!(gaps.len() >= 100, "{} evictions", gaps.len());
+        let shortest = gaps[1..].iter().min().unwrap();
+        assert!(*shortest >= CAP, "evicted again after {shortest} new keys");
     }
 
     #[test]
@@ -352,8 +427,8 @@ mod tests {
                     continue;
                 }
                 t.update(i, |s| *s = later(now + 40));
-            } else if !t.insert(&h, h.hash_one(key), key, later(now + 40), now, 400) {
-                continue;
+            } else {
+                t.insert(&h, h.hash_one(key), key, later(now + 40), now, 400);
             }
             model.insert(key, now + 40);
             for (k, tat) in &model {

@@ -25,7 +25,8 @@ enum State {
     /// Waiting on a shared, remote limit (Redis).
     Remote(RemoteAcquire),
     Ready(Permit),
-    /// The shared store refused to decide (its failure policy): the next call fails.
+    /// The next call fails: a leaky bucket's line is full, or the shared store refused to
+    /// decide (its failure policy).
     Refused(Denied),
 }
 
@@ -69,12 +70,12 @@ impl Gate {
                 State::Idle => {
                     self.state = match self.bucket.backend() {
                         Backend::Remote(remote) => State::Remote(remote.acquire(1)),
-                        // One token always fits (every burst is at least 1), and the waiting
-                        // layer is never refused: it waits.
-                        Backend::Local(local) => match local.reserve(1, false) {
+                        // One token always fits (every burst is at least 1): the call waits
+                        // for it, unless a leaky bucket's line is full.
+                        Backend::Local(local) => match local.reserve(1, true) {
                             Ok(Reservation::Now(p)) => State::Ready(p),
                             Ok(Reservation::Later(w)) => State::Waiting(w),
-                            Err(_) => unreachable!("an unbounded one-token reservation"),
+                            Err(full) => State::Refused(full.into()),
                         },
                     };
                 }
@@ -91,7 +92,7 @@ impl Gate {
         }
     }
 
-    /// Take the reserved admission for a call, or the refusal of the shared store.
+    /// Take the reserved admission for a call, or the refusal.
     ///
     /// A refusal is not an error of `poll_ready` (which, for tower, would mean the service is
     /// broken for good): the service stays ready, this call fails, the next asks again.

@@ -11,6 +11,11 @@ use crate::Bucket;
 /// Cloning this layer does not create a new bucket: every service it wraps, and every clone
 /// of those, draws from the same tokens.
 ///
+/// Waiting is unbounded, except with a leaky bucket
+/// ([`Algorithm::leaky_bucket(max_queue)`](crate::Algorithm::leaky_bucket)): when
+/// `max_queue` requests already wait, a call fails at once with
+/// [`Denied::QueueFull`](crate::Denied::QueueFull) (its service stays ready).
+///
 /// ```
 /// use tower::{service_fn, ServiceBuilder, ServiceExt};
 /// use tower_throttle::{Bucket, Quota, RateLimitLayer};

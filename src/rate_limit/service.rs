@@ -125,9 +125,13 @@ where
         // The first token came with `poll_ready`; the rest of the cost is taken where the
         // limit is kept, before the request goes.
         let rest = match bucket.backend() {
-            Backend::Local(local) => match local.reserve(n - 1, false) {
+            Backend::Local(local) => match local.reserve(n - 1, true) {
                 Ok(Reservation::Later(waiter)) => Rest::Local(waiter),
-                _ => return ResponseFuture::called(self.inner.call(req)),
+                Ok(Reservation::Now(_)) => return ResponseFuture::called(self.inner.call(req)),
+                Err(full) => {
+                    bucket.give_back(permit);
+                    return ResponseFuture::failed(Denied::from(full).into());
+                }
             },
             Backend::Remote(remote) => Rest::Remote(remote.acquire(n - 1)),
         };

@@ -7,9 +7,11 @@
 //! - Optionally `X-RateLimit-Limit`, `-Remaining` and `-Reset` (delta seconds) for the most
 //!   restrictive limit.
 //!
+//! - `Cache-Control: no-store` (rejections only), so that no cache keeps a refusal.
+//!
 //! A field the response already has (set by a custom rejection response, say) is left alone.
 
-use http::header::RETRY_AFTER;
+use http::header::{CACHE_CONTROL, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue};
 
 use super::rejected::{Rejected, Status};
@@ -61,12 +63,13 @@ impl Spec {
             statuses,
             retry_after: None,
             x_ratelimit: self.x_ratelimit,
+            no_store: false,
             rejected: None,
         })
     }
 
-    /// The fields of the answer to a rejected request: a refusal gets `Retry-After`, a
-    /// fallback's answer only the `RateLimit` fields.
+    /// The fields of the answer to a rejected request: a refusal gets `Retry-After` and
+    /// `Cache-Control: no-store`, a fallback's answer only the `RateLimit` fields.
     pub(crate) fn rejected(
         &self,
         policies: impl FnOnce() -> Policies,
@@ -79,6 +82,7 @@ impl Spec {
                 statuses: [None, None],
                 retry_after: None,
                 x_ratelimit: false,
+                no_store: refusal,
                 rejected: Some(rejected),
             };
         };
@@ -91,6 +95,7 @@ impl Spec {
                 None
             },
             x_ratelimit: self.x_ratelimit,
+            no_store: refusal,
             rejected: Some(rejected),
         }
     }
@@ -103,12 +108,17 @@ pub(crate) struct Fields {
     pub(crate) statuses: [Option<Status>; 2],
     pub(crate) retry_after: Option<u64>,
     pub(crate) x_ratelimit: bool,
+    /// `Cache-Control: no-store`: the answer is a refusal.
+    pub(crate) no_store: bool,
     pub(crate) rejected: Option<Rejected>,
 }
 
 impl Fields {
     pub(crate) fn apply<B>(self, res: &mut http::Response<B>) {
         let headers = res.headers_mut();
+        if self.no_store && !headers.contains_key(CACHE_CONTROL) {
+            headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        }
         if let Some(secs) = self.retry_after {
             if !headers.contains_key(RETRY_AFTER) {
                 headers.insert(RETRY_AFTER, HeaderValue::from(secs));
@@ -182,13 +192,17 @@ mod tests {
             ],
             retry_after: Some(1),
             x_ratelimit: true,
+            no_store: true,
             rejected: None,
         };
         let mut res = http::Response::new(());
         res.headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        res.headers_mut()
+            .insert(CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
         fields.apply(&mut res);
         let h = res.headers();
+        assert_eq!(h[CACHE_CONTROL], "private, no-store");
         assert_eq!(h[RETRY_AFTER], "7");
         assert_eq!(h["ratelimit-policy"], "\"default\";q=1;w=1");
         assert_eq!(h["ratelimit"], "\"default\";r=0;t=1");

@@ -213,8 +213,9 @@ impl<K, E, O, C> RejectLayer<K, E, O, C> {
 
     /// Build the rejection response with `f` (status, body, headers of your choice).
     ///
-    /// The rate-limit fields the response does not set are still added, and the [`Rejected`]
-    /// is put in its extensions.
+    /// The rate-limit fields the response does not set are still added (with
+    /// `Cache-Control: no-store` unless it sets `Cache-Control`), and the [`Rejected`] is put
+    /// in its extensions.
     ///
     /// ```
     /// use tower_throttle::{Bucket, Quota, RejectLayer};
@@ -241,7 +242,7 @@ impl<K, E, O, C> RejectLayer<K, E, O, C> {
     /// cheaper answer, a queue.
     ///
     /// The request carries the [`Rejected`] in its extensions; the response gets the
-    /// `RateLimit` fields (not `Retry-After`) and the [`Rejected`] too. `service` is cloned for
+    /// `RateLimit` fields (not `Retry-After` nor `Cache-Control`) and the [`Rejected`] too. `service` is cloned for
     /// each such request and driven to readiness before it is called.
     pub fn fallback<F>(self, service: F) -> RejectLayer<K, E, Fallback<F>, C> {
         self.with(Fallback::new(service))

@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::rejected::Rejected;
 use crate::headers::grpc::{
-    is_grpc, trailers_only, INTERNAL, INVALID_ARGUMENT, RESOURCE_EXHAUSTED,
+    is_grpc_call, trailers_only, INTERNAL, INVALID_ARGUMENT, RESOURCE_EXHAUSTED,
 };
 
 /// What a [`Reject`](super::Reject) service does with a request it turns away.
@@ -46,12 +46,13 @@ pub trait OnReject<Req, Res, E> {
 /// Works for any response body that converts from a `&'static str` (axum's `Body`, `String`,
 /// `Full<Bytes>`…); for other bodies use [`on_reject`](super::RejectLayer::on_reject).
 ///
-/// A gRPC request (`content-type: application/grpc…`) gets a gRPC answer instead, which its
-/// client library understands (an HTTP 429 would reach it as `UNAVAILABLE`, with no delay):
-/// a trailers-only response — HTTP 200, `grpc-status: 8` (`RESOURCE_EXHAUSTED`), a
+/// A gRPC call (a `POST` over HTTP/2 with `content-type: application/grpc…`) gets a gRPC
+/// answer instead, which its client library understands (an HTTP 429 would reach it as
+/// `UNAVAILABLE`, with no delay): a trailers-only response — HTTP 200, `grpc-status: 8` (`RESOURCE_EXHAUSTED`), a
 /// `grpc-message`, and `grpc-retry-pushback-ms`: the wait, rounded up to the millisecond — or
-/// `grpc-status: 3` (`INVALID_ARGUMENT`) for a request without a key. Plain HTTP requests
-/// never carry that content type, so their answer does not change.
+/// `grpc-status: 3` (`INVALID_ARGUMENT`) for a request without a key. Any other request
+/// gets the 429, whatever its content type says. Every refusal carries
+/// `cache-control: no-store`, so that no shared cache keeps it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TooManyRequests;
 
@@ -62,7 +63,7 @@ where
     type Future = Ready<Result<Response<B>, E>>;
 
     fn on_reject(&self, req: Request<ReqB>, rejected: &Rejected) -> Self::Future {
-        if is_grpc(req.headers()) {
+        if is_grpc_call(&req) {
             return ready(Ok(rejected.grpc_answer(B::from(""))));
         }
         let body = match rejected.status_code() {

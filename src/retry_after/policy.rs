@@ -171,7 +171,7 @@ impl Policy {
         }
         let mut delay = self.backoff.delay(a.retries, a.previous_delay);
         if let Some(floor) = floor {
-            delay = delay.max(floor + self.cooldown_jitter.sample(floor));
+            delay = delay.max(floor.saturating_add(self.cooldown_jitter.sample(floor)));
         }
         self.retry_after(a, delay)
     }
@@ -215,7 +215,8 @@ impl Policy {
                     );
                     a.sent.report_pushed_back(cooldown, reading.stated);
                     if retry && self.may_retry(unprocessed, a) {
-                        self.retry_after(a, cooldown + self.cooldown_jitter.sample(cooldown))
+                        let jitter = self.cooldown_jitter.sample(cooldown);
+                        self.retry_after(a, cooldown.saturating_add(jitter))
                     } else {
                         Action::Return
                     }

@@ -174,8 +174,9 @@ const PEERS: [&str; 6] = [
 ];
 
 /// `ClientIp` on any `X-Forwarded-For` / `Forwarded` lines: always a key; the peer itself
-/// when the peer is not trusted; and a client read from the fields is read again from a
-/// field that names only it, in either syntax.
+/// when the peer is not trusted; a client read from the fields is read again from a field
+/// that names only it, in either syntax; and whatever a client writes in a line, the hop a
+/// trusted proxy appends to that line is the client.
 pub fn client_ip(data: &[u8]) {
     let mut input = Input(data);
     let peer: SocketAddr = PEERS[usize::from(input.byte()) % PEERS.len()]
@@ -199,8 +200,9 @@ pub fn client_ip(data: &[u8]) {
             FORWARDED
         };
         if let Ok(value) = HeaderValue::from_bytes(value) {
-            req.headers_mut().append(name, value);
+            req.headers_mut().append(name.clone(), value);
         }
+        appended_hop_is_the_client(name, value);
     }
     let trusted = ["10.0.0.0/8", "fd00::/8", "192.0.2.7"];
     let extractor = ClientIp::trusting(trusted).unwrap().headers(which);
@@ -237,6 +239,38 @@ pub fn client_ip(data: &[u8]) {
             .insert(HeaderName::from_static(name), header(&value));
         let extractor = ClientIp::trusting(trusted).unwrap().headers(headers);
         assert_eq!(extractor.client_ip(&again), Some(client), "{name}: {value}");
+    }
+}
+
+/// A trusted proxy appends the address it saw to the client's `line`, on the same line (as
+/// nginx's `"$http_forwarded, for=$remote_addr"`): that address is the client.
+fn appended_hop_is_the_client(name: HeaderName, line: &[u8]) {
+    let appended: &[(&[u8], IpAddr)] = if name == FORWARDED {
+        &[
+            (b", for=198.51.100.9", IpAddr::from([198, 51, 100, 9])),
+            (
+                b", for=\"[2001:db8::9]:443\"",
+                IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, 9]),
+            ),
+        ]
+    } else {
+        &[(b", 198.51.100.9", IpAddr::from([198, 51, 100, 9]))]
+    };
+    let headers = if name == FORWARDED {
+        ProxyHeaders::Forwarded
+    } else {
+        ProxyHeaders::XForwardedFor
+    };
+    let extractor = ClientIp::trusting(["10.0.0.0/8"]).unwrap().headers(headers);
+    for (tail, client) in appended {
+        let Ok(value) = HeaderValue::from_bytes(&[line, tail].concat()) else {
+            return;
+        };
+        let mut req = Request::new(());
+        req.extensions_mut()
+            .insert("10.0.0.1:1".parse::<SocketAddr>().unwrap());
+        req.headers_mut().insert(name.clone(), value);
+        assert_eq!(extractor.client_ip(&req), Some(*client), "{name}: {line:?}");
     }
 }
 
