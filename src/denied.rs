@@ -8,7 +8,9 @@ use std::time::Duration;
 /// The `Retry-After` value for a wait: whole seconds, rounded **up**, at least 1 (a 0 would
 /// invite an immediate retry), saturating at `u64::MAX` (never overflows).
 pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
-    crate::headers::ceil_secs(wait).max(1)
+    let secs = wait.as_secs();
+    let up = u64::from(wait.subsec_nanos() > 0);
+    secs.saturating_add(up).max(1)
 }
 
 /// "Not now": the request does not fit now, and would after [`wait`](Throttled::wait).
@@ -115,8 +117,9 @@ impl StdError for QueueFull {}
 /// The backend that keeps the limit failed, and its failure policy refuses.
 ///
 /// The backend's own error is the [`source`](StdError::source) (for the Redis backend, a
-/// `RedisError`, also reachable through `BackendError::redis` with the `redis` feature). Cloning is cheap; two values are equal when they carry the same
-/// failure (the same shared error).
+/// `RedisError`, also reachable through `BackendError::redis` with the `redis` feature).
+/// Cloning is cheap; two values are equal when they carry the same failure (the same shared
+/// error).
 #[derive(Clone)]
 pub struct BackendError {
     source: Arc<dyn StdError + Send + Sync + 'static>,
@@ -133,12 +136,6 @@ impl BackendError {
     /// The backend's error.
     pub fn get_ref(&self) -> &(dyn StdError + Send + Sync + 'static) {
         &*self.source
-    }
-
-    /// The Redis backend's error, when the Redis backend failed.
-    #[cfg(feature = "redis")]
-    pub fn redis(&self) -> Option<&crate::redis::RedisError> {
-        (self.get_ref() as &(dyn StdError + 'static)).downcast_ref()
     }
 }
 
