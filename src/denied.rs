@@ -165,23 +165,6 @@ impl StdError for BackendError {
     }
 }
 
-/// Nothing decided: the limit is kept in a shared store (Redis), which a synchronous call
-/// cannot ask without waiting for a reply.
-///
-/// The answer of [`Bucket::try_acquire`](crate::Bucket::try_acquire) and
-/// [`KeyedBucket::try_acquire`](crate::KeyedBucket::try_acquire) on a limit made from a Redis
-/// one: ask it with `try_acquire_shared` instead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Undecided;
-
-impl fmt::Display for Undecided {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad("request not decided: the limit is kept in a shared store")
-    }
-}
-
-impl StdError for Undecided {}
-
 /// Why a limit did not admit a request: the error of every `try_acquire` and `acquire`.
 ///
 /// A limit answers "not now" or "never", and the two call for different handling:
@@ -192,7 +175,6 @@ impl StdError for Undecided {}
 /// | never: the cost is above what the limit can ever hold | [`ExceedsBurst`] | no | a bug or a bad request: fail |
 /// | a leaky bucket's queue is full | [`QueueFull`] | later | shed load |
 /// | the backend that keeps the limit (Redis) failed | [`BackendError`] | perhaps | see the failure policy |
-/// | a synchronous call on a limit kept in Redis | [`Undecided`] | no | ask with `try_acquire_shared` |
 ///
 /// [`Denied`] is the one error of every `try_acquire` and `acquire` in the crate
 /// ([`Bucket`](crate::Bucket), [`KeyedBucket`](crate::KeyedBucket), and the Redis backend's
@@ -234,8 +216,6 @@ pub enum Denied {
     QueueFull(QueueFull),
     /// The backend that keeps the limit failed, and its failure policy refuses.
     Backend(BackendError),
-    /// Nothing decided: a synchronous call on a limit kept in a shared store.
-    Undecided(Undecided),
 }
 
 impl Denied {
@@ -283,7 +263,6 @@ impl fmt::Display for Denied {
             Denied::ExceedsBurst(e) => fmt::Display::fmt(e, f),
             Denied::QueueFull(e) => fmt::Display::fmt(e, f),
             Denied::Backend(e) => fmt::Display::fmt(e, f),
-            Denied::Undecided(e) => fmt::Display::fmt(e, f),
         }
     }
 }

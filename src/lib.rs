@@ -105,8 +105,8 @@
 //!    ([`QuotaError`]); a refusal is a value ([`Denied`]): "not now" ([`Throttled`], with the
 //!    wait) or "never" ([`ExceedsBurst`], a cost above the burst), no sentinel values.
 //! 9. **One backend per limit**: a limit kept in Redis is decided in Redis on every path
-//!    that admits, waits or rejects; the synchronous [`Bucket::try_acquire`], which cannot
-//!    ask it, answers [`Denied::Undecided`].
+//!    that admits, waits or rejects; only an in-process limit offers a synchronous
+//!    decision ([`Bucket::try_acquire`]).
 //!
 //! # Design notes
 //! - **GCRA in one atomic.** The bucket is the generic cell rate algorithm: one `u64`, the
@@ -146,6 +146,7 @@ pub mod extract;
 pub mod grpc;
 pub mod headers;
 pub mod keyed;
+mod limit;
 pub mod observe;
 mod quota;
 pub mod rate_limit;
@@ -160,8 +161,9 @@ pub use crate::algorithm::Algorithm;
 #[allow(deprecated)]
 pub use crate::bucket::AcquireError;
 pub use crate::bucket::{Acquire, Bucket, BucketBuilder, Feedback, Sent, Snapshot};
-pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
+pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
 pub use crate::keyed::KeyedBucket;
+pub use crate::limit::{KeyedLimit, Limit};
 pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};
 pub use crate::reject::RejectLayer;

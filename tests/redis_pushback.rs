@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
 use tower_throttle::adaptive::Adaptive;
-use tower_throttle::redis::RedisBucket;
-use tower_throttle::{Algorithm, Bucket, Denied, Quota};
+use tower_throttle::redis::{RedisBucket, RedisBucketBuilder};
+use tower_throttle::{Algorithm, Denied, Quota};
 use windows::{admitted_in_one_window, window_start, WIDTH_US};
 
 /// A separate Redis client on the shared key: what another process would build.
-async fn process(prefix: &str, quota: Quota) -> (RedisBucket, Bucket) {
+async fn process(prefix: &str, quota: Quota) -> (RedisBucket, RedisBucket) {
     let redis = RedisBucket::builder(quota)
         .url(redis_url())
         .timeout(Duration::from_secs(1)) // not 50 ms: a loaded machine is no outage
@@ -26,7 +26,7 @@ async fn process(prefix: &str, quota: Quota) -> (RedisBucket, Bucket) {
         .build()
         .await
         .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
-    (redis.clone(), Bucket::from(redis))
+    (redis.clone(), redis)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,12 +95,11 @@ async fn an_adaptive_bucket_on_redis_searches_below_the_shared_ceiling() {
         .timeout(Duration::from_secs(1)) // not 50 ms: a loaded machine is no outage
         .key_prefix(&prefix)
         .key("api")
+        .adaptive(Adaptive::new().start(Quota::per_second(10)))
         .build()
         .await
         .unwrap();
-    let bucket = redis
-        .clone()
-        .adaptive(Adaptive::new().start(Quota::per_second(10)));
+    let bucket = redis.clone();
     assert_eq!((bucket.rate(), bucket.quota()), (10.0, quota));
     // The shared limit decides at the rate in force: 10/s, one token every 100 ms.
     redis.try_acquire(1).await.unwrap();
@@ -121,24 +120,29 @@ const WINDOWS: [Algorithm; 3] = [
 /// 20 per 1 s window, configured.
 const COUNT: u32 = 20;
 
-/// A separate Redis client on the shared key with a window `algorithm`.
-async fn window_process(prefix: &str, algorithm: Algorithm) -> (RedisBucket, Bucket) {
-    let redis = RedisBucket::builder(Quota::new(COUNT, Duration::from_micros(WIDTH_US)))
+/// The builder of a separate Redis client on the shared key with a window `algorithm`.
+fn window_builder(prefix: &str, algorithm: Algorithm) -> RedisBucketBuilder {
+    RedisBucket::builder(Quota::new(COUNT, Duration::from_micros(WIDTH_US)))
         .url(redis_url())
         .key_prefix(prefix)
         .key("api")
         .algorithm(algorithm)
         // A loaded machine must not turn a decision into the failure policy's refusal.
         .timeout(Duration::from_secs(2))
+}
+
+/// A separate Redis client on the shared key with a window `algorithm`.
+async fn window_process(prefix: &str, algorithm: Algorithm) -> (RedisBucket, RedisBucket) {
+    let redis = window_builder(prefix, algorithm)
         .build()
         .await
         .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
-    (redis.clone(), Bucket::from(redis))
+    (redis.clone(), redis)
 }
 
 /// The tokens per window a bucket's rate in force allows: `⌊count × rate / ceiling⌋`, at
 /// least 1.
-fn per_window(bucket: &Bucket) -> u32 {
+fn per_window(bucket: &RedisBucket) -> u32 {
     let ceiling = bucket.quota().per_second_f64();
     ((f64::from(COUNT) * bucket.rate() / ceiling + 1e-9).floor() as u32).max(1)
 }
@@ -257,11 +261,13 @@ async fn a_sliding_log_on_redis_follows_the_learned_rate() {
 async fn an_adaptive_window_on_redis_starts_at_its_start_rate() {
     for algorithm in WINDOWS {
         let prefix = unique_prefix(&format!("pushback-start-{algorithm:?}"));
-        let (redis, _) = window_process(&prefix, algorithm).await;
         // A search from 5 of the 20 per second configured: 5 per window.
-        let bucket = redis
-            .clone()
-            .adaptive(Adaptive::new().start(Quota::per_second(5)));
+        let redis = window_builder(&prefix, algorithm)
+            .adaptive(Adaptive::new().start(Quota::per_second(5)))
+            .build()
+            .await
+            .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
+        let bucket = redis.clone();
         assert_eq!(per_window(&bucket), 5, "{algorithm:?}");
         let mut conn = raw(&redis_url()).await;
         let mut after = redis_now_us(&mut conn).await / WIDTH_US + 1;
@@ -337,7 +343,7 @@ async fn an_outage_lowers_the_shared_rate_once_on_redis() {
     for w in workers {
         w.await.unwrap();
     }
-    let learned: Vec<_> = buckets.iter().map(Bucket::learned_rate).collect();
+    let learned: Vec<_> = buckets.iter().map(RedisBucket::learned_rate).collect();
     let refused = refused.load(Ordering::SeqCst);
     println!("learned after the outage {learned:?}, {refused} refused");
     for learned in learned {

@@ -55,11 +55,12 @@ mod key;
 mod keyed;
 mod lane;
 mod lease;
+mod observed;
 mod params;
 mod rate;
-mod remote;
 mod script;
 mod stats;
+mod steer;
 mod told;
 
 pub use self::bucket::RedisBucket;

@@ -5,8 +5,8 @@ use std::fmt;
 
 use super::layer::RejectLayer;
 use super::limits::{Keyed, Limits};
-use crate::keyed::KeyedBucket;
-use crate::{Bucket, RateLimitLayer};
+use crate::limit::{KeyedLimit, Limit};
+use crate::RateLimitLayer;
 
 /// What happens to a request whose key cannot be extracted (the header is missing, the peer
 /// address unknown, the extractor returned `None`).
@@ -48,18 +48,20 @@ pub enum MissingKey {
 #[derive(Clone)]
 #[must_use = "call `.reject()` to make the layer"]
 pub struct KeyedLayer<K, E> {
-    bucket: KeyedBucket<K>,
+    limit: KeyedLimit<K>,
     extractor: E,
-    global: Option<Bucket>,
+    global: Option<Limit>,
     missing: MissingKey,
 }
 
 impl RateLimitLayer {
-    /// One bucket per key: `extractor` finds a request's key (see
-    /// [`KeyExtractor`](crate::extract::KeyExtractor)), `bucket` holds a bucket per key.
-    pub fn keyed<K, E>(bucket: KeyedBucket<K>, extractor: E) -> KeyedLayer<K, E> {
+    /// One limit per key: `extractor` finds a request's key (see
+    /// [`KeyExtractor`](crate::extract::KeyExtractor)), `limit` holds a limit per key: a
+    /// [`KeyedBucket`](crate::KeyedBucket), or a
+    /// [`RedisKeyed`](crate::redis::RedisKeyed) shared by server replicas.
+    pub fn keyed<K, E>(limit: impl Into<KeyedLimit<K>>, extractor: E) -> KeyedLayer<K, E> {
         KeyedLayer {
-            bucket,
+            limit: limit.into(),
             extractor,
             global: None,
             missing: MissingKey::default(),
@@ -70,10 +72,11 @@ impl RateLimitLayer {
 impl<K, E> KeyedLayer<K, E> {
     /// Add a ceiling on all keys together.
     ///
-    /// A request must fit both its key's bucket and `global`. One refused by its key costs the
-    /// global bucket nothing, and one refused by the global bucket costs its key nothing.
-    pub fn global(mut self, global: Bucket) -> Self {
-        self.global = Some(global);
+    /// A request must fit both its key's limit and `global` (a [`Bucket`](crate::Bucket), or
+    /// a [`RedisBucket`](crate::redis::RedisBucket)). One refused by its key costs the global
+    /// limit nothing, and one refused by the global limit costs its key nothing.
+    pub fn global(mut self, global: impl Into<Limit>) -> Self {
+        self.global = Some(global.into());
         self
     }
 
@@ -86,7 +89,7 @@ impl<K, E> KeyedLayer<K, E> {
     /// Refuse requests over a limit with `429 Too Many Requests`: see [`RejectLayer`].
     pub fn reject(self) -> RejectLayer<K, E> {
         let keyed = Keyed {
-            bucket: self.bucket,
+            limit: self.limit,
             extractor: self.extractor,
             missing: self.missing,
         };
@@ -97,7 +100,7 @@ impl<K, E> KeyedLayer<K, E> {
 impl<K, E> fmt::Debug for KeyedLayer<K, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLayer")
-            .field("bucket", &self.bucket)
+            .field("limit", &self.limit)
             .field("global", &self.global)
             .field("missing", &self.missing)
             .finish_non_exhaustive()

@@ -71,7 +71,7 @@ pub struct RejectLayer<K = (), E = GlobalKey, O = TooManyRequests> {
 impl RateLimitLayer {
     /// Reject requests over the limit at once, instead of waiting: see [`RejectLayer`].
     pub fn reject(self) -> RejectLayer {
-        RejectLayer::new(Limits::single(self.bucket().clone()))
+        RejectLayer::new(Limits::single(self.limit().clone()))
     }
 }
 
@@ -231,8 +231,8 @@ impl<K: Clone, E: Clone, O: Clone> Clone for RejectLayer<K, E, O> {
 impl<K, E, O> fmt::Debug for RejectLayer<K, E, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RejectLayer")
-            .field("keyed", &self.limits.keyed_bucket().map(|k| k.quota()))
-            .field("bucket", &self.limits.bucket().map(|b| b.quota()))
+            .field("keyed", &self.limits.keyed_limit().map(|k| k.quota()))
+            .field("limit", &self.limits.limit().map(|l| l.quota()))
             .field("max_wait", &self.max_wait)
             .field("x_ratelimit", &self.x_ratelimit)
             .field("admitted_headers", &self.admitted)

@@ -51,6 +51,7 @@ mod future;
 mod keyed_layer;
 mod layer;
 mod limits;
+mod policy;
 mod rejected;
 mod respond;
 mod service;

@@ -1,18 +1,17 @@
 //! Bounded waiting: a request over the limit that fits within
 //! [`max_wait`](super::RejectLayer::max_wait) holds a reservation and sleeps until it is due.
 //!
-//! - **Per key**: the key's bucket reserves the instant (it is at most `max_wait` away, or the
+//! - **Per key**: the key's limit reserves the instant (it is at most `max_wait` away, or the
 //!   request is refused at once). When it comes, the global ceiling, if any, is asked without
 //!   waiting; if it refuses, the key's reservation is given back and the request is refused.
-//!   A request never holds a per-key reservation while queueing for the global bucket (that
+//!   A request never holds a per-key reservation while queueing for the global limit (that
 //!   would let the key's requests go out closer together than its quota allows).
-//! - **Single bucket**: the request joins the bucket's fair queue; if its turn has not come
+//! - **Single limit**: the request joins the limit's fair queue; if its turn has not come
 //!   `max_wait` after it arrived (a pause intervened), it leaves the queue and is refused.
 //!
 //! Dropping the response future while it waits (the client went away) gives the reservation
 //! back.
 
-use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,128 +21,61 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use super::fields::{Policies, Spec};
-use super::limits::{bucket_status, key_status, policies, refusal, GLOBAL, PER_KEY, SINGLE};
+use super::policy::{self, limit_status, policies, refusal, GLOBAL, PER_KEY};
 use super::rejected::{Rejected, RejectedBy, Status};
-use crate::bucket::{Backend, RemoteDecision, Waiter};
-use crate::keyed::{Grant, KeyId, KeyedBucket, RemoteKeyed};
+use crate::limit::{Decision, KeyHold, KeyTurn, KeyedLimit, Limit, Turn};
 use crate::observe::Observer;
-use crate::{Bucket, Throttled};
 
 /// A reservation being waited for.
 pub(crate) enum Pending<K: Hash + Eq> {
+    /// The key's turn, then the global ceiling's decision.
     Key {
-        hold: KeyHold<K>,
-        due: Instant,
-        global: Option<Bucket>,
-        /// The decision of a shared, remote global ceiling, once asked.
-        global_decision: Option<RemoteDecision>,
+        keyed: KeyedLimit<K>,
+        /// The key's turn, until it came (`None`: the key is held).
+        turn: Option<KeyTurn<K>>,
+        hold: Option<KeyHold<K>>,
+        global: Option<Limit>,
+        /// The global ceiling's decision, once asked and not made at once.
+        global_turn: Option<Turn>,
     },
-    Bucket {
-        bucket: Bucket,
-        waiter: Option<Waiter>,
-        deadline: Instant,
-    },
-    /// A decision a shared, remote bucket (Redis) is making: a single bucket, or the
-    /// global ceiling of a request without a key.
-    Remote {
-        bucket: Bucket,
-        decision: RemoteDecision,
+    /// The turn of a single limit, or of the global ceiling of a request without a key.
+    Single {
+        limit: Limit,
+        turn: Turn,
         by: RejectedBy,
         name: &'static str,
-    },
-    /// A decision a shared, remote keyed bucket is making, then the global ceiling's.
-    RemoteKey {
-        keyed: KeyedBucket<K>,
-        remote: Arc<dyn RemoteKeyed>,
-        id: KeyId,
-        decision: Option<RemoteDecision>,
-        global: Option<Bucket>,
-        global_decision: Option<RemoteDecision>,
     },
 }
 
 impl<K: Hash + Eq> Pending<K> {
-    pub(crate) fn key(
-        bucket: KeyedBucket<K>,
-        key: Option<K>,
-        grant: Grant,
-        due: Instant,
-        global: Option<Bucket>,
-    ) -> Self {
+    pub(crate) fn key(keyed: KeyedLimit<K>, turn: KeyTurn<K>, global: Option<Limit>) -> Self {
         Pending::Key {
-            hold: KeyHold {
-                bucket,
-                key,
-                grant,
-                armed: true,
-            },
-            due,
+            keyed,
+            turn: Some(turn),
+            hold: None,
             global,
-            global_decision: None,
+            global_turn: None,
         }
     }
 
-    pub(crate) fn remote(
-        bucket: Bucket,
-        decision: RemoteDecision,
-        by: RejectedBy,
-        name: &'static str,
-    ) -> Self {
-        Pending::Remote {
-            bucket,
-            decision,
+    /// A key admitted already, waiting for the global ceiling's `turn`.
+    pub(crate) fn held(keyed: KeyedLimit<K>, hold: KeyHold<K>, global: Limit, turn: Turn) -> Self {
+        Pending::Key {
+            keyed,
+            turn: None,
+            hold: Some(hold),
+            global: Some(global),
+            global_turn: Some(turn),
+        }
+    }
+
+    pub(crate) fn single(limit: Limit, turn: Turn, by: RejectedBy, name: &'static str) -> Self {
+        Pending::Single {
+            limit,
+            turn,
             by,
             name,
         }
-    }
-
-    pub(crate) fn remote_key(
-        keyed: KeyedBucket<K>,
-        remote: Arc<dyn RemoteKeyed>,
-        id: KeyId,
-        max_wait: Duration,
-        global: Option<Bucket>,
-    ) -> Self {
-        let decision = Some(remote.try_acquire(id, 1, max_wait));
-        Pending::RemoteKey {
-            keyed,
-            remote,
-            id,
-            decision,
-            global,
-            global_decision: None,
-        }
-    }
-
-    pub(crate) fn bucket(bucket: Bucket, waiter: Waiter, max_wait: Duration) -> Self {
-        Pending::Bucket {
-            bucket,
-            waiter: Some(waiter),
-            deadline: Instant::now() + max_wait,
-        }
-    }
-}
-
-/// A per-key reservation, given back if dropped while still armed.
-pub(crate) struct KeyHold<K: Hash + Eq> {
-    bucket: KeyedBucket<K>,
-    key: Option<K>,
-    grant: Grant,
-    armed: bool,
-}
-
-impl<K: Hash + Eq> KeyHold<K> {
-    /// Give the reservation back now.
-    fn refund(&mut self) {
-        if std::mem::take(&mut self.armed) {
-            self.bucket.refund(self.key.as_ref(), &self.grant);
-        }
-    }
-}
-
-impl<K: Hash + Eq> Drop for KeyHold<K> {
-    fn drop(&mut self) {
-        self.refund();
     }
 }
 
@@ -159,7 +91,6 @@ pub(crate) enum Outcome<S, Req> {
 pub(crate) struct Wait<S, O, Req, K: Hash + Eq> {
     pending: Pending<K>,
     sleep: Pin<Box<Sleep>>,
-    deadline: Option<Pin<Box<Sleep>>>,
     service: Option<S>,
     req: Option<Req>,
     pub(crate) on_reject: O,
@@ -179,18 +110,9 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
         dry_run: bool,
         observer: Option<Arc<dyn Observer>>,
     ) -> Self {
-        let (wake, deadline) = match &pending {
-            Pending::Key { due, .. } => (*due, None),
-            Pending::Remote { .. } | Pending::RemoteKey { .. } => (Instant::now(), None),
-            Pending::Bucket { deadline, .. } => (
-                Instant::now(),
-                Some(Box::pin(tokio::time::sleep_until(*deadline))),
-            ),
-        };
         Wait {
             pending,
-            sleep: Box::pin(tokio::time::sleep_until(wake)),
-            deadline,
+            sleep: Box::pin(tokio::time::sleep_until(Instant::now())),
             service: Some(service),
             req: Some(req),
             on_reject,
@@ -203,15 +125,9 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
     /// The limits involved, as `RateLimit-Policy` names them.
     pub(crate) fn policies(&self) -> Policies {
         match &self.pending {
-            Pending::Key { hold, global, .. } => {
-                policies(Some(&hold.bucket), global.as_ref(), true)
-            }
-            Pending::Bucket { bucket, .. } => policies::<K>(None, Some(bucket), false),
-            Pending::Remote { bucket, name, .. } => {
-                policies::<K>(None, Some(bucket), *name == GLOBAL)
-            }
-            Pending::RemoteKey { keyed, global, .. } => {
-                policies(Some(keyed), global.as_ref(), true)
+            Pending::Key { keyed, global, .. } => policies(Some(keyed), global.as_ref(), true),
+            Pending::Single { limit, name, .. } => {
+                policies::<K>(None, Some(limit), *name == GLOBAL)
             }
         }
     }
@@ -220,124 +136,74 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
         let describe = self.spec.admitted;
         let verdict = match &mut self.pending {
             Pending::Key {
+                keyed,
+                turn,
                 hold,
                 global,
-                global_decision,
-                ..
-            } => {
-                std::task::ready!(self.sleep.as_mut().poll(cx));
-                let key = describe.then(|| key_status(&hold.bucket, &hold.grant));
-                let verdict = loop {
-                    let Some(g) = global else {
-                        break Ok([key, None]);
-                    };
-                    let decided = if let Some(d) = global_decision.as_mut() {
-                        std::task::ready!(d.as_mut().poll(cx))
-                    } else {
-                        match g.backend() {
-                            Backend::Local(local) => g.try_acquire_local(local, 1),
-                            Backend::Remote(remote) => {
-                                *global_decision = Some(remote.try_acquire(1, Duration::ZERO));
-                                continue;
-                            }
-                        }
-                    };
-                    break match decided {
-                        Ok(()) => Ok([key, describe.then(|| bucket_status(g, GLOBAL))]),
-                        Err(denied) => {
-                            hold.refund();
-                            Err(refusal(RejectedBy::Global, GLOBAL, &g.quota(), denied))
-                        }
-                    };
-                };
-                if verdict.is_ok() {
-                    hold.armed = false; // spent
-                }
-                verdict
-            }
-            Pending::RemoteKey {
-                keyed,
-                remote,
-                id,
-                decision,
-                global,
-                global_decision,
+                global_turn,
             } => loop {
-                if let Some(d) = global_decision.as_mut() {
-                    let global = global
-                        .as_ref()
-                        .expect("a global decision has a global bucket");
-                    break match std::task::ready!(d.as_mut().poll(cx)) {
-                        Ok(()) => Ok([None, None]),
+                if hold.is_none() {
+                    let t = turn.as_mut().expect("polled after completion");
+                    match std::task::ready!(t.poll(cx)) {
+                        Ok(h) => *hold = Some(h),
                         Err(denied) => {
-                            remote.release(*id, 1); // the key's token was not used
-                            Err(refusal(RejectedBy::Global, GLOBAL, &global.quota(), denied))
+                            let quota = keyed.quota();
+                            break Err(refusal(RejectedBy::Key, PER_KEY, &quota, denied));
                         }
-                    };
+                    }
                 }
-                let d = decision.as_mut().expect("polled after completion");
-                let key_verdict = std::task::ready!(d.as_mut().poll(cx));
-                *decision = None;
-                if let Err(denied) = key_verdict {
-                    break Err(refusal(RejectedBy::Key, PER_KEY, &keyed.quota(), denied));
-                }
-                match global {
-                    None => break Ok([None, None]),
-                    Some(g) => match g.backend() {
-                        Backend::Remote(r) => {
-                            *global_decision = Some(r.try_acquire(1, Duration::ZERO));
+                let h = hold.as_mut().expect("the key is held");
+                let key = if describe {
+                    policy::status(PER_KEY, keyed.quota(), h.level())
+                } else {
+                    None
+                };
+                let Some(g) = global else {
+                    h.spend();
+                    break Ok([key, None]);
+                };
+                let decided = match global_turn {
+                    Some(t) => std::task::ready!(t.poll(self.sleep.as_mut(), cx)),
+                    None => match g.decide(1, Duration::ZERO) {
+                        Decision::Now(decided) => decided,
+                        Decision::Later(t) => {
+                            *global_turn = Some(t);
+                            continue;
                         }
-                        Backend::Local(local) => match g.try_acquire_local(local, 1) {
-                            Ok(()) => break Ok([None, describe.then(|| bucket_status(g, GLOBAL))]),
-                            Err(denied) => {
-                                remote.release(*id, 1);
-                                break Err(refusal(RejectedBy::Global, GLOBAL, &g.quota(), denied));
-                            }
-                        },
                     },
-                }
+                };
+                break match decided {
+                    Ok(_) => {
+                        h.spend();
+                        let global = if describe {
+                            limit_status(g, GLOBAL)
+                        } else {
+                            None
+                        };
+                        Ok([key, global])
+                    }
+                    Err(denied) => {
+                        h.refund();
+                        Err(refusal(RejectedBy::Global, GLOBAL, &g.quota(), denied))
+                    }
+                };
             },
-            Pending::Remote {
-                bucket,
-                decision,
+            Pending::Single {
+                limit,
+                turn,
                 by,
                 name,
-            } => match std::task::ready!(decision.as_mut().poll(cx)) {
-                Ok(()) => Ok([None, describe.then(|| bucket_status(bucket, name))]),
-                Err(denied) => Err(refusal(*by, name, &bucket.quota(), denied)),
-            },
-            Pending::Bucket {
-                bucket,
-                waiter,
-                deadline: _,
-            } => {
-                let turn = match waiter.as_mut() {
-                    Some(w) => w.poll(self.sleep.as_mut(), cx),
-                    None => Poll::Pending,
-                };
-                if let Poll::Ready(permit) = turn {
-                    waiter.take();
-                    match permit {
-                        Ok(_) => Ok([None, describe.then(|| bucket_status(bucket, SINGLE))]),
-                        // The quota shrank below the request while it waited.
-                        Err(never) => Err(refusal(
-                            RejectedBy::Bucket,
-                            SINGLE,
-                            &bucket.quota(),
-                            never.into(),
-                        )),
-                    }
-                } else {
-                    let deadline = self.deadline.as_mut().map(|d| d.as_mut().poll(cx));
-                    if !matches!(deadline, Some(Poll::Ready(()))) {
-                        return Poll::Pending;
-                    }
-                    waiter.take(); // leave the queue, giving the place back
-                    let wait = bucket.snapshot().next_token_in;
-                    let denied = Throttled::after(wait).into();
-                    Err(refusal(RejectedBy::Bucket, SINGLE, &bucket.quota(), denied))
+            } => match std::task::ready!(turn.poll(self.sleep.as_mut(), cx)) {
+                Ok(_) => {
+                    let status = if describe {
+                        limit_status(limit, name)
+                    } else {
+                        None
+                    };
+                    Ok([None, status])
                 }
-            }
+                Err(denied) => Err(refusal(*by, name, &limit.quota(), denied)),
+            },
         };
         let req = self.req.take().expect("polled after completion");
         let service = self.service.take().expect("polled after completion");
