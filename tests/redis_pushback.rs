@@ -357,3 +357,35 @@ async fn an_outage_lowers_the_shared_rate_once_on_redis() {
     // hears of a pause late (a loaded machine) may send one more each time.
     assert!(refused <= 10, "{refused}");
 }
+
+/// The Redis builder sets the rate control as the in-process builder does: by default a
+/// push-back lowers the rate; `fixed_rate` keeps it; `ramp` starts it at 45 % on the first
+/// request sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_builder_sets_the_rate_control_as_the_bucket_builder_does() {
+    let prefix = unique_prefix("pushback-modes");
+    let quota = Quota::per_second(100).burst(1);
+    let built = |name: &'static str| {
+        RedisBucket::builder(quota)
+            .url(redis_url())
+            .timeout(Duration::from_secs(1)) // not 50 ms: a loaded machine is no outage
+            .key_prefix(&prefix)
+            .key(name)
+    };
+    let converging = built("converge").build().await.unwrap();
+    let fixed = built("fixed").fixed_rate().build().await.unwrap();
+    let ramped = built("ramp").ramp().build().await.unwrap();
+    for bucket in [&converging, &fixed, &ramped] {
+        assert_eq!(bucket.rate(), 100.0);
+    }
+    for bucket in [&converging, &fixed] {
+        bucket
+            .feedback()
+            .sending()
+            .pushed_back(Duration::ZERO, None);
+    }
+    assert!(converging.rate() < 100.0, "{}", converging.rate());
+    assert_eq!(fixed.rate(), 100.0);
+    let _sent = ramped.feedback().sending();
+    assert_eq!(ramped.rate(), 45.0);
+}

@@ -155,11 +155,11 @@ impl RedisBucket {
     /// quota, so that it never holds more tokens than before the change (no burst). Per
     /// algorithm:
     /// - **token and leaky bucket**: the new rate and burst apply at once. A lower rate or a
-    ///   larger burst keeps the tokens held exactly as here (a larger burst is not handed
-    ///   out), as does a bucket full, empty or owing (a pause, a weighted request still
+    ///   larger burst keeps the tokens held exactly as in process (a larger burst is not
+    ///   handed out), as does a bucket full, empty or owing (a pause, a weighted request still
     ///   draining; in Redis also instants booked ahead by waiters), whose debt is kept in
     ///   tokens; the bucket then refills at the new rate. A higher rate or a smaller burst,
-    ///   from a bucket partly used, holds the fewer of the tokens held here and what the
+    ///   from a bucket partly used, holds the fewer of the tokens held before and what the
     ///   time it still needs to be full again leaves at the new rate and burst (possibly
     ///   none: its next token then comes within one new interval). A state re-read twice
     ///   (calls racing at the very instant of the change, or another process changing the
@@ -172,11 +172,11 @@ impl RedisBucket {
     ///   for a new period, the same rate (rounded down) in windows of `W` (a quota of fewer
     ///   than one token per `W` runs at one per `W`: build a Redis bucket with that period
     ///   instead). That count is also the largest request. A raised count adds nothing to
-    ///   the window in progress, as here; a lowered one applies to it at once (here the
-    ///   window in progress keeps what it had left, up to the new count).
+    ///   the window in progress, as in process; a lowered one applies to it at once (in
+    ///   process the window in progress keeps what it had left, up to the new count).
     ///
     /// A Redis waiter asking for more than the new burst (token and leaky bucket) or count
-    /// per window (windows) fails with [`Denied::ExceedsBurst`] at the change, as here,
+    /// per window (windows) fails with [`Denied::ExceedsBurst`] at the change, as in process,
     /// unless it has already booked its instant in Redis (within the booking horizon): its
     /// tokens are taken, and it keeps it.
     pub fn set_quota(&self, quota: Quota) {
