@@ -23,7 +23,7 @@ use crate::{Denied, Quota, Throttled};
 const KEYLESS: KeyDigest = KeyDigest::from_bytes(*b"\0tower-throttle\0");
 
 /// One limit per key for a rejecting layer: a [`KeyedBucket`] in this process, or a
-/// [`RedisKeyed`](crate::redis::RedisKeyed) shared by server replicas.
+/// `redis::RedisKeyed` shared by server replicas.
 ///
 /// [`RateLimitLayer::keyed`](crate::RateLimitLayer::keyed) takes `impl Into<KeyedLimit<K>>`,
 /// so either goes there. Cloning is cheap and shares the limit.

@@ -17,7 +17,7 @@ use crate::redis::RedisBucket;
 use crate::{Bucket, Denied, ExceedsBurst, Feedback, Quota};
 
 /// One limit for every request of a layer: a [`Bucket`] in this process, or a
-/// [`RedisBucket`](crate::redis::RedisBucket) shared with other processes.
+/// `redis::RedisBucket` shared with other processes.
 ///
 /// The layers take `impl Into<Limit>`, so either goes where a limit is asked for:
 /// `RateLimitLayer::new(bucket)` or `RateLimitLayer::new(redis_bucket)`. Cloning is cheap
@@ -79,7 +79,7 @@ impl Limit {
     }
 
     /// Change the quota of the live limit, for every clone: [`Bucket::set_quota`], or
-    /// [`RedisBucket::set_quota`](crate::redis::RedisBucket::set_quota).
+    /// `redis::RedisBucket::set_quota`.
     pub fn set_quota(&self, quota: Quota) {
         match &self.store {
             Store::Bucket(b) => b.set_quota(quota),

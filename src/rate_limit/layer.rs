@@ -7,7 +7,7 @@ use crate::limit::Limit;
 
 /// Shapes traffic through a shared limit: each request waits in `poll_ready` until the
 /// limit admits it. The limit is a [`Bucket`](crate::Bucket) in this process, or a
-/// [`RedisBucket`](crate::redis::RedisBucket) shared with other processes.
+/// `redis::RedisBucket` shared with other processes.
 ///
 /// Cloning this layer does not create a new bucket: every service it wraps, and every clone
 /// of those, draws from the same tokens.

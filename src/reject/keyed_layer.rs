@@ -58,7 +58,7 @@ impl RateLimitLayer {
     /// One limit per key: `extractor` finds a request's key (see
     /// [`KeyExtractor`](crate::extract::KeyExtractor)), `limit` holds a limit per key: a
     /// [`KeyedBucket`](crate::KeyedBucket), or a
-    /// [`RedisKeyed`](crate::redis::RedisKeyed) shared by server replicas.
+    /// `redis::RedisKeyed` shared by server replicas.
     pub fn keyed<K, E>(limit: impl Into<KeyedLimit<K>>, extractor: E) -> KeyedLayer<K, E> {
         KeyedLayer {
             limit: limit.into(),
@@ -73,7 +73,7 @@ impl<K, E> KeyedLayer<K, E> {
     /// Add a ceiling on all keys together.
     ///
     /// A request must fit both its key's limit and `global` (a [`Bucket`](crate::Bucket), or
-    /// a [`RedisBucket`](crate::redis::RedisBucket)). One refused by its key costs the global
+    /// a `redis::RedisBucket`). One refused by its key costs the global
     /// limit nothing, and one refused by the global limit costs its key nothing.
     pub fn global(mut self, global: impl Into<Limit>) -> Self {
         self.global = Some(global.into());

@@ -11,11 +11,11 @@ use crate::limit::Limit;
 
 type Cost = Arc<dyn Fn(&Request) -> u32 + Send + Sync>;
 
-/// Waits for a token of a shared [`Bucket`] before each request: the
+/// Waits for a token of a shared [`Bucket`](crate::Bucket) before each request: the
 /// [`RateLimitLayer`](crate::RateLimitLayer) of a `reqwest_middleware::ClientWithMiddleware`.
 ///
 /// Every request that passes through waits its turn, first come, first served, and waits out
-/// any [`pause`](Bucket::pause) in force. Attach it **after** a retry middleware (such as
+/// any [`pause`](crate::Bucket::pause) in force. Attach it **after** a retry middleware (such as
 /// [`RetryAfterMiddleware`](super::RetryAfterMiddleware)) so that it runs inside the retry
 /// loop and every attempt takes a token. A request dropped while it waits gives its place
 /// back.
@@ -48,7 +48,7 @@ pub struct RateLimitMiddleware {
 
 impl RateLimitMiddleware {
     /// A middleware that admits each request for one token of `limit`: a
-    /// [`Bucket`](crate::Bucket), or a [`RedisBucket`](crate::redis::RedisBucket).
+    /// [`Bucket`](crate::Bucket), or a `redis::RedisBucket`.
     pub fn new(limit: impl Into<Limit>) -> Self {
         RateLimitMiddleware {
             limit: limit.into(),

@@ -14,7 +14,7 @@ use crate::retry_after::{Action, Attempt, Policy, RetryInfo};
 use crate::RetryAfterLayer;
 
 /// Retries what a server pushes back (`429`, `503`) after its `Retry-After`, pausing the
-/// shared [`Bucket`] so that every worker backs off together: the
+/// shared [`Bucket`](crate::Bucket) so that every worker backs off together: the
 /// [`RetryAfterLayer`] of a `reqwest_middleware::ClientWithMiddleware`.
 ///
 /// The bucket's configured rate holds from the first request until a push-back; a push-back
