@@ -68,20 +68,11 @@ impl<K: StableKey> From<RedisKeyed> for KeyedLimit<K> {
 
 impl<K> KeyedLimit<K> {
     /// The quota of every key.
-    pub fn quota(&self) -> Quota {
+    pub(crate) fn quota(&self) -> Quota {
         match &self.store {
             Store::Table(t) => t.quota(),
             #[cfg(feature = "redis")]
             Store::Redis { redis, .. } => redis.quota(),
-        }
-    }
-
-    /// The in-process keyed bucket, if the limit is kept in this process.
-    pub fn keyed_bucket(&self) -> Option<&KeyedBucket<K>> {
-        match &self.store {
-            Store::Table(t) => Some(t),
-            #[cfg(feature = "redis")]
-            Store::Redis { .. } => None,
         }
     }
 }

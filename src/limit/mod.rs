@@ -70,7 +70,7 @@ impl From<RedisBucket> for Limit {
 
 impl Limit {
     /// The configured quota: the most this limit ever enforces.
-    pub fn quota(&self) -> Quota {
+    pub(crate) fn quota(&self) -> Quota {
         match &self.store {
             Store::Bucket(b) => b.quota(),
             #[cfg(feature = "redis")]
@@ -97,18 +97,9 @@ impl Limit {
         }
     }
 
-    /// The Redis bucket, if the limit is kept in Redis.
-    #[cfg(feature = "redis")]
-    pub fn redis(&self) -> Option<&RedisBucket> {
-        match &self.store {
-            Store::Redis(r) => Some(r),
-            Store::Bucket(_) => None,
-        }
-    }
-
     /// Tell the limit's rate control about the requests it admits (see
     /// [`Bucket::feedback`]).
-    pub fn feedback(&self) -> Feedback<'_> {
+    pub(crate) fn feedback(&self) -> Feedback<'_> {
         match &self.store {
             Store::Bucket(b) => b.feedback(),
             #[cfg(feature = "redis")]
