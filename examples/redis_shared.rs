@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_throttle::redis::RedisBucket;
-use tower_throttle::{Bucket, Quota, RateLimitLayer};
+use tower_throttle::{Quota, RateLimitLayer};
 
 const WORKERS: usize = 8;
 const RUN: Duration = Duration::from_secs(6);
@@ -32,7 +32,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .key("shared")
         .build()
         .await?;
-    let bucket = Bucket::from(redis); // the layers' handle, deciding in Redis
 
     let sent = Arc::new(AtomicU64::new(0));
     let api = {
@@ -43,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         })
     };
     let svc = ServiceBuilder::new()
-        .layer(RateLimitLayer::new(bucket))
+        .layer(RateLimitLayer::new(redis)) // every decision made in Redis
         .service(api);
 
     let start = Instant::now();

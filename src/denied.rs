@@ -8,7 +8,9 @@ use std::time::Duration;
 /// The `Retry-After` value for a wait: whole seconds, rounded **up**, at least 1 (a 0 would
 /// invite an immediate retry), saturating at `u64::MAX` (never overflows).
 pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
-    crate::headers::ceil_secs(wait).max(1)
+    let secs = wait.as_secs();
+    let up = u64::from(wait.subsec_nanos() > 0);
+    secs.saturating_add(up).max(1)
 }
 
 /// "Not now": the request does not fit now, and would after [`wait`](Throttled::wait).
@@ -108,8 +110,9 @@ impl StdError for QueueFull {}
 /// The backend that keeps the limit failed, and its failure policy refuses.
 ///
 /// The backend's own error is the [`source`](StdError::source) (for the Redis backend, a
-/// `RedisError`, also reachable through `BackendError::redis` with the `redis` feature). Cloning is cheap; two values are equal when they carry the same
-/// failure (the same shared error).
+/// `RedisError`, also reachable through `BackendError::redis` with the `redis` feature).
+/// Cloning is cheap; two values are equal when they carry the same failure (the same shared
+/// error).
 #[derive(Clone)]
 pub struct BackendError {
     source: Arc<dyn StdError + Send + Sync + 'static>,
@@ -126,12 +129,6 @@ impl BackendError {
     /// The backend's error.
     pub fn get_ref(&self) -> &(dyn StdError + Send + Sync + 'static) {
         &*self.source
-    }
-
-    /// The Redis backend's error, when the Redis backend failed.
-    #[cfg(feature = "redis")]
-    pub fn redis(&self) -> Option<&crate::redis::RedisError> {
-        (self.get_ref() as &(dyn StdError + 'static)).downcast_ref()
     }
 }
 
@@ -161,23 +158,6 @@ impl StdError for BackendError {
     }
 }
 
-/// Nothing decided: the limit is kept in a shared store (Redis), which a synchronous call
-/// cannot ask without waiting for a reply.
-///
-/// The answer of [`Bucket::try_acquire`](crate::Bucket::try_acquire) and
-/// [`KeyedBucket::try_acquire`](crate::KeyedBucket::try_acquire) on a limit made from a Redis
-/// one: ask it with `try_acquire_shared` instead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Undecided;
-
-impl fmt::Display for Undecided {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad("request not decided: the limit is kept in a shared store")
-    }
-}
-
-impl StdError for Undecided {}
-
 /// Why a limit did not admit a request: the error of every `try_acquire` and `acquire`.
 ///
 /// A limit answers "not now" or "never", and the two call for different handling:
@@ -188,7 +168,6 @@ impl StdError for Undecided {}
 /// | never: the cost is above what the limit can ever hold | [`ExceedsBurst`] | no | a bug or a bad request: fail |
 /// | a leaky bucket's queue is full | [`QueueFull`] | later | shed load |
 /// | the backend that keeps the limit (Redis) failed | [`BackendError`] | perhaps | see the failure policy |
-/// | a synchronous call on a limit kept in Redis | [`Undecided`] | no | ask with `try_acquire_shared` |
 ///
 /// [`Denied`] is the one error of every `try_acquire` and `acquire` in the crate
 /// ([`Bucket`](crate::Bucket), [`KeyedBucket`](crate::KeyedBucket), and the Redis backend's
@@ -230,8 +209,6 @@ pub enum Denied {
     QueueFull(QueueFull),
     /// The backend that keeps the limit failed, and its failure policy refuses.
     Backend(BackendError),
-    /// Nothing decided: a synchronous call on a limit kept in a shared store.
-    Undecided(Undecided),
 }
 
 impl Denied {
@@ -308,7 +285,6 @@ impl fmt::Display for Denied {
             Denied::ExceedsBurst(e) => fmt::Display::fmt(e, f),
             Denied::QueueFull(e) => fmt::Display::fmt(e, f),
             Denied::Backend(e) => fmt::Display::fmt(e, f),
-            Denied::Undecided(e) => fmt::Display::fmt(e, f),
         }
     }
 }

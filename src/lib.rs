@@ -117,6 +117,7 @@ pub mod extract;
 pub mod grpc;
 pub mod headers;
 pub mod keyed;
+mod limit;
 pub mod observe;
 mod quota;
 pub mod rate_limit;
@@ -129,8 +130,9 @@ pub mod retry_after;
 
 pub use crate::algorithm::Algorithm;
 pub use crate::bucket::{Acquire, Bucket, BucketBuilder, Feedback, Sent, Snapshot};
-pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
+pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
 pub use crate::keyed::KeyedBucket;
+pub use crate::limit::{KeyedLimit, Limit};
 pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};
 pub use crate::reject::RejectLayer;

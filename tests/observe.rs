@@ -221,7 +221,7 @@ async fn set_quota_through_the_layers_shared_handle_changes_every_clone() {
     let (a, b) = (svc.clone(), svc);
     a.oneshot(()).await.unwrap();
     // Operators raise the limit at run time, on the layer's handle: no rebuild.
-    layer.bucket().set_quota(Quota::per_second(10).burst(1));
+    layer.limit().set_quota(Quota::per_second(10).burst(1));
     let start = Instant::now();
     b.oneshot(()).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_millis(100));

@@ -30,7 +30,7 @@ async fn semantic_2_shared_layer_and_clones_use_one_bucket() {
     let b = layer.clone().layer(echo());
     let mut svcs = vec![a.clone(), a, b.clone(), b];
     for s in &mut svcs {
-        assert!(s.bucket().same_bucket(&bucket));
+        assert!(s.limit().bucket().unwrap().same_bucket(&bucket));
         s.ready().await.unwrap().call(1).await.unwrap();
     }
     assert_eq!(bucket.snapshot().available, 0);
@@ -124,7 +124,7 @@ async fn reservation_dropped_without_call_is_given_back() {
     svc.ready().await.unwrap();
     let clone = svc.clone();
     drop(clone);
-    assert_eq!(svc.bucket().snapshot().available, 0);
+    assert_eq!(svc.limit().bucket().unwrap().snapshot().available, 0);
     svc.call(7).await.unwrap();
 }
 

@@ -885,7 +885,7 @@ async fn booked_waiters_wait_out_a_pause(which: &str) {
     };
     let (redis, keyed) = (bucket_handle().await, keyed_handle().await);
     let (other, other_keyed) = (bucket_handle().await, keyed_handle().await);
-    let bucket = tower_throttle::Bucket::from(redis.clone());
+    let bucket = redis.clone();
     let cooldown = COOLDOWN;
     let waiter = || {
         let keyed_waiter = which.starts_with("keyed");
@@ -900,9 +900,9 @@ async fn booked_waiters_wait_out_a_pause(which: &str) {
     };
     let pause = async {
         match which {
-            "bucket" => bucket.pause(cooldown),
+            "bucket" => bucket.pause(cooldown).await.unwrap(),
             "redis" => redis.pause(cooldown).await.unwrap(),
-            "elsewhere" => tower_throttle::Bucket::from(other).pause(cooldown),
+            "elsewhere" => other.pause(cooldown).await.unwrap(),
             "keyed elsewhere" => other_keyed.pause("alice", cooldown).await.unwrap(),
             _ => keyed.pause("alice", cooldown).await.unwrap(),
         }
@@ -931,7 +931,7 @@ async fn booked_waiters_wait_out_a_pause_made_in_another_process() {
 /// (so that the windows book their turns too), paused here and from another process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn booked_waiters_of_every_algorithm_wait_out_a_pause() {
-    use tower_throttle::{Algorithm, Bucket};
+    use tower_throttle::Algorithm;
     let quota = Quota::new(1, Duration::from_millis(200));
     for algorithm in [
         Algorithm::TokenBucket,
@@ -953,16 +953,16 @@ async fn booked_waiters_of_every_algorithm_wait_out_a_pause() {
                     .await
                     .unwrap()
             };
-            let (here, other) = (Bucket::from(handle().await), Bucket::from(handle().await));
+            let (here, other) = (handle().await, handle().await);
             let waiter = || {
                 let bucket = here.clone();
                 async move { bucket.acquire(1).await.unwrap() }
             };
             let pause = async {
                 if elsewhere {
-                    other.pause(COOLDOWN);
+                    other.pause(COOLDOWN).await.unwrap();
                 } else {
-                    here.pause(COOLDOWN);
+                    here.pause(COOLDOWN).await.unwrap();
                 }
             };
             let what = format!("{algorithm:?}, elsewhere {elsewhere}");

@@ -1069,14 +1069,13 @@ async fn keyed_rejecting_layers_on_a_sliding_log_share_each_keys_window() {
     use http::{Request, Response, StatusCode};
     use tower::{service_fn, Layer, ServiceExt};
     use tower_throttle::extract::HeaderKey;
-    use tower_throttle::KeyedBucket;
 
     let prefix = unique_prefix("keyed-log");
     let quota = Quota::per_minute(3).burst(3);
     let server = |redis: RedisKeyed| {
         assert_eq!(redis.algorithm(), Algorithm::SlidingLog);
         RejectLayer::keyed(
-            KeyedBucket::<tower_throttle::extract::KeyDigest>::from(redis),
+            tower_throttle::KeyedLimit::<tower_throttle::extract::KeyDigest>::from(redis),
             HeaderKey::x_api_key(),
         )
         .layer(service_fn(|_: Request<String>| async {

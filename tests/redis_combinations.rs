@@ -18,7 +18,7 @@ use tower_throttle::extract::{HeaderKey, KeyDigest};
 use tower_throttle::observe::Observer;
 use tower_throttle::redis::{RedisBucket, RedisKeyed};
 use tower_throttle::reject::Rejected;
-use tower_throttle::{Algorithm, Bucket, Denied, KeyedBucket, Quota, RejectLayer};
+use tower_throttle::{Algorithm, Bucket, KeyedLimit, Quota, RejectLayer};
 
 const ALGORITHMS: [Algorithm; 5] = [
     Algorithm::TokenBucket,
@@ -28,7 +28,7 @@ const ALGORITHMS: [Algorithm; 5] = [
     Algorithm::SlidingLog,
 ];
 
-async fn redis_bucket(prefix: &str, quota: Quota, algorithm: Algorithm) -> Bucket {
+async fn redis_bucket(prefix: &str, quota: Quota, algorithm: Algorithm) -> RedisBucket {
     let redis = RedisBucket::builder(quota)
         .url(redis_url())
         .timeout(Duration::from_secs(1)) // not 50 ms: a loaded machine is no outage
@@ -38,7 +38,7 @@ async fn redis_bucket(prefix: &str, quota: Quota, algorithm: Algorithm) -> Bucke
         .build()
         .await
         .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
-    Bucket::from(redis)
+    redis
 }
 
 fn ok(
@@ -129,7 +129,7 @@ async fn max_wait_per_key_on_redis_waits_its_turn() {
         .await
         .unwrap();
     let svc = RejectLayer::keyed(
-        KeyedBucket::<KeyDigest>::from(per_key),
+        KeyedLimit::<KeyDigest>::from(per_key),
         HeaderKey::x_api_key(),
     )
     .max_wait(Duration::from_millis(500))
@@ -214,22 +214,18 @@ async fn dry_run_observer_and_fallback_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shared_bucket_is_asked_asynchronously_and_the_sync_call_says_it_cannot() {
+async fn a_redis_bucket_is_asked_asynchronously() {
     let prefix = unique_prefix("typed");
     let quota = Quota::per_hour(2).burst(2);
     let a = redis_bucket(&prefix, quota, Algorithm::TokenBucket).await;
     let b = redis_bucket(&prefix, quota, Algorithm::TokenBucket).await;
-    assert!(a.is_shared() && !Bucket::new(quota).is_shared());
-    let undecided = a.try_acquire(1).unwrap_err();
-    assert!(matches!(undecided, Denied::Undecided(_)), "{undecided:?}");
-    a.try_acquire_shared(1).await.unwrap();
-    b.try_acquire_shared(1).await.unwrap();
-    let refused = a.try_acquire_shared(1).await.unwrap_err();
+    a.try_acquire(1).await.unwrap();
+    b.try_acquire(1).await.unwrap();
+    let refused = a.try_acquire(1).await.unwrap_err();
     assert!(
         refused.wait().unwrap() > Duration::from_secs(60),
         "{refused:?}"
     );
-    let never = a.try_acquire_shared(3).await.unwrap_err();
+    let never = a.try_acquire(3).await.unwrap_err();
     assert!(never.exceeds_burst().is_some(), "{never:?}");
-    assert!(a.snapshot().local_view && !Bucket::new(quota).snapshot().local_view);
 }

@@ -20,7 +20,7 @@ use redis_support::workers::{
 use redis_support::{free_port, raw, redis_url, unique_prefix, PrivateRedis};
 use tower::{service_fn, Service, ServiceExt};
 use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisKeyed};
-use tower_throttle::{Algorithm, Bucket, KeyedBucket, Quota, RateLimitLayer, RejectLayer};
+use tower_throttle::{Algorithm, KeyedBucket, Quota, RateLimitLayer, RejectLayer};
 
 const WORKER_ENV: &str = "TOWER_THROTTLE_DISTRIBUTED_WORKER";
 const PROCESSES: usize = 2;
@@ -138,7 +138,7 @@ async fn keyed_global_worker(prefix: &str, start_us: u64, tally: &Arc<Tally>) {
     // global ceiling in Redis.
     let per_user = KeyedBucket::<String>::new(Quota::per_second(1_000).burst(100));
     let svc = tower::ServiceBuilder::new()
-        .layer(RejectLayer::keyed(per_user, by_user).global(Bucket::from(global)))
+        .layer(RejectLayer::keyed(per_user, by_user).global(global))
         .service(service_fn(|_: Request<String>| async {
             Ok::<_, Infallible>(Response::new(String::new()))
         }));
@@ -222,7 +222,7 @@ async fn weighted_worker(prefix: &str, start_us: u64, tally: &Arc<Tally>) {
         .expect("worker connects");
     let counted = tally.clone();
     let svc = tower::ServiceBuilder::new()
-        .layer(RateLimitLayer::new(Bucket::from(shared)).cost(|_: &()| COST))
+        .layer(RateLimitLayer::new(shared).cost(|_: &()| COST))
         .service(service_fn(move |()| {
             counted.admit(u64::from(COST));
             async { Ok::<_, Infallible>(()) }

@@ -17,7 +17,7 @@ use redis_support::{free_port, PrivateRedis};
 use tokio::time::Instant;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind};
-use tower_throttle::{BoxError, Bucket, Denied, Quota, RateLimitLayer};
+use tower_throttle::{BoxError, Denied, Quota, RateLimitLayer};
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 /// Scheduling slack on a loaded machine: generous, but short of a second timeout (a caller
@@ -52,7 +52,7 @@ fn redis_kind(r: Result<(), Denied>) -> RedisErrorKind {
 async fn closed_fails_waiting_callers_within_the_timeout() {
     let server = PrivateRedis::start(free_port());
     let redis = bucket(&server.url(), "closed", Duration::from_secs(5)).await;
-    let shared = Bucket::from(redis.clone());
+    let shared = redis.clone();
     shared.acquire(1).await.unwrap(); // healthy: Redis admits
 
     server.signal("STOP");
@@ -157,15 +157,14 @@ async fn the_local_fallback_follows_the_learned_rate() {
         .connect_lazily()
         .timeout(Duration::from_millis(50))
         .failure_policy(FailurePolicy::Local { fraction: 1.0 })
+        .adaptive(tower_throttle::adaptive::Adaptive::new())
         .build()
         .await
         .unwrap();
-    let bucket = redis
-        .clone()
-        .adaptive(tower_throttle::adaptive::Adaptive::new());
+    let bucket = redis.clone();
     assert_eq!(bucket.rate(), 1.0);
-    bucket.try_acquire_shared(1).await.unwrap();
-    let wait = match bucket.try_acquire_shared(1).await {
+    bucket.try_acquire(1).await.unwrap();
+    let wait = match bucket.try_acquire(1).await {
         Err(Denied::Throttled(t)) => t.wait(),
         other => panic!("expected a throttled answer, got {other:?}"),
     };

@@ -13,7 +13,7 @@ use redis_support::{redis_url, unique_prefix};
 use tower::{service_fn, Layer, ServiceExt};
 use tower_throttle::extract::{HeaderKey, KeyDigest, KeyExtractor, PeerIp, StableKey};
 use tower_throttle::redis::RedisKeyed;
-use tower_throttle::{Algorithm, KeyedBucket, Quota, RejectLayer};
+use tower_throttle::{Algorithm, KeyedLimit, Quota, RejectLayer};
 
 async fn keyed(prefix: &str, quota: Quota) -> RedisKeyed {
     RedisKeyed::builder(quota)
@@ -135,7 +135,7 @@ async fn a_key_through_redis_keyed_and_through_the_layers_is_one_limit() {
     direct.try_acquire("alice", 2).await.unwrap();
     // …leave one for a layer keyed by a `String` extractor…
     let by_string = RejectLayer::keyed(
-        KeyedBucket::<String>::from(keyed(&prefix, quota).await),
+        KeyedLimit::<String>::from(keyed(&prefix, quota).await),
         by_user,
     )
     .layer(ok());
@@ -152,32 +152,20 @@ async fn a_key_through_redis_keyed_and_through_the_layers_is_one_limit() {
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     // …and a layer keyed by the header's digest sees the same, empty limit.
     let by_header = RejectLayer::keyed(
-        KeyedBucket::<KeyDigest>::from(keyed(&prefix, quota).await),
+        KeyedLimit::<KeyDigest>::from(keyed(&prefix, quota).await),
         HeaderKey::x_api_key(),
     )
     .layer(ok());
     let resp = by_header.oneshot(req()).await.unwrap();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
-    // The same through `KeyedBucket::try_acquire_shared`; the synchronous call says it
-    // cannot decide.
-    let shared = KeyedBucket::<String>::from(keyed(&prefix, quota).await);
-    let refused = shared
-        .try_acquire_shared(&"alice".to_owned(), 1)
-        .await
-        .unwrap_err();
+    // The same through another handle, asked with a `String` key.
+    let shared = keyed(&prefix, quota).await;
+    let refused = shared.try_acquire("alice".to_owned(), 1).await.unwrap_err();
     assert!(
         refused.wait().unwrap() > std::time::Duration::ZERO,
         "{refused:?}"
     );
-    assert!(matches!(
-        shared.try_acquire(&"bob".to_owned(), 1),
-        Err(tower_throttle::Denied::Undecided(_))
-    ));
-    shared
-        .try_acquire_shared(&"bob".to_owned(), 1)
-        .await
-        .unwrap();
-    assert!(shared.snapshot(&"bob".to_owned()).local_view);
+    shared.try_acquire("bob".to_owned(), 1).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,7 +176,7 @@ async fn a_peer_address_through_the_layer_is_named_as_through_redis_keyed() {
     let addr: SocketAddr = "192.0.2.7:4000".parse().unwrap();
     direct.try_acquire(addr.ip(), 1).await.unwrap();
     let layer = RejectLayer::keyed(
-        KeyedBucket::<IpAddr>::from(keyed(&prefix, quota).await),
+        KeyedLimit::<IpAddr>::from(keyed(&prefix, quota).await),
         PeerIp::new(),
     )
     .layer(ok());

@@ -16,8 +16,8 @@ use tower_throttle::redis::RedisBucket;
 use tower_throttle::{Bucket, Quota, RateLimitLayer, RejectLayer, RetryAfterLayer};
 
 /// A separate Redis client on the shared key: what another process would build.
-async fn process(prefix: &str, quota: Quota) -> Bucket {
-    Bucket::from(redis_process(prefix, quota).await)
+async fn process(prefix: &str, quota: Quota) -> RedisBucket {
+    redis_process(prefix, quota).await
 }
 
 /// [`process`], as the Redis bucket it is made from.
@@ -75,7 +75,7 @@ async fn a_429_seen_by_one_process_holds_the_other() {
     let quota = Quota::per_second(100).burst(10);
     let a = redis_process(&prefix, quota).await;
     let key = a.redis_key().to_owned();
-    let (a, b) = (Bucket::from(a), process(&prefix, quota).await);
+    let (a, b) = (a, process(&prefix, quota).await);
     // Process A's server refuses with Retry-After: 2; A returns the 429 (no retries here).
     let api = service_fn(|_req: Request<String>| async {
         let mut resp = Response::new(String::new());
@@ -119,7 +119,7 @@ async fn rejecting_layers_of_two_processes_share_one_redis_limit() {
     let prefix = unique_prefix("reject");
     let quota = Quota::per_minute(6).burst(6);
     let (a, b) = (process(&prefix, quota).await, process(&prefix, quota).await);
-    let server = |bucket: Bucket| {
+    let server = |bucket: RedisBucket| {
         RejectLayer::new(bucket).layer(service_fn(|_: Request<String>| async {
             Ok::<_, Infallible>(Response::new(String::from("ok")))
         }))
@@ -153,7 +153,7 @@ async fn rejecting_layers_of_two_processes_share_one_redis_limit() {
 async fn keyed_process(
     prefix: &str,
     quota: Quota,
-) -> tower_throttle::KeyedBucket<tower_throttle::extract::KeyDigest> {
+) -> tower_throttle::KeyedLimit<tower_throttle::extract::KeyDigest> {
     let redis = tower_throttle::redis::RedisKeyed::builder(quota)
         .url(redis_url())
         .timeout(Duration::from_secs(1)) // not 50 ms: a loaded machine is no outage
@@ -161,7 +161,7 @@ async fn keyed_process(
         .build()
         .await
         .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
-    tower_throttle::KeyedBucket::from(redis)
+    tower_throttle::KeyedLimit::from(redis)
 }
 
 fn keyed_request(key: &str) -> Request<String> {
@@ -305,7 +305,7 @@ async fn a_refused_backend_answers_429_retry_after_one_second_with_the_denial() 
         .query_async(&mut conn)
         .await
         .unwrap();
-    let svc = RejectLayer::new(Bucket::from(redis)).layer(service_fn(|_: Request<String>| async {
+    let svc = RejectLayer::new(redis).layer(service_fn(|_: Request<String>| async {
         Ok::<_, Infallible>(Response::new(String::from("served")))
     }));
     let res = svc.oneshot(Request::new(String::new())).await.unwrap();
@@ -327,23 +327,14 @@ async fn a_readied_service_dropped_without_a_call_gives_its_redis_token_back() {
         .layer(service_fn(|()| async { Ok::<_, Infallible>(()) }));
     svc.ready().await.unwrap();
     assert!(
-        process(&prefix, quota)
-            .await
-            .try_acquire_shared(1)
-            .await
-            .is_err(),
+        process(&prefix, quota).await.try_acquire(1).await.is_err(),
         "the token is held"
     );
     // Readied, never called: the token goes back to Redis, written in the background, so
     // it lands within a bounded time.
     drop(svc);
     let deadline = Instant::now() + Duration::from_secs(2);
-    while process(&prefix, quota)
-        .await
-        .try_acquire_shared(1)
-        .await
-        .is_err()
-    {
+    while process(&prefix, quota).await.try_acquire(1).await.is_err() {
         assert!(
             Instant::now() < deadline,
             "the unused token never came back"
@@ -382,7 +373,7 @@ async fn a_refused_handle_admits_once_another_process_gave_the_token_back() {
     held.ready().await.unwrap();
     // A is refused, with a wait of about an hour, and remembers it.
     let wait = a
-        .try_acquire_shared(1)
+        .try_acquire(1)
         .await
         .expect_err("B holds the token")
         .wait()
@@ -392,13 +383,10 @@ async fn a_refused_handle_admits_once_another_process_gave_the_token_back() {
     drop(held);
     until_given_back(&format!("{prefix}:{{api}}")).await;
     // A asks Redis again instead of repeating its refusal.
-    a.try_acquire_shared(1)
+    a.try_acquire(1)
         .await
         .expect("the token B gave back is A's");
-    assert!(
-        b.try_acquire_shared(1).await.is_err(),
-        "one token an hour in all"
-    );
+    assert!(b.try_acquire(1).await.is_err(), "one token an hour in all");
 }
 
 #[tokio::test]

@@ -599,7 +599,7 @@ fn a_process_that_dies_holding_a_lease_loses_at_most_that_lease() {
 async fn a_bucket_made_from_a_leased_redis_bucket_admits_from_the_lease() {
     let prefix = unique_prefix("lease-layers");
     let leased = leased(&prefix, frozen(30), 8, Duration::from_secs(60)).await;
-    let bucket = tower_throttle::Bucket::from(leased.clone());
+    let bucket = leased.clone();
     for _ in 0..15 {
         bucket.acquire(1).await.unwrap();
     }

@@ -1,5 +1,5 @@
-//! An observer on a Redis-backed `Bucket` sees every decision of every path (the waiting
-//! layer, `Bucket::acquire`, `Bucket::try_acquire_shared`, the rejecting layer), as it does
+//! An observer on a `RedisBucket` sees every decision of every path (the waiting
+//! layer, `RedisBucket::acquire`, `RedisBucket::try_acquire`, the rejecting layer), as it does
 //! in process, against a real Redis server.
 #![cfg(feature = "redis")]
 
@@ -14,9 +14,9 @@ use redis_support::{redis_url, unique_prefix};
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_throttle::observe::{Counters, Counts};
 use tower_throttle::redis::RedisBucket;
-use tower_throttle::{Algorithm, Bucket, Quota, RateLimitLayer, RejectLayer};
+use tower_throttle::{Algorithm, Quota, RateLimitLayer, RejectLayer};
 
-async fn observed(tag: &str, quota: Quota, algorithm: Algorithm) -> (Bucket, Arc<Counters>) {
+async fn observed(tag: &str, quota: Quota, algorithm: Algorithm) -> (RedisBucket, Arc<Counters>) {
     let (bucket, counters, _) = observed_redis(tag, quota, algorithm).await;
     (bucket, counters)
 }
@@ -26,7 +26,7 @@ async fn observed_redis(
     tag: &str,
     quota: Quota,
     algorithm: Algorithm,
-) -> (Bucket, Arc<Counters>, RedisBucket) {
+) -> (RedisBucket, Arc<Counters>, RedisBucket) {
     let counters = Arc::new(Counters::default());
     let redis = RedisBucket::builder(quota)
         .url(redis_url())
@@ -38,7 +38,7 @@ async fn observed_redis(
         .build()
         .await
         .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
-    (Bucket::from(redis.clone()), counters, redis)
+    (redis.clone(), counters, redis)
 }
 
 /// Two of the four admissions wait about 100 ms each (10/s, burst 2): the total is bounded
@@ -106,21 +106,16 @@ async fn bucket_acquire_reports_admissions_with_their_waits() {
 }
 
 #[tokio::test]
-async fn try_acquire_shared_reports_admissions_refusals_and_token_levels() {
+async fn try_acquire_reports_admissions_refusals_and_token_levels() {
     let (bucket, counters) = observed(
         "observe-try",
         Quota::per_hour(2).burst(2),
         Algorithm::TokenBucket,
     )
     .await;
-    bucket.try_acquire_shared(1).await.unwrap();
-    bucket.try_acquire_shared(1).await.unwrap();
-    let wait = bucket
-        .try_acquire_shared(1)
-        .await
-        .unwrap_err()
-        .wait()
-        .unwrap();
+    bucket.try_acquire(1).await.unwrap();
+    bucket.try_acquire(1).await.unwrap();
+    let wait = bucket.try_acquire(1).await.unwrap_err().wait().unwrap();
     let seen = counters.get();
     assert_eq!(
         (seen.admitted, seen.delayed, seen.refused, seen.waited),
@@ -129,7 +124,7 @@ async fn try_acquire_shared_reports_admissions_refusals_and_token_levels() {
     );
     assert_eq!(seen.tokens, 0, "the refusal reports the empty bucket");
     assert!(wait > Duration::from_secs(1700), "{wait:?}");
-    bucket.pause(Duration::from_secs(5));
+    bucket.pause(Duration::from_secs(5)).await.unwrap();
     assert_eq!(counters.get().paused, 1);
 }
 
@@ -170,7 +165,7 @@ async fn the_rejecting_layer_reports_to_the_buckets_observer() {
             (1, 2),
             "{algorithm:?}: {seen:?}"
         );
-        bucket.pause(Duration::from_secs(1));
+        bucket.pause(Duration::from_secs(1)).await.unwrap();
         assert_eq!(counters.get().paused, 1, "{algorithm:?}");
     }
 }
@@ -191,9 +186,10 @@ async fn a_window_on_redis_reports_its_waits_through_acquire() {
         bucket.acquire(1).await.unwrap();
     }
     let seen = counters.get();
+    // The pause is the handle's own: reported too.
     assert_eq!(
         (seen.admitted, seen.delayed, seen.paused),
-        (2, 2, 0),
+        (2, 2, 1),
         "{seen:?}"
     );
     assert!(

@@ -14,12 +14,12 @@ use redis::aio::MultiplexedConnection;
 use redis_support::{raw, redis_now_us, redis_url, unique_prefix};
 use tower_throttle::adaptive::Adaptive;
 use tower_throttle::observe::Counters;
-use tower_throttle::redis::RedisBucket;
-use tower_throttle::{Algorithm, Bucket, Denied, Quota};
+use tower_throttle::redis::{RedisBucket, RedisBucketBuilder};
+use tower_throttle::{Algorithm, Denied, Quota};
 use windows::{admitted_in_one_window, window_start, WIDTH_US};
 
 /// A separate Redis client on the shared key: what another process would build.
-async fn process(prefix: &str, quota: Quota) -> (RedisBucket, Bucket) {
+async fn process(prefix: &str, quota: Quota) -> (RedisBucket, RedisBucket) {
     let redis = RedisBucket::builder(quota)
         .url(redis_url())
         .timeout(Duration::from_secs(1)) // not 50 ms: a loaded machine is no outage
@@ -28,7 +28,7 @@ async fn process(prefix: &str, quota: Quota) -> (RedisBucket, Bucket) {
         .build()
         .await
         .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
-    (redis.clone(), Bucket::from(redis))
+    (redis.clone(), redis)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,7 +90,7 @@ async fn a_push_back_in_one_process_lowers_the_rate_of_the_others() {
 
 /// Sends requests that go through until `done`, at most 3 s (a process asks what the others
 /// learned at most every 250 ms, while its requests succeed).
-async fn succeed_until(bucket: &Bucket, what: &str, done: impl Fn() -> bool) {
+async fn succeed_until(bucket: &RedisBucket, what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(3);
     while !done() {
         assert!(Instant::now() < deadline, "{what}");
@@ -114,7 +114,7 @@ async fn a_poisoned_learned_rate_is_ignored_and_reported() {
         .await
         .unwrap();
     let (redis_a, a) = process(&prefix, quota).await;
-    let b = Bucket::from(redis.clone());
+    let b = redis.clone();
     let conn = raw(&redis_url()).await;
     let unix_ms = |ahead: Duration| {
         (SystemTime::now() + ahead)
@@ -150,7 +150,9 @@ async fn a_poisoned_learned_rate_is_ignored_and_reported() {
     })
     .await;
     assert_eq!(b.learned_rate(), None);
-    assert!(b.snapshot().paused_until.is_none());
+    b.try_acquire(1)
+        .await
+        .expect("no pause was taken from the poisoned value");
 
     // Recovery goes on: the ramp reaches the configured rate.
     succeed_until(&b, "the rate never came back", || b.rate() == 100.0).await;
@@ -175,12 +177,11 @@ async fn an_adaptive_bucket_on_redis_searches_below_the_shared_ceiling() {
         .timeout(Duration::from_secs(1)) // not 50 ms: a loaded machine is no outage
         .key_prefix(&prefix)
         .key("api")
+        .adaptive(Adaptive::new().start(Quota::per_second(10)))
         .build()
         .await
         .unwrap();
-    let bucket = redis
-        .clone()
-        .adaptive(Adaptive::new().start(Quota::per_second(10)));
+    let bucket = redis.clone();
     assert_eq!((bucket.rate(), bucket.quota()), (10.0, quota));
     // The shared limit decides at the rate in force: 10/s, one token every 100 ms.
     redis.try_acquire(1).await.unwrap();
@@ -201,24 +202,29 @@ const WINDOWS: [Algorithm; 3] = [
 /// 20 per 1 s window, configured.
 const COUNT: u32 = 20;
 
-/// A separate Redis client on the shared key with a window `algorithm`.
-async fn window_process(prefix: &str, algorithm: Algorithm) -> (RedisBucket, Bucket) {
-    let redis = RedisBucket::builder(Quota::new(COUNT, Duration::from_micros(WIDTH_US)))
+/// The builder of a separate Redis client on the shared key with a window `algorithm`.
+fn window_builder(prefix: &str, algorithm: Algorithm) -> RedisBucketBuilder {
+    RedisBucket::builder(Quota::new(COUNT, Duration::from_micros(WIDTH_US)))
         .url(redis_url())
         .key_prefix(prefix)
         .key("api")
         .algorithm(algorithm)
         // A loaded machine must not turn a decision into the failure policy's refusal.
         .timeout(Duration::from_secs(2))
+}
+
+/// A separate Redis client on the shared key with a window `algorithm`.
+async fn window_process(prefix: &str, algorithm: Algorithm) -> (RedisBucket, RedisBucket) {
+    let redis = window_builder(prefix, algorithm)
         .build()
         .await
         .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
-    (redis.clone(), Bucket::from(redis))
+    (redis.clone(), redis)
 }
 
 /// The tokens per window a bucket's rate in force allows: `⌊count × rate / ceiling⌋`, at
 /// least 1.
-fn per_window(bucket: &Bucket) -> u32 {
+fn per_window(bucket: &RedisBucket) -> u32 {
     let ceiling = bucket.quota().per_second_f64();
     ((f64::from(COUNT) * bucket.rate() / ceiling + 1e-9).floor() as u32).max(1)
 }
@@ -337,11 +343,13 @@ async fn a_sliding_log_on_redis_follows_the_learned_rate() {
 async fn an_adaptive_window_on_redis_starts_at_its_start_rate() {
     for algorithm in WINDOWS {
         let prefix = unique_prefix(&format!("pushback-start-{algorithm:?}"));
-        let (redis, _) = window_process(&prefix, algorithm).await;
         // A search from 5 of the 20 per second configured: 5 per window.
-        let bucket = redis
-            .clone()
-            .adaptive(Adaptive::new().start(Quota::per_second(5)));
+        let redis = window_builder(&prefix, algorithm)
+            .adaptive(Adaptive::new().start(Quota::per_second(5)))
+            .build()
+            .await
+            .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
+        let bucket = redis.clone();
         assert_eq!(per_window(&bucket), 5, "{algorithm:?}");
         let mut conn = raw(&redis_url()).await;
         let mut after = redis_now_us(&mut conn).await / WIDTH_US + 1;
@@ -417,7 +425,7 @@ async fn an_outage_lowers_the_shared_rate_once_on_redis() {
     for w in workers {
         w.await.unwrap();
     }
-    let learned: Vec<_> = buckets.iter().map(Bucket::learned_rate).collect();
+    let learned: Vec<_> = buckets.iter().map(RedisBucket::learned_rate).collect();
     let refused = refused.load(Ordering::SeqCst);
     println!("learned after the outage {learned:?}, {refused} refused");
     for learned in learned {
@@ -430,4 +438,36 @@ async fn an_outage_lowers_the_shared_rate_once_on_redis() {
     // booked before it book again after it): 3 in the 3 s outage. Up to 10: a process that
     // hears of a pause late (a loaded machine) may send one more each time.
     assert!(refused <= 10, "{refused}");
+}
+
+/// The Redis builder sets the rate control as the in-process builder does: by default a
+/// push-back lowers the rate; `fixed_rate` keeps it; `ramp` starts it at 45 % on the first
+/// request sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_builder_sets_the_rate_control_as_the_bucket_builder_does() {
+    let prefix = unique_prefix("pushback-modes");
+    let quota = Quota::per_second(100).burst(1);
+    let built = |name: &'static str| {
+        RedisBucket::builder(quota)
+            .url(redis_url())
+            .timeout(Duration::from_secs(1)) // not 50 ms: a loaded machine is no outage
+            .key_prefix(&prefix)
+            .key(name)
+    };
+    let converging = built("converge").build().await.unwrap();
+    let fixed = built("fixed").fixed_rate().build().await.unwrap();
+    let ramped = built("ramp").ramp().build().await.unwrap();
+    for bucket in [&converging, &fixed, &ramped] {
+        assert_eq!(bucket.rate(), 100.0);
+    }
+    for bucket in [&converging, &fixed] {
+        bucket
+            .feedback()
+            .sending()
+            .pushed_back(Duration::ZERO, None);
+    }
+    assert!(converging.rate() < 100.0, "{}", converging.rate());
+    assert_eq!(fixed.rate(), 100.0);
+    let _sent = ramped.feedback().sending();
+    assert_eq!(ramped.rate(), 45.0);
 }

@@ -1,4 +1,4 @@
-//! `Bucket::set_quota` on a bucket kept in Redis: the decisions made in Redis follow the new
+//! `RedisBucket::set_quota`: the decisions made in Redis follow the new
 //! quota, every algorithm, with no burst at the change, against a real Redis server (time
 //! from the Redis clock).
 #![cfg(feature = "redis")]
@@ -16,8 +16,8 @@ use tower_throttle::redis::RedisBucket;
 use tower_throttle::{Algorithm, Bucket, Denied, Quota};
 use windows::{admitted_in_one_window, window_start, WIDTH_US};
 
-/// A Redis bucket deciding with `algorithm`, and the `Bucket` made from it.
-async fn shared(tag: &str, quota: Quota, algorithm: Algorithm) -> (RedisBucket, Bucket) {
+/// A Redis bucket deciding with `algorithm`, twice (the handle, and a clone).
+async fn shared(tag: &str, quota: Quota, algorithm: Algorithm) -> (RedisBucket, RedisBucket) {
     let redis = RedisBucket::builder(quota)
         .url(redis_url())
         .key_prefix(unique_prefix(tag))
@@ -28,14 +28,14 @@ async fn shared(tag: &str, quota: Quota, algorithm: Algorithm) -> (RedisBucket, 
         .build()
         .await
         .expect("Redis must be reachable: set TOWER_THROTTLE_REDIS_URL");
-    (redis.clone(), Bucket::from(redis))
+    (redis.clone(), redis)
 }
 
 /// Single tokens admitted now, until the first refusal (its wait).
-async fn at_once(bucket: &Bucket) -> (u32, Duration) {
+async fn at_once(bucket: &RedisBucket) -> (u32, Duration) {
     let mut admitted = 0;
     loop {
-        match bucket.try_acquire_shared(1).await {
+        match bucket.try_acquire(1).await {
             Ok(()) => admitted += 1,
             Err(Denied::Throttled(t)) => return (admitted, t.wait()),
             Err(e) => panic!("a decision failed: {e}"),
@@ -44,7 +44,7 @@ async fn at_once(bucket: &Bucket) -> (u32, Duration) {
 }
 
 /// The Redis time `k` single-token waiters take, one after the other, µs.
-async fn time_for(bucket: &Bucket, conn: &mut MultiplexedConnection, k: u32) -> u64 {
+async fn time_for(bucket: &RedisBucket, conn: &mut MultiplexedConnection, k: u32) -> u64 {
     let start = redis_now_us(conn).await;
     for _ in 0..k {
         bucket.acquire(1).await.expect("admitted");
@@ -170,8 +170,12 @@ const COUNT: u32 = 20;
 
 /// How many single tokens `bucket` gets admitted in one quiet window of the Redis clock
 /// ([`admitted_in_one_window`]).
-async fn in_one_window(bucket: &Bucket, conn: &mut MultiplexedConnection, after: &mut u64) -> u32 {
-    admitted_in_one_window(|| bucket.try_acquire_shared(1), conn, after, u32::MAX).await
+async fn in_one_window(
+    bucket: &RedisBucket,
+    conn: &mut MultiplexedConnection,
+    after: &mut u64,
+) -> u32 {
+    admitted_in_one_window(|| bucket.try_acquire(1), conn, after, u32::MAX).await
 }
 
 /// Windows: a new count with the same period is the count per window in Redis, lowered or
@@ -216,7 +220,7 @@ async fn a_window_on_redis_follows_a_new_quota(algorithm: Algorithm) {
         bucket.set_quota(Quota::per_second(8));
         let start = window_start(&mut conn, after).await;
         for _ in 0..5 {
-            bucket.try_acquire_shared(1).await.unwrap();
+            bucket.try_acquire(1).await.unwrap();
         }
         bucket.set_quota(Quota::per_second(30));
         let (admitted, _) = at_once(&bucket).await;
@@ -264,31 +268,40 @@ async fn a_waiter_above_the_new_burst_fails_on_redis_as_in_process() {
     let quota = Quota::per_second(10).burst(5);
     let (_, on_redis) = shared("set-quota-waiter", quota, Algorithm::TokenBucket).await;
     let in_process = Bucket::new(quota);
-    for bucket in [in_process, on_redis] {
-        let shared = bucket.is_shared();
-        bucket.pause(Duration::from_secs(5));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let waiter = {
-            let bucket = bucket.clone();
-            tokio::spawn(async move { bucket.acquire(4).await })
-        };
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(
-            !waiter.is_finished(),
-            "shared {shared}: waits behind the pause"
-        );
-        bucket.set_quota(Quota::per_second(10).burst(2));
-        let result = tokio::time::timeout(Duration::from_secs(1), waiter)
-            .await
-            .unwrap_or_else(|_| panic!("shared {shared}: still waiting after the change"))
-            .unwrap();
-        match result {
-            Err(Denied::ExceedsBurst(e)) => {
-                assert_eq!((e.requested(), e.burst()), (4, 2), "shared {shared}")
+    // The same steps on both: pause, a waiter for 4, the burst lowered to 2.
+    macro_rules! fails_at_the_change {
+        ($bucket:expr, $shared:expr, $pause:expr) => {{
+            let (bucket, shared) = ($bucket, $shared);
+            $pause;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let waiter = {
+                let bucket = bucket.clone();
+                tokio::spawn(async move { bucket.acquire(4).await })
+            };
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(
+                !waiter.is_finished(),
+                "shared {shared}: waits behind the pause"
+            );
+            bucket.set_quota(Quota::per_second(10).burst(2));
+            let result = tokio::time::timeout(Duration::from_secs(1), waiter)
+                .await
+                .unwrap_or_else(|_| panic!("shared {shared}: still waiting after the change"))
+                .unwrap();
+            match result {
+                Err(Denied::ExceedsBurst(e)) => {
+                    assert_eq!((e.requested(), e.burst()), (4, 2), "shared {shared}")
+                }
+                other => panic!("shared {shared}: {other:?}"),
             }
-            other => panic!("shared {shared}: {other:?}"),
-        }
+        }};
     }
+    fails_at_the_change!(&in_process, false, in_process.pause(Duration::from_secs(5)));
+    fails_at_the_change!(
+        &on_redis,
+        true,
+        on_redis.pause(Duration::from_secs(5)).await.unwrap()
+    );
 }
 
 /// After a new quota, a push-back still lowers the rate decided in Redis, below the new

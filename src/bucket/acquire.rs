@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
-use super::{Backend, Bucket, Denied, RemoteAcquire, Reservation, Waiter};
+use super::{Bucket, Denied, Reservation, Waiter};
 
 /// Waits for tokens of a [`Bucket`]: the future of [`Bucket::acquire`].
 ///
@@ -25,7 +25,6 @@ enum State {
         waiter: Waiter,
         sleep: Pin<Box<Sleep>>,
     },
-    Remote(RemoteAcquire),
     Done,
 }
 
@@ -51,17 +50,11 @@ impl Future for Acquire<'_> {
                         this.state = State::Done;
                         return Poll::Ready(Ok(()));
                     }
-                    let reserved = match this.bucket.backend() {
-                        Backend::Remote(remote) => {
-                            this.state = State::Remote(remote.acquire(this.n));
-                            continue;
-                        }
-                        Backend::Local(local) => this
-                            .bucket
-                            .check(this.n)
-                            .map_err(Denied::from)
-                            .and_then(|()| Ok(local.reserve(this.n, true)?)),
-                    };
+                    let reserved = this
+                        .bucket
+                        .check(this.n)
+                        .map_err(Denied::from)
+                        .and_then(|()| Ok(this.bucket.reserve(this.n, true)?));
                     match reserved {
                         Err(e) => {
                             this.state = State::Done;
@@ -86,11 +79,6 @@ impl Future for Acquire<'_> {
                     this.state = State::Done;
                     return Poll::Ready(result.map(drop).map_err(Denied::from));
                 }
-                State::Remote(fut) => {
-                    let result = std::task::ready!(fut.as_mut().poll(cx));
-                    this.state = State::Done;
-                    return Poll::Ready(result);
-                }
                 State::Done => panic!("`Acquire` polled after completion"),
             }
         }
@@ -101,10 +89,7 @@ impl fmt::Debug for Acquire<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Acquire")
             .field("n", &self.n)
-            .field(
-                "waiting",
-                &matches!(self.state, State::Waiting { .. } | State::Remote(_)),
-            )
+            .field("waiting", &matches!(self.state, State::Waiting { .. }))
             .finish()
     }
 }

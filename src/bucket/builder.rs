@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::shared::Shared;
-use super::{Algorithm, Bucket, Remote};
+use super::{Algorithm, Bucket};
 use crate::adaptive::{Adaptive, Control, Mode};
 use crate::clock::{Align, Clock};
 use crate::observe::Observer;
@@ -27,7 +27,6 @@ pub struct BucketBuilder {
     clock: Clock,
     /// Where window boundaries fall: `None` for the UNIX epoch.
     window_origin: Option<tokio::time::Instant>,
-    remote: Option<Arc<dyn Remote>>,
     observer: Option<Arc<dyn Observer>>,
     mode: Mode,
     ramp: bool,
@@ -40,7 +39,6 @@ impl BucketBuilder {
             algorithm: Algorithm::TokenBucket,
             clock: Clock::tokio(),
             window_origin: None,
-            remote: None,
             observer: None,
             mode: Mode::Converge,
             ramp: false,
@@ -97,13 +95,6 @@ impl BucketBuilder {
     /// [`observe`](crate::observe)).
     pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observer = Some(observer);
-        self
-    }
-
-    /// Defer admissions of the waiting paths to a shared, remote limit.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn remote(mut self, remote: Arc<dyn Remote>) -> Self {
-        self.remote = Some(remote);
         self
     }
 
@@ -171,17 +162,9 @@ impl BucketBuilder {
     pub fn build(self) -> Bucket {
         let align = Align::new(self.window_origin, &self.clock);
         let now = tokio::time::Instant::now();
-        let shared = self.remote.is_some();
-        let control = Control::new(self.quota, self.mode, self.ramp, shared, now);
+        let control = Control::new(self.quota, self.mode, self.ramp, false, now);
         Bucket::from_parts(
-            Shared::new(
-                self.quota,
-                self.algorithm,
-                self.clock,
-                align,
-                self.remote,
-                self.observer,
-            ),
+            Shared::new(self.quota, self.algorithm, self.clock, align, self.observer),
             control,
         )
     }
@@ -194,7 +177,6 @@ impl std::fmt::Debug for BucketBuilder {
             .field("algorithm", &self.algorithm)
             .field("clock", &self.clock)
             .field("window_origin", &self.window_origin)
-            .field("remote", &self.remote.is_some())
             .field("observer", &self.observer.is_some())
             .field("mode", &self.mode)
             .field("ramp", &self.ramp)

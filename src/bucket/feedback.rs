@@ -1,18 +1,40 @@
-//! [`Feedback`]: what a client tells a bucket's rate control of each request, and where the
-//! control's decisions are applied to the bucket.
+//! [`Feedback`]: what a client tells a limit's rate control of each request, and the
+//! [`Steering`] that applies the control's decisions to the limit it steers.
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 use super::Bucket;
-use crate::adaptive::{Control, Decision};
+use crate::adaptive::{Control, Cut, Decision};
+use crate::observe::Ignored;
 use crate::Quota;
 
-/// The rate control of one bucket, shared by its clones: the control under a lock, and what
-/// the bucket reads of it without the lock.
+/// Takes what another process sharing a limit acted on.
+pub(crate) type Adopt = Box<dyn FnOnce(Cut) + Send>;
+
+/// A limit a rate control steers: an in-process bucket, or a limit kept in Redis.
+pub(crate) trait Steered: Send + Sync + fmt::Debug {
+    /// Apply a decision of the control (under the control's lock).
+    fn apply(&self, decision: &Decision);
+    /// Hold every admission for `cooldown`.
+    fn pause(&self, cooldown: Duration);
+    /// Read the latest push-back another process sharing the limit acted on, if the limit
+    /// is shared, and `adopt` it (in the background).
+    fn ask_others(&self, adopt: Adopt) {
+        let _ = adopt;
+    }
+    /// A value read back from the shared limit was ignored: tell the observer.
+    fn ignored(&self, what: Ignored) {
+        let _ = what;
+    }
+}
+
+/// The rate control of one limit, shared by its clones: the control under a lock, what the
+/// limit reads of it without the lock, and the limit its decisions apply to.
 #[derive(Debug)]
 pub(crate) struct Steering {
     control: Mutex<Control>,
@@ -20,26 +42,38 @@ pub(crate) struct Steering {
     rate: AtomicU64,
     /// Whether the control watches the requests sent (see [`Control::watches_sends`]).
     watch: AtomicBool,
+    target: Arc<dyn Steered>,
 }
 
 impl Steering {
-    pub(crate) fn new(control: Control) -> Self {
-        Steering {
+    /// The control of `target`, started: a search starts below the configured rate.
+    pub(crate) fn start(control: Control, target: Arc<dyn Steered>) -> Arc<Self> {
+        let steering = Arc::new(Steering {
             rate: AtomicU64::new(control.rate().to_bits()),
             watch: AtomicBool::new(control.watches_sends()),
             control: Mutex::new(control),
+            target,
+        });
+        {
+            let mut control = steering.lock();
+            let decision = control.start(Instant::now());
+            steering.apply(&control, decision);
         }
+        steering
     }
 
     /// The control, locked. A decision made under the lock is applied under it, so that
-    /// decisions reach the bucket in the order they were made.
+    /// decisions reach the limit in the order they were made.
     fn lock(&self) -> MutexGuard<'_, Control> {
         // No code path panics while holding the lock; recover the data if one ever did.
         self.control.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Note what the bucket reads without the lock, after an event.
-    fn note(&self, control: &Control) {
+    /// Apply `decision` to the limit, and note what the limit reads without the lock.
+    fn apply(&self, control: &Control, decision: Option<Decision>) {
+        if let Some(d) = decision {
+            self.target.apply(&d);
+        }
         self.rate.store(control.rate().to_bits(), Ordering::Release);
         self.watch.store(control.watches_sends(), Ordering::Release);
     }
@@ -60,7 +94,65 @@ impl Steering {
     pub(crate) fn reset(&self, quota: Quota) {
         let mut control = self.lock();
         control.reset(quota, Instant::now());
-        self.note(&control);
+        self.apply(&control, None);
+    }
+
+    /// A request is sent at `at`: told to the control only while it watches sends.
+    fn sent(&self, at: Instant) {
+        if !self.watch.load(Ordering::Acquire) {
+            return;
+        }
+        let mut control = self.lock();
+        let decision = control.sending(at);
+        self.apply(&control, decision);
+    }
+
+    /// A request sent at `sent` (if known) went through; `stated`: the rate the server
+    /// states, if any.
+    fn succeeded(self: &Arc<Self>, sent: Option<Instant>, stated: Option<f64>) {
+        let now = Instant::now();
+        let mut control = self.lock();
+        let decision = control.succeeded(now, sent, stated);
+        self.apply(&control, decision);
+        let ask = control.ask_others(now);
+        drop(control);
+        if ask {
+            self.ask_others();
+        }
+    }
+
+    /// A request sent at `sent` was pushed back for `cooldown`: lower the rate (and tell the
+    /// other processes), take the stated rate if any, then pause.
+    fn pushed_back(self: &Arc<Self>, sent: Instant, cooldown: Duration, stated: Option<f64>) {
+        {
+            let mut control = self.lock();
+            let decision = control.pushed_back(Instant::now(), SystemTime::now(), cooldown, sent);
+            self.apply(&control, decision);
+        }
+        if let Some(rate) = stated {
+            self.succeeded(None, Some(rate));
+        }
+        self.target.pause(cooldown);
+    }
+
+    /// Follow what other processes sharing the limit learned.
+    fn ask_others(self: &Arc<Self>) {
+        let this = Arc::clone(self);
+        self.target.ask_others(Box::new(move |cut| {
+            let mut control = this.lock();
+            match control.adopt(Instant::now(), SystemTime::now(), cut) {
+                Ok(decision) => this.apply(&control, decision),
+                Err(what) => {
+                    drop(control);
+                    this.target.ignored(what);
+                }
+            }
+        }));
+    }
+
+    /// Tell this control about the requests its limit admits.
+    pub(crate) fn feedback(self: &Arc<Self>) -> Feedback<'_> {
+        Feedback { steering: self }
     }
 }
 
@@ -87,108 +179,15 @@ impl Bucket {
     /// # }
     /// ```
     pub fn feedback(&self) -> Feedback<'_> {
-        Feedback { bucket: self }
+        self.control.feedback()
     }
-
-    /// Apply `decision` to the bucket (under the control's lock).
-    fn apply(&self, control: &Control, decision: Option<Decision>) {
-        if let Some(d) = decision {
-            self.shared.set_spaced(d.spaced);
-            if let Some(quota) = d.enforce {
-                self.shared.set_rate(quota);
-                if let Some(o) = &self.shared.observer {
-                    o.rate(d.rate);
-                }
-            }
-            if let (Some(cut), Some(remote)) = (d.publish, self.shared.remote()) {
-                remote.publish(cut);
-            }
-        }
-        self.control.note(control);
-    }
-
-    /// The rate control's first decision: a search starts below the configured rate.
-    pub(crate) fn start_control(&self) {
-        let mut control = self.control.lock();
-        let decision = control.start(Instant::now());
-        self.apply(&control, decision);
-    }
-
-    /// A request is sent at `at`: told to the control only while it watches sends.
-    fn sent(&self, at: Instant) {
-        if !self.control.watch.load(Ordering::Acquire) {
-            return;
-        }
-        let mut control = self.control.lock();
-        let decision = control.sending(at);
-        self.apply(&control, decision);
-    }
-
-    /// A request sent at `sent` (if known) went through; `stated`: the rate the server
-    /// states, if any.
-    fn succeeded(&self, sent: Option<Instant>, stated: Option<f64>) {
-        let now = Instant::now();
-        let mut control = self.control.lock();
-        let decision = control.succeeded(now, sent, stated);
-        self.apply(&control, decision);
-        let ask = control.ask_others(now);
-        drop(control);
-        if ask {
-            self.ask_others();
-        }
-    }
-
-    /// A request sent at `sent` was pushed back for `cooldown`: lower the rate (and tell the
-    /// other processes), take the stated rate if any, then pause.
-    fn pushed_back(&self, sent: Instant, cooldown: Duration, stated: Option<f64>) {
-        {
-            let mut control = self.control.lock();
-            let decision = control.pushed_back(Instant::now(), SystemTime::now(), cooldown, sent);
-            self.apply(&control, decision);
-        }
-        if let Some(rate) = stated {
-            self.succeeded(None, Some(rate));
-        }
-        self.pause(cooldown);
-    }
-
-    /// Follow what other processes sharing the limit learned, in the background (outside a
-    /// runtime, never).
-    #[cfg(feature = "redis")]
-    fn ask_others(&self) {
-        let Some(remote) = self.shared.remote() else {
-            return;
-        };
-        let (Some(learned), Ok(rt)) = (remote.learned(), tokio::runtime::Handle::try_current())
-        else {
-            return;
-        };
-        let this = self.clone();
-        rt.spawn(async move {
-            let decision = learned.await.map(|learned| {
-                let mut control = this.control.lock();
-                let decision =
-                    learned.and_then(|cut| control.adopt(Instant::now(), SystemTime::now(), cut));
-                if let Ok(decision) = decision {
-                    this.apply(&control, decision);
-                }
-                decision
-            });
-            if let (Some(Err(what)), Some(o)) = (decision, &this.shared.observer) {
-                o.ignored(what);
-            }
-        });
-    }
-
-    /// Only a limit kept in Redis is shared with other processes.
-    #[cfg(not(feature = "redis"))]
-    fn ask_others(&self) {}
 }
 
-/// Tells a bucket's rate control about a request: [`Bucket::feedback`].
+/// Tells a limit's rate control about a request: [`Bucket::feedback`], or the same on a
+/// limit kept in Redis.
 #[derive(Debug, Clone, Copy)]
 pub struct Feedback<'a> {
-    bucket: &'a Bucket,
+    steering: &'a Arc<Steering>,
 }
 
 impl Feedback<'_> {
@@ -200,14 +199,14 @@ impl Feedback<'_> {
     /// between requests sent.
     pub fn sending(self) -> Sent {
         let at = Instant::now();
-        self.bucket.sent(at);
+        self.steering.sent(at);
         self.sent_at(at)
     }
 
     /// A request sent at `at`, whose sending the control was told of already (or never).
     pub(crate) fn sent_at(self, at: Instant) -> Sent {
         Sent {
-            bucket: self.bucket.clone(),
+            steering: Arc::clone(self.steering),
             at,
         }
     }
@@ -218,7 +217,7 @@ impl Feedback<'_> {
 /// otherwise (a transport error, another status) is simply dropped.
 #[derive(Debug)]
 pub struct Sent {
-    bucket: Bucket,
+    steering: Arc<Steering>,
     at: Instant,
 }
 
@@ -268,12 +267,28 @@ impl Sent {
     /// [`through`](Self::through), for the layers that hold the request's `Sent` by
     /// reference.
     pub(crate) fn report_through(&self, stated_rate: Option<f64>) {
-        self.bucket.succeeded(Some(self.at), stated_rate);
+        self.steering.succeeded(Some(self.at), stated_rate);
     }
 
     /// [`pushed_back`](Self::pushed_back), for the layers that hold the request's `Sent` by
     /// reference.
     pub(crate) fn report_pushed_back(&self, cooldown: Duration, stated_rate: Option<f64>) {
-        self.bucket.pushed_back(self.at, cooldown, stated_rate);
+        self.steering.pushed_back(self.at, cooldown, stated_rate);
+    }
+}
+
+impl Steered for super::Shared {
+    fn apply(&self, d: &Decision) {
+        self.set_spaced(d.spaced);
+        if let Some(quota) = d.enforce {
+            self.set_rate(quota);
+            if let Some(o) = &self.observer {
+                o.rate(d.rate);
+            }
+        }
+    }
+
+    fn pause(&self, cooldown: Duration) {
+        super::Shared::pause(self, cooldown);
     }
 }

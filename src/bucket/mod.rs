@@ -21,13 +21,11 @@
 //! ```
 
 mod acquire;
-mod backend;
 mod builder;
 mod cell;
 mod feedback;
 mod guard;
 mod queue;
-mod remote;
 mod shared;
 mod snapshot;
 mod turn;
@@ -38,20 +36,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::acquire::Acquire;
-pub(crate) use self::backend::{Backend, Local};
 pub use self::builder::BucketBuilder;
-use self::feedback::Steering;
-pub use self::feedback::{Feedback, Sent};
 #[cfg(feature = "redis")]
-pub(crate) use self::remote::RemoteLearned;
-pub(crate) use self::remote::{Outcome, Remote, RemoteAcquire, RemoteDecision, RemoteOutcome};
+pub(crate) use self::feedback::Adopt;
+pub use self::feedback::{Feedback, Sent};
+pub(crate) use self::feedback::{Steered, Steering};
 pub(crate) use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation};
 pub use self::snapshot::Snapshot;
 pub(crate) use self::waiter::Waiter;
 use crate::adaptive::{Adaptive, Control};
 pub use crate::algorithm::Algorithm;
-pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled, Undecided};
+pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
 use crate::Quota;
 
 /// A token bucket shared by every clone of this handle.
@@ -124,12 +120,9 @@ impl Bucket {
     }
 
     pub(crate) fn from_parts(shared: Shared, control: Control) -> Self {
-        let bucket = Bucket {
-            shared: Arc::new(shared),
-            control: Arc::new(Steering::new(control)),
-        };
-        bucket.start_control();
-        bucket
+        let shared = Arc::new(shared);
+        let control = Steering::start(control, Arc::clone(&shared) as Arc<dyn Steered>);
+        Bucket { shared, control }
     }
 
     /// The configured quota: the most this bucket ever enforces (for an adaptive bucket, its
@@ -167,38 +160,30 @@ impl Bucket {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
-    /// Take `n` tokens now, or say how long until they fit: the decision of a bucket kept in
-    /// this process.
+    /// Take `n` tokens now, or say how long until they fit.
     ///
     /// Never waits and never queues. Fair to waiters: while requests wait in
     /// [`acquire`](Bucket::acquire), this refuses.
     ///
-    /// A bucket kept in a shared store (made from a Redis bucket) cannot be asked without
-    /// waiting for a reply: for it this refuses, every time, with [`Denied::Undecided`]. Ask
-    /// it with [`try_acquire_shared`](Bucket::try_acquire_shared), which works for both.
-    ///
     /// # Errors
     /// [`Denied::Throttled`], carrying the wait until `n` tokens fit, or
-    /// [`Denied::ExceedsBurst`] when `n` exceeds the burst (it can never fit);
-    /// [`Denied::Undecided`] for a bucket kept in a shared store.
+    /// [`Denied::ExceedsBurst`] when `n` exceeds the burst (it can never fit).
     #[inline]
     pub fn try_acquire(&self, n: u32) -> Result<(), Denied> {
-        match self.backend() {
-            Backend::Local(local) => self.try_acquire_local(local, n),
-            Backend::Remote(_) => Err(Denied::Undecided(Undecided)),
-        }
+        self.try_take(n).map(drop)
     }
 
+    /// [`try_acquire`](Self::try_acquire), with the admission it grants.
     #[inline]
-    pub(crate) fn try_acquire_local(&self, local: Local<'_>, n: u32) -> Result<(), Denied> {
+    pub(crate) fn try_take(&self, n: u32) -> Result<Permit, Denied> {
         if n == 0 {
-            return Ok(());
+            return Ok(Permit::tokens_only(0));
         }
         self.shared.check(n)?;
-        match local.try_admit(n) {
-            Ok(_) => {
+        match self.shared.try_admit(n) {
+            Ok(permit) => {
                 self.shared.observe_admitted(n, 0);
-                Ok(())
+                Ok(permit)
             }
             Err(ns) => {
                 let wait = Duration::from_nanos(ns);
@@ -211,33 +196,32 @@ impl Bucket {
         }
     }
 
-    /// Take `n` tokens now, or say how long until they fit, asking the store the limit is
-    /// kept in: this process for an in-memory bucket (as [`try_acquire`](Bucket::try_acquire),
-    /// without waiting), the shared store for one made from a Redis bucket (one round trip).
-    ///
-    /// # Errors
-    /// [`Denied::Throttled`] or [`Denied::ExceedsBurst`], as
-    /// [`try_acquire`](Bucket::try_acquire); [`Denied::Backend`] when the shared store fails
-    /// and its failure policy refuses.
-    pub async fn try_acquire_shared(&self, n: u32) -> Result<(), Denied> {
-        match self.backend() {
-            Backend::Local(local) => self.try_acquire_local(local, n),
-            Backend::Remote(remote) => {
-                if n == 0 {
-                    return Ok(());
-                }
-                self.shared.check(n)?;
-                remote.try_acquire(n, Duration::ZERO).await
+    /// Take `n` tokens now as [`try_acquire`](Bucket::try_acquire) does, then give them back
+    /// at once, as an admission left unused is given back. Not part of the API: the
+    /// differential test of the Redis scripts (`tests/redis_differential.rs`) holds their
+    /// release to it, and nothing public gives an admission back.
+    #[doc(hidden)]
+    pub fn try_acquire_and_give_back(&self, n: u32) -> Result<(), Denied> {
+        self.check(n)?;
+        match self.shared.try_admit(n) {
+            Ok(permit) => {
+                self.give_back(permit);
+                Ok(())
             }
+            Err(ns) => Err(Throttled::after(Duration::from_nanos(ns)).into()),
         }
     }
 
-    /// Whether this bucket's limit is kept in a store shared with other processes (a
-    /// bucket made from a Redis bucket): its decisions are asynchronous, and
-    /// [`try_acquire`](Bucket::try_acquire) and [`snapshot`](Bucket::snapshot) cannot see
-    /// them.
-    pub fn is_shared(&self) -> bool {
-        matches!(self.backend(), Backend::Remote(_))
+    /// The hot path of the layers: admit `n` tokens now without the lock, or `None`.
+    #[inline]
+    pub(crate) fn admit_now(&self, n: u32) -> Option<Permit> {
+        self.shared.admit_now(n)
+    }
+
+    /// Admit now, or queue: callers check the size first. `bounded`: honour a leaky
+    /// bucket's queue limit.
+    pub(crate) fn reserve(&self, n: u32, bounded: bool) -> Result<Reservation, QueueFull> {
+        self.shared.reserve(n, bounded)
     }
 
     /// Wait until `n` tokens are available, then take them.
@@ -270,12 +254,7 @@ impl Bucket {
     ///
     /// Any `cooldown`, up to [`Duration::MAX`], takes constant time and memory.
     pub fn pause(&self, cooldown: Duration) {
-        // Both backends hold this process at once; a shared store also holds the others.
         self.shared.pause(cooldown);
-        match self.backend() {
-            Backend::Local(_) => {}
-            Backend::Remote(remote) => remote.pause(cooldown),
-        }
     }
 
     /// Change the quota of this live bucket, for every clone, without rebuilding it.
@@ -292,61 +271,18 @@ impl Bucket {
     ///
     /// The rate control restarts at the new quota (see [`adaptive`](crate::adaptive)).
     ///
-    /// # A bucket kept in Redis
-    /// For a bucket made from a `RedisBucket` (feature `redis`) the change is this process's:
-    /// its decisions in Redis follow the new quota from the next call, those of every clone
-    /// of the `RedisBucket` too (`RedisBucket::quota` says it), and the local fallback of
-    /// `FailurePolicy::Local` takes its share of it. Other processes sharing the key keep
-    /// deciding at their own configured quota until they change it too: each process passes
-    /// its quota with every call, as it does from the start. The state in Redis is shared
-    /// and says not which quota wrote it: the calls after the change re-read it at the new
-    /// quota, so that it never holds more tokens than before the change (no burst). Per
-    /// algorithm:
-    /// - **token and leaky bucket**: the new rate and burst apply at once. A lower rate or a
-    ///   larger burst keeps the tokens held exactly as here (a larger burst is not handed
-    ///   out), as does a bucket full, empty or owing (a pause, a weighted request still
-    ///   draining; in Redis also instants booked ahead by waiters), whose debt is kept in
-    ///   tokens; the bucket then refills at the new rate. A higher rate or a smaller burst,
-    ///   from a bucket partly used, holds the fewer of the tokens held here and what the
-    ///   time it still needs to be full again leaves at the new rate and burst (possibly
-    ///   none: its next token then comes within one new interval). A state re-read twice
-    ///   (calls racing at the very instant of the change, or another process changing the
-    ///   same way after this one wrote) never holds more tokens than it did (none, when it
-    ///   owed).
-    /// - **windows** (fixed, sliding, log): the width of the windows stays the period the
-    ///   Redis bucket was built with (`W`: it lays out the state in Redis, the window
-    ///   indices and log entries every process writes). The new quota becomes its tokens per
-    ///   `W`, `⌊count × W / period⌋`, at least 1: exactly the new count for the same period;
-    ///   for a new period, the same rate (rounded down) in windows of `W` (a quota of fewer
-    ///   than one token per `W` runs at one per `W`: build a Redis bucket with that period
-    ///   instead). That count is also the largest request. A raised count adds nothing to
-    ///   the window in progress, as here; a lowered one applies to it at once (here the
-    ///   window in progress keeps what it had left, up to the new count).
-    ///
-    /// A Redis waiter asking for more than the new burst (token and leaky bucket) or count
-    /// per window (windows) fails with [`Denied::ExceedsBurst`] at the change, as here,
-    /// unless it has already booked its instant in Redis (within the booking horizon): its
-    /// tokens are taken, and it keeps it.
     pub fn set_quota(&self, quota: Quota) {
         self.control.reset(quota);
         self.shared.set_quota(quota);
-        if let Some(remote) = self.shared.remote() {
-            remote.set_quota(quota);
-        }
     }
 
     pub(crate) fn check(&self, n: u32) -> Result<(), ExceedsBurst> {
         self.shared.check(n)
     }
 
-    /// Give an unused admission back where it was taken: this process's bucket, or the
-    /// shared store that granted it.
+    /// Give an unused admission back.
     pub(crate) fn give_back(&self, permit: Permit) {
-        match self.backend() {
-            Backend::Local(_) => self.shared.give_back(permit),
-            Backend::Remote(remote) if permit.tokens() > 0 => remote.release(permit.tokens()),
-            Backend::Remote(_) => {}
-        }
+        self.shared.give_back(permit);
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use super::cell::Cell;
 use super::queue::{Entry, Queue};
 use super::waiter::Waiter;
-use super::{Algorithm, ExceedsBurst, QueueFull, Remote};
+use super::{Algorithm, ExceedsBurst, QueueFull};
 use crate::clock::{Align, Clock};
 use crate::engine::gcra::Gcra;
 use crate::engine::{Engine as _, Log, Model, Paused, Phase, View, Windows};
@@ -41,9 +41,8 @@ pub(crate) struct Shared {
     /// Requests in the line: the fast path stands aside while there are any.
     pub(super) waiting: AtomicUsize,
     state: Mutex<State>,
-    remote: Option<Arc<dyn Remote>>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
-    /// Lock-free admissions are possible: a GCRA engine deciding locally.
+    /// Lock-free admissions are possible: a GCRA engine.
     lock_free: bool,
 }
 
@@ -91,12 +90,13 @@ pub(crate) struct Permit {
 
 impl Permit {
     /// The tokens this admission took.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // given back to Redis by count
     pub(crate) fn tokens(&self) -> u32 {
         self.tokens
     }
 
-    /// `tokens` admitted by a remote limit: giving the permit back releases them there.
-    pub(crate) fn remote(tokens: u32) -> Self {
+    /// `tokens` admitted by a limit kept elsewhere (Redis), or none (`0`): only the count.
+    pub(crate) fn tokens_only(tokens: u32) -> Self {
         Permit {
             tokens,
             at: 0,
@@ -136,7 +136,6 @@ impl Shared {
         algorithm: Algorithm,
         clock: Clock,
         align: Align,
-        remote: Option<Arc<dyn Remote>>,
         observer: Option<Arc<dyn Observer>>,
     ) -> Self {
         Shared {
@@ -158,8 +157,7 @@ impl Shared {
                 engine: engine_of(quota, algorithm, clock.now_ns(), align),
             }),
             clock,
-            lock_free: algorithm.is_gcra() && remote.is_none(),
-            remote,
+            lock_free: algorithm.is_gcra(),
             observer,
         }
     }
@@ -195,10 +193,6 @@ impl Shared {
         if waited_ns > 0 {
             o.tokens(self.level().0.available.try_into().unwrap_or(u32::MAX));
         }
-    }
-
-    pub(crate) fn remote(&self) -> Option<&Arc<dyn Remote>> {
-        self.remote.as_ref()
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
@@ -430,9 +424,6 @@ impl Shared {
     /// [`set_quota`](Self::set_quota) does.
     pub(crate) fn set_rate(&self, quota: Quota) {
         self.enforce(quota, true);
-        if let Some(remote) = &self.remote {
-            remote.set_rate(quota);
-        }
     }
 
     pub(crate) fn level(&self) -> (View, u64, usize, Quota) {

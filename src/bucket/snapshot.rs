@@ -27,17 +27,10 @@ pub struct Snapshot {
     pub paused_until: Option<Instant>,
     /// Requests waiting in [`acquire`](Bucket::acquire) (or in a waiting layer).
     pub waiting: usize,
-    /// Whether the bucket's limit is kept in a shared store ([`Bucket::is_shared`]): then
-    /// this is this process's view only, and admissions of the shared limit are not in it.
-    pub local_view: bool,
 }
 
 impl Bucket {
     /// A read-only view of the bucket now, for headers and metrics.
-    ///
-    /// For a bucket kept in a shared store this is this process's view only (its local state
-    /// at the same quota, which holds pauses but no admission):
-    /// [`Snapshot::local_view`] says so.
     pub fn snapshot(&self) -> Snapshot {
         let (level, paused_in, waiting, effective) = self.shared.level();
         let now = Instant::now();
@@ -49,7 +42,6 @@ impl Bucket {
             full_in: Duration::from_nanos(level.full_in),
             paused_until: (paused_in > 0).then(|| now + Duration::from_nanos(paused_in)),
             waiting,
-            local_view: self.is_shared(),
         }
     }
 }

@@ -246,12 +246,12 @@ impl PeerIp {
     /// use tower::ServiceBuilder;
     /// use tower_throttle::extract::{KeyExtractor, PeerIp};
     /// use tower_throttle::keyed::KeyedBucket;
-    /// use tower_throttle::{Quota, RateLimitLayer};
+    /// use tower_throttle::{Quota, RejectLayer};
     ///
     /// let per_site = PeerIp::new().ipv6_prefix(48);
     /// let layers = ServiceBuilder::new()
-    ///     .layer(RateLimitLayer::keyed(KeyedBucket::<IpAddr>::new(Quota::per_second(1_000)), per_site).reject())
-    ///     .layer(RateLimitLayer::keyed(KeyedBucket::<IpAddr>::new(Quota::per_second(50)), PeerIp::new()).reject());
+    ///     .layer(RejectLayer::keyed(KeyedBucket::<IpAddr>::new(Quota::per_second(1_000)), per_site))
+    ///     .layer(RejectLayer::keyed(KeyedBucket::<IpAddr>::new(Quota::per_second(50)), PeerIp::new()));
     ///
     /// let mut req = http::Request::new(());
     /// req.extensions_mut().insert("[2001:db8:1:ffff::7]:443".parse::<std::net::SocketAddr>()?);

@@ -37,13 +37,9 @@
 //! ```
 
 mod core;
-mod remote;
 mod store;
 mod table;
 
-#[cfg(feature = "redis")]
-pub(crate) use self::remote::RemoteKeys;
-pub(crate) use self::remote::{KeyId, RemoteKeyed, KEYLESS};
 pub(crate) use self::store::Grant;
 
 pub use self::store::{KeyedBucket, KeyedBucketBuilder, DEFAULT_MAX_KEYS};

@@ -10,10 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::core::{Core, Place};
-use super::remote::RemoteKeys;
 use crate::clock::{Align, Clock};
 use crate::engine::{Admit, Engine, Gcra, Log, Windows};
-use crate::{Algorithm, Denied, ExceedsBurst, Quota, Snapshot, Throttled, Undecided};
+use crate::{Algorithm, Denied, ExceedsBurst, Quota, Snapshot, Throttled};
 
 /// The default cap on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -54,7 +53,7 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// - **Admissions**: an evicted key starts again from a full bucket. Each new key is one
 ///   full bucket, so `N` new keys per second are admitted up to `N × burst` per second, cap
 ///   or no cap: per-key limits cannot bound clients that rotate keys; a
-///   [`global`](crate::reject::KeyedLayer::global) ceiling, or a coarser key in front
+///   [`global`](crate::RejectLayer::global) ceiling, or a coarser key in front
 ///   (an IPv6 /48, see [`PeerIp::ipv6_prefix`](crate::extract::PeerIp::ipv6_prefix)), does.
 /// - **Throttled keys**: with the token or leaky bucket, a key that owes more than a flood
 ///   key is evicted only when every entry compared owes as much, so a flood must spend as
@@ -98,8 +97,6 @@ struct Shared<K> {
     clock: Clock,
     max_keys: usize,
     tables: Tables<K>,
-    /// Decisions made by a limit shared with other processes (Redis).
-    remote: Option<RemoteKeys<K>>,
 }
 
 /// The store, specialised to the algorithm's engine.
@@ -147,18 +144,10 @@ pub struct KeyedBucketBuilder<K> {
     algorithm: Algorithm,
     /// Where window boundaries fall: `None` for the UNIX epoch.
     window_origin: Option<Instant>,
-    remote: Option<RemoteKeys<K>>,
     _key: PhantomData<fn() -> K>,
 }
 
 impl<K> KeyedBucketBuilder<K> {
-    /// Defer the rejecting layer's decisions to a limit shared with other processes.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn remote(mut self, remote: RemoteKeys<K>) -> Self {
-        self.remote = Some(remote);
-        self
-    }
-
     /// The algorithm every key's bucket follows. Default [`Algorithm::TokenBucket`]. See
     /// [the costs per key](KeyedBucket#algorithms).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
@@ -242,7 +231,6 @@ impl<K> KeyedBucketBuilder<K> {
                 clock: self.clock,
                 max_keys: self.max_keys,
                 tables,
-                remote: self.remote,
             }),
         }
     }
@@ -281,54 +269,19 @@ where
             clock: Clock::tokio(),
             algorithm: Algorithm::TokenBucket,
             window_origin: None,
-            remote: None,
             _key: PhantomData,
         }
     }
 
-    /// Take `n` tokens from the bucket of `key` now, or say how long until they fit: the
-    /// decision of buckets kept in this process.
+    /// Take `n` tokens from the bucket of `key` now, or say how long until they fit.
     ///
-    /// A refused request takes nothing. For keyed buckets kept in a shared store (made from
-    /// a Redis keyed limit) nothing can be decided without waiting for a reply: this refuses
-    /// with [`Denied::Undecided`]; ask with
-    /// [`try_acquire_shared`](KeyedBucket::try_acquire_shared).
+    /// A refused request takes nothing.
     ///
     /// # Errors
     /// [`Denied::Throttled`] with the wait, or [`Denied::ExceedsBurst`] when `n` exceeds what
     /// one request may take (the burst, or a window's count): it can never fit.
     #[inline]
     pub fn try_acquire(&self, key: &K, n: u32) -> Result<(), Denied> {
-        if self.shared.remote.is_some() {
-            return Err(Denied::Undecided(Undecided));
-        }
-        self.try_acquire_local(key, n)
-    }
-
-    /// Take `n` tokens from the bucket of `key`, asking the store the limit is kept in:
-    /// this process (as [`try_acquire`](KeyedBucket::try_acquire), without waiting), or the
-    /// shared store (one round trip, the key named by its [`StableKey`](crate::extract::StableKey)
-    /// digest).
-    ///
-    /// # Errors
-    /// [`Denied::Throttled`] or [`Denied::ExceedsBurst`], as
-    /// [`try_acquire`](KeyedBucket::try_acquire); [`Denied::Backend`] when the shared store
-    /// fails and its failure policy refuses.
-    pub async fn try_acquire_shared(&self, key: &K, n: u32) -> Result<(), Denied> {
-        match &self.shared.remote {
-            None => self.try_acquire_local(key, n),
-            Some(remote) => {
-                if n == 0 {
-                    return Ok(());
-                }
-                let id = (remote.name)(key);
-                remote.store.try_acquire(id, n, Duration::ZERO).await
-            }
-        }
-    }
-
-    #[inline]
-    fn try_acquire_local(&self, key: &K, n: u32) -> Result<(), Denied> {
         let s = &*self.shared;
         let tokens = u64::from(n);
         // The store's decision, inlined per engine: nothing of the grant is kept.
@@ -362,7 +315,6 @@ where
             full_in: Duration::from_nanos(view.full_in),
             paused_until: None,
             waiting: 0,
-            local_view: self.is_shared(),
         }
     }
 
@@ -420,19 +372,6 @@ impl<K: Hash + Eq> KeyedBucket<K> {
 }
 
 impl<K> KeyedBucket<K> {
-    /// The shared limit this keyed bucket defers to (Redis), if any.
-    pub(crate) fn remote(&self) -> Option<&RemoteKeys<K>> {
-        self.shared.remote.as_ref()
-    }
-
-    /// Whether the limit of each key is kept in a store shared with other processes (a
-    /// keyed bucket made from a Redis keyed limit): its decisions are asynchronous, and
-    /// [`try_acquire`](KeyedBucket::try_acquire) and [`snapshot`](KeyedBucket::snapshot)
-    /// cannot see them.
-    pub fn is_shared(&self) -> bool {
-        self.shared.remote.is_some()
-    }
-
     /// The quota of every key's bucket.
     pub fn quota(&self) -> Quota {
         self.shared.quota

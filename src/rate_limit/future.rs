@@ -9,16 +9,8 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
-use crate::bucket::{RemoteAcquire, Waiter};
-use crate::{BoxError, Denied};
-
-/// The rest of a request's cost, being taken where the limit is kept.
-pub(crate) enum Rest {
-    /// A place in this process's queue.
-    Local(Waiter),
-    /// An admission a shared store (Redis) is making.
-    Remote(RemoteAcquire),
-}
+use crate::limit::Turn;
+use crate::BoxError;
 
 pin_project! {
     /// Response future of a [`RateLimit`](super::RateLimit) with a per-request cost: waits for
@@ -40,7 +32,7 @@ pin_project! {
     {
         Called { #[pin] future: S::Future },
         Waiting {
-            rest: Rest,
+            rest: Turn,
             sleep: Pin<Box<Sleep>>,
             svc: Option<S>,
             req: Option<Req>,
@@ -62,7 +54,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         }
     }
 
-    pub(crate) fn waiting(rest: Rest, svc: S, req: Req) -> Self {
+    pub(crate) fn waiting(rest: Turn, svc: S, req: Req) -> Self {
         ResponseFuture {
             kind: Kind::Waiting {
                 rest,
@@ -94,12 +86,7 @@ where
                     svc,
                     req,
                 } => {
-                    let taken = match rest {
-                        Rest::Local(waiter) => std::task::ready!(waiter.poll(sleep.as_mut(), cx))
-                            .map(drop)
-                            .map_err(Denied::from),
-                        Rest::Remote(fut) => std::task::ready!(fut.as_mut().poll(cx)),
-                    };
+                    let taken = std::task::ready!(rest.poll(sleep.as_mut(), cx));
                     if let Err(e) = taken {
                         return Poll::Ready(Err(e.into()));
                     }

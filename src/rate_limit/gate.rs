@@ -1,19 +1,21 @@
-//! [`Gate`]: a service's reservation of one admission from the shared bucket.
+//! [`Gate`]: a service's reservation of one admission from the shared limit.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
-use crate::bucket::{Backend, Bucket, Denied, Permit, RemoteAcquire, Reservation, Waiter};
+use crate::bucket::Permit;
+use crate::limit::{Limit, Reserved, Turn};
+use crate::Denied;
 
 /// What one service instance holds between `poll_ready` and `call`.
 ///
-/// Cloning gives a fresh, empty gate on the same bucket (a clone must not share a
+/// Cloning gives a fresh, empty gate on the same limit (a clone must not share a
 /// reservation). Dropping a gate that holds an unused permit gives it back.
 #[derive(Debug)]
 pub(crate) struct Gate {
-    bucket: Bucket,
+    limit: Limit,
     state: State,
     /// Kept across waits and `reset()`, rather than allocated per wait.
     sleep: Option<Pin<Box<Sleep>>>,
@@ -21,33 +23,31 @@ pub(crate) struct Gate {
 
 enum State {
     Idle,
-    Waiting(Waiter),
-    /// Waiting on a shared, remote limit (Redis).
-    Remote(RemoteAcquire),
+    Waiting(Turn),
     Ready(Permit),
-    /// The next call fails: a leaky bucket's line is full, or the shared store refused to
+    /// The next call fails: a leaky bucket's line is full, or the limit's store refused to
     /// decide (its failure policy).
     Refused(Denied),
 }
 
 impl Gate {
-    pub(crate) fn new(bucket: Bucket) -> Self {
+    pub(crate) fn new(limit: Limit) -> Self {
         Gate {
-            bucket,
+            limit,
             state: State::Idle,
             sleep: None,
         }
     }
 
-    pub(crate) fn bucket(&self) -> &Bucket {
-        &self.bucket
+    pub(crate) fn limit(&self) -> &Limit {
+        &self.limit
     }
 
-    /// Ready once a token of the shared bucket is reserved for the next call.
+    /// Ready once a token of the shared limit is reserved for the next call.
     #[inline]
     pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if let (State::Idle, Backend::Local(local)) = (&self.state, self.bucket.backend()) {
-            if let Some(p) = local.admit_now(1) {
+        if let State::Idle = self.state {
+            if let Some(p) = self.limit.admit_now(1) {
                 self.state = State::Ready(p);
                 return Poll::Ready(());
             }
@@ -59,33 +59,24 @@ impl Gate {
         loop {
             match &mut self.state {
                 State::Ready(_) | State::Refused(_) => return Poll::Ready(()),
-                State::Remote(fut) => {
-                    // One token always fits; a remote limit answers once it admits, or when
-                    // its store fails and the failure policy refuses.
-                    self.state = match std::task::ready!(fut.as_mut().poll(cx)) {
-                        Ok(()) => State::Ready(Permit::remote(1)),
-                        Err(e) => State::Refused(e),
-                    };
-                }
                 State::Idle => {
-                    self.state = match self.bucket.backend() {
-                        Backend::Remote(remote) => State::Remote(remote.acquire(1)),
-                        // One token always fits (every burst is at least 1): the call waits
-                        // for it, unless a leaky bucket's line is full.
-                        Backend::Local(local) => match local.reserve(1, true) {
-                            Ok(Reservation::Now(p)) => State::Ready(p),
-                            Ok(Reservation::Later(w)) => State::Waiting(w),
-                            Err(full) => State::Refused(full.into()),
-                        },
+                    // One token always fits (every burst is at least 1): the call waits for
+                    // it, unless a leaky bucket's line is full.
+                    self.state = match self.limit.reserve(1) {
+                        Reserved::Now(p) => State::Ready(p),
+                        Reserved::Later(turn) => State::Waiting(turn),
+                        Reserved::Full(full) => State::Refused(full.into()),
                     };
                 }
-                State::Waiting(waiter) => {
+                State::Waiting(turn) => {
                     let sleep = self.sleep.get_or_insert_with(|| {
                         Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()))
                     });
-                    self.state = match std::task::ready!(waiter.poll(sleep.as_mut(), cx)) {
+                    // A limit kept in Redis answers once it admits, or when Redis fails and
+                    // the failure policy refuses.
+                    self.state = match std::task::ready!(turn.poll(sleep.as_mut(), cx)) {
                         Ok(permit) => State::Ready(permit),
-                        Err(_) => State::Idle,
+                        Err(e) => State::Refused(e),
                     };
                 }
             }
@@ -114,14 +105,14 @@ impl Gate {
 
 impl Clone for Gate {
     fn clone(&self) -> Self {
-        Gate::new(self.bucket.clone())
+        Gate::new(self.limit.clone())
     }
 }
 
 impl Drop for Gate {
     fn drop(&mut self) {
         if let State::Ready(permit) = std::mem::replace(&mut self.state, State::Idle) {
-            self.bucket.give_back(permit);
+            self.limit.give_back(permit);
         }
     }
 }
@@ -130,8 +121,7 @@ impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             State::Idle => f.write_str("Idle"),
-            State::Waiting(w) => f.debug_tuple("Waiting").field(w).finish(),
-            State::Remote(_) => f.write_str("Remote"),
+            State::Waiting(_) => f.write_str("Waiting"),
             State::Ready(p) => f.debug_tuple("Ready").field(p).finish(),
             State::Refused(e) => f.debug_tuple("Refused").field(e).finish(),
         }

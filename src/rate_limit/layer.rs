@@ -3,10 +3,11 @@
 use tower_layer::Layer;
 
 use super::{RateLimit, UnitCost};
-use crate::Bucket;
+use crate::limit::Limit;
 
-/// Shapes traffic through a shared [`Bucket`]: each request waits in `poll_ready` until the
-/// bucket admits it.
+/// Shapes traffic through a shared limit: each request waits in `poll_ready` until the
+/// limit admits it. The limit is a [`Bucket`](crate::Bucket) in this process, or a
+/// `redis::RedisBucket` shared with other processes.
 ///
 /// Cloning this layer does not create a new bucket: every service it wraps, and every clone
 /// of those, draws from the same tokens.
@@ -36,15 +37,15 @@ use crate::Bucket;
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct RateLimitLayer<C = UnitCost> {
-    bucket: Bucket,
+    limit: Limit,
     cost: C,
 }
 
 impl RateLimitLayer {
-    /// A layer that admits each request for one token of `bucket`.
-    pub fn new(bucket: Bucket) -> Self {
+    /// A layer that admits each request for one token of `limit`.
+    pub fn new(limit: impl Into<Limit>) -> Self {
         RateLimitLayer {
-            bucket,
+            limit: limit.into(),
             cost: UnitCost,
         }
     }
@@ -94,14 +95,14 @@ impl<C> RateLimitLayer<C> {
     /// ```
     pub fn cost<F>(self, cost: F) -> RateLimitLayer<F> {
         RateLimitLayer {
-            bucket: self.bucket,
+            limit: self.limit,
             cost,
         }
     }
 
-    /// The shared bucket.
-    pub fn bucket(&self) -> &Bucket {
-        &self.bucket
+    /// The shared limit.
+    pub fn limit(&self) -> &Limit {
+        &self.limit
     }
 }
 
@@ -109,6 +110,6 @@ impl<S, C: Clone> Layer<S> for RateLimitLayer<C> {
     type Service = RateLimit<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::with_cost(inner, self.bucket.clone(), self.cost.clone())
+        RateLimit::with_cost(inner, self.limit.clone(), self.cost.clone())
     }
 }

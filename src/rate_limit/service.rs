@@ -4,13 +4,13 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::future::{ResponseFuture, Rest};
+use super::future::ResponseFuture;
 use super::gate::Gate;
 use super::UnitCost;
-use crate::bucket::{Backend, Reservation};
-use crate::{BoxError, Bucket, Denied};
+use crate::limit::{Limit, Reserved};
+use crate::{BoxError, Denied};
 
-/// Waits in `poll_ready` until the shared [`Bucket`] admits the next request.
+/// Waits in `poll_ready` until the shared limit admits the next request.
 ///
 /// Made by [`RateLimitLayer`](super::RateLimitLayer). `poll_ready` first drives the inner
 /// service to readiness, then reserves a token; `call` spends it. So a token is only taken
@@ -18,7 +18,7 @@ use crate::{BoxError, Bucket, Denied};
 /// concurrency limit, a full connection pool) hold no tokens, and cannot leave in a burst when
 /// it frees up.
 ///
-/// Cloning gives a service on the same bucket, without the original's reservation. A
+/// Cloning gives a service on the same limit, without the original's reservation. A
 /// reservation that is never used (the service is dropped after `poll_ready`) is given back.
 ///
 /// # Panics
@@ -32,24 +32,24 @@ pub struct RateLimit<S, C = UnitCost> {
 }
 
 impl<S> RateLimit<S> {
-    /// Wraps `inner`, one token of `bucket` per request.
-    pub fn new(inner: S, bucket: Bucket) -> Self {
-        Self::with_cost(inner, bucket, UnitCost)
+    /// Wraps `inner`, one token of `limit` per request.
+    pub fn new(inner: S, limit: impl Into<Limit>) -> Self {
+        Self::with_cost(inner, limit.into(), UnitCost)
     }
 }
 
 impl<S, C> RateLimit<S, C> {
-    pub(crate) fn with_cost(inner: S, bucket: Bucket, cost: C) -> Self {
+    pub(crate) fn with_cost(inner: S, limit: Limit, cost: C) -> Self {
         RateLimit {
             inner,
-            gate: Gate::new(bucket),
+            gate: Gate::new(limit),
             cost,
         }
     }
 
-    /// The shared bucket.
-    pub fn bucket(&self) -> &Bucket {
-        self.gate.bucket()
+    /// The shared limit.
+    pub fn limit(&self) -> &Limit {
+        self.gate.limit()
     }
 
     /// A reference to the inner service.
@@ -110,30 +110,27 @@ where
             Ok(permit) => permit,
             Err(refused) => return ResponseFuture::failed(refused.into()),
         };
-        let bucket = self.gate.bucket();
+        let limit = self.gate.limit();
         let n = (self.cost)(&req);
-        if let Err(e) = bucket.check(n) {
-            bucket.give_back(permit);
+        if let Err(e) = limit.check(n) {
+            limit.give_back(permit);
             return ResponseFuture::failed(Denied::from(e).into());
         }
         if n == 0 {
-            bucket.give_back(permit);
+            limit.give_back(permit);
         }
         if n <= 1 {
             return ResponseFuture::called(self.inner.call(req));
         }
-        // The first token came with `poll_ready`; the rest of the cost is taken where the
-        // limit is kept, before the request goes.
-        let rest = match bucket.backend() {
-            Backend::Local(local) => match local.reserve(n - 1, true) {
-                Ok(Reservation::Later(waiter)) => Rest::Local(waiter),
-                Ok(Reservation::Now(_)) => return ResponseFuture::called(self.inner.call(req)),
-                Err(full) => {
-                    bucket.give_back(permit);
-                    return ResponseFuture::failed(Denied::from(full).into());
-                }
-            },
-            Backend::Remote(remote) => Rest::Remote(remote.acquire(n - 1)),
+        // The first token came with `poll_ready`; the rest of the cost is taken before the
+        // request goes.
+        let rest = match limit.reserve(n - 1) {
+            Reserved::Later(turn) => turn,
+            Reserved::Now(_) => return ResponseFuture::called(self.inner.call(req)),
+            Reserved::Full(full) => {
+                limit.give_back(permit);
+                return ResponseFuture::failed(Denied::from(full).into());
+            }
         };
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);

@@ -7,6 +7,7 @@ use super::config::Options;
 use super::error::RedisError;
 use super::failure::FailurePolicy;
 use super::{RedisBucket, RedisKeyed};
+use crate::adaptive::{Adaptive, Control, Mode};
 use crate::observe::Observer;
 #[cfg(doc)]
 use crate::Bucket;
@@ -143,6 +144,8 @@ pub struct RedisBucketBuilder {
     lease: Option<u32>,
     lease_period: Duration,
     observer: Option<Arc<dyn Observer>>,
+    mode: Mode,
+    ramp: bool,
     options: Options,
 }
 
@@ -167,6 +170,8 @@ impl RedisBucketBuilder {
             lease: None,
             lease_period: DEFAULT_LEASE_PERIOD,
             observer: None,
+            mode: Mode::Converge,
+            ramp: false,
             options: Options::default(),
         }
     }
@@ -231,14 +236,38 @@ impl RedisBucketBuilder {
         self
     }
 
-    /// Report to `observer` (see [`observe`](crate::observe)) what every [`Bucket`]
-    /// made from this Redis bucket (`Bucket::from(redis)`, [`RedisBucket::adaptive`])
-    /// decides, on every path: the waiting layer, [`Bucket::acquire`],
-    /// [`Bucket::try_acquire_shared`] and the rejecting layer report admissions (with the
-    /// time waited), refusals and pauses, as an in-process bucket's observer
+    /// Keep the configured rate whatever servers say: a push-back pauses every process and
+    /// nothing else (as [`BucketBuilder::fixed_rate`](crate::BucketBuilder::fixed_rate)).
+    pub fn fixed_rate(mut self) -> Self {
+        self.mode = Mode::Fixed;
+        self
+    }
+
+    /// Start the configured rate with a ramp, as
+    /// [`BucketBuilder::ramp`](crate::BucketBuilder::ramp) does.
+    pub fn ramp(mut self) -> Self {
+        self.ramp = true;
+        self
+    }
+
+    /// Discover the server's rate, as [`Bucket::adaptive`] does, with this builder's quota
+    /// as the ceiling: every process searches from `settings`' start rate and learns from
+    /// the push-backs of all.
+    pub fn adaptive(mut self, settings: Adaptive) -> Self {
+        self.mode = Mode::Search {
+            start: settings.start,
+            floor: settings.floor,
+        };
+        self
+    }
+
+    /// Report to `observer` (see [`observe`](crate::observe)) what this limit decides, on
+    /// every path: [`RedisBucket::acquire`], [`RedisBucket::try_acquire`],
+    /// [`RedisBucket::pause`] and the layers report admissions (with the time waited),
+    /// refusals and pauses, as an in-process bucket's observer
     /// ([`BucketBuilder::observer`](crate::BucketBuilder::observer)) does. Token levels
     /// are reported for the token and leaky bucket, whose replies say them (the windows'
-    /// replies do not). Calls of the `RedisBucket` itself are not reported.
+    /// replies do not).
     pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observer = Some(observer);
         self
@@ -275,7 +304,9 @@ impl RedisBucketBuilder {
             .as_deref()
             .ok_or(RedisError::config("redis bucket key not set"))?;
         let key = super::key::bucket_key(&self.options.prefix, name)?;
-        RedisBucket::from_parts(self.options, self.quota, key, self.observer).await
+        let now = tokio::time::Instant::now();
+        let control = Control::new(self.quota, self.mode, self.ramp, true, now);
+        RedisBucket::from_parts(self.options, self.quota, key, self.observer, control).await
     }
 }
 

@@ -142,3 +142,10 @@ impl From<RedisError> for Denied {
         Denied::Backend(BackendError::new(e))
     }
 }
+
+impl BackendError {
+    /// The Redis backend's error, when the Redis backend failed.
+    pub fn redis(&self) -> Option<&RedisError> {
+        (self.get_ref() as &(dyn StdError + 'static)).downcast_ref()
+    }
+}

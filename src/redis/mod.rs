@@ -33,7 +33,8 @@
 //! ```
 //!
 //! Every process of a limit uses the same URL, key prefix, key, [`Quota`](crate::Quota) and
-//! algorithm. `Bucket::from(redis_bucket)` puts it under the layers. Failure policy, leases,
+//! algorithm. The layers take a [`RedisBucket`] (or a [`RedisKeyed`]) where they take a
+//! [`Bucket`](crate::Bucket). Failure policy, leases,
 //! keys, Redis Cluster and deployment:
 //! [`docs/redis.md`](https://github.com/tower-throttle/tower-throttle/blob/main/docs/redis.md).
 
@@ -51,11 +52,12 @@ mod key;
 mod keyed;
 mod lane;
 mod lease;
+mod observed;
 mod params;
 mod rate;
-mod remote;
 mod script;
 mod stats;
+mod steer;
 mod told;
 
 pub use self::bucket::RedisBucket;

@@ -17,9 +17,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::error::RedisError;
 use super::RedisBucket;
-use crate::adaptive::{Adaptive, Cut};
+use crate::adaptive::Cut;
 use crate::observe::Ignored;
-use crate::{Bucket, Quota};
+use crate::Quota;
 
 /// How long what the processes learned stays in Redis without a new push-back.
 pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(600);
@@ -29,15 +29,6 @@ pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(600);
 pub(crate) const SKEW: Duration = Duration::from_secs(1);
 
 impl RedisBucket {
-    /// A [`Bucket`] on this shared limit that discovers the server's rate, as
-    /// [`Bucket::adaptive`] does, with this bucket's quota as the ceiling: every process
-    /// searches from `settings`' start rate and learns from the push-backs of all.
-    ///
-    /// (`Bucket::from(redis)` makes one whose configured rate is the ceiling and the start.)
-    pub fn adaptive(self, settings: Adaptive) -> Bucket {
-        self.bucket_builder().adaptive(settings).build()
-    }
-
     /// The Redis key beside the bucket's that holds what its processes learned of the
     /// server's rate (the limit estimated at the last push-back, and when its cooldown ends).
     pub fn learned_key(&self) -> String {

@@ -13,10 +13,9 @@ use super::missing::{FailOnce, MissingKey};
 use super::rejected::Rejected;
 use super::respond::{Fallback, RespondWith, TooManyRequests};
 use super::service::{Config, Reject};
-use crate::keyed::KeyedBucket;
+use crate::limit::{KeyedLimit, Limit};
 use crate::observe::Observer;
 use crate::rate_limit::UnitCost;
-use crate::Bucket;
 
 /// Rejects requests over the limit with `429 Too Many Requests` instead of waiting: the
 /// server side.
@@ -73,16 +72,17 @@ pub struct RejectLayer<K = (), E = Single, O = TooManyRequests, C = UnitCost> {
 }
 
 impl RejectLayer {
-    /// One bucket for every request.
-    pub fn new(bucket: Bucket) -> Self {
-        RejectLayer::with_limits(Limits::single(bucket))
+    /// One limit for every request: a [`Bucket`](crate::Bucket), or a limit kept in Redis.
+    pub fn new(limit: impl Into<Limit>) -> Self {
+        RejectLayer::with_limits(Limits::single(limit.into()))
     }
 }
 
 impl<K, E> RejectLayer<K, E> {
-    /// One bucket per key: `extractor` finds a request's key (see
-    /// [`KeyExtractor`](crate::extract::KeyExtractor)), `bucket` holds a bucket per key. Add
-    /// a ceiling on all keys together with [`global`](Self::global).
+    /// One limit per key: `extractor` finds a request's key (see
+    /// [`KeyExtractor`](crate::extract::KeyExtractor)), `limit` holds a limit per key (a
+    /// [`KeyedBucket`](crate::KeyedBucket), or a limit kept in Redis). Add a ceiling on all
+    /// keys together with [`global`](Self::global).
     ///
     /// ```
     /// use axum::{routing::get, Router};
@@ -96,9 +96,9 @@ impl<K, E> RejectLayer<K, E> {
     /// // Serve with `app.into_make_service_with_connect_info::<SocketAddr>()` so that `PeerIp`
     /// // sees the client address: without it, every request is answered 500.
     /// ```
-    pub fn keyed(bucket: KeyedBucket<K>, extractor: E) -> Self {
+    pub fn keyed(limit: impl Into<KeyedLimit<K>>, extractor: E) -> Self {
         let keyed = Keyed {
-            bucket,
+            limit: limit.into(),
             extractor,
             missing: None,
             fail_once: FailOnce::default(),
@@ -126,8 +126,8 @@ impl<K, E, O, C> RejectLayer<K, E, O, C> {
     ///
     /// A request must fit both its key's bucket and `global`. One refused by its key costs the
     /// global bucket nothing, and one refused by the global bucket costs its key nothing.
-    pub fn global(mut self, global: Bucket) -> Self {
-        self.limits.set_bucket(global);
+    pub fn global(mut self, global: impl Into<Limit>) -> Self {
+        self.limits.set_limit(global.into());
         self
     }
 
@@ -213,9 +213,8 @@ impl<K, E, O, C> RejectLayer<K, E, O, C> {
 
     /// Build the rejection response with `f` (status, body, headers of your choice).
     ///
-    /// The rate-limit fields the response does not set are still added (with
-    /// `Cache-Control: no-store` unless it sets `Cache-Control`), and the [`Rejected`] is put
-    /// in its extensions.
+    /// The rate-limit fields the response does not set are still added, and the [`Rejected`]
+    /// is put in its extensions.
     ///
     /// ```
     /// use tower_throttle::{Bucket, Quota, RejectLayer};
@@ -242,7 +241,7 @@ impl<K, E, O, C> RejectLayer<K, E, O, C> {
     /// cheaper answer, a queue.
     ///
     /// The request carries the [`Rejected`] in its extensions; the response gets the
-    /// `RateLimit` fields (not `Retry-After` nor `Cache-Control`) and the [`Rejected`] too. `service` is cloned for
+    /// `RateLimit` fields (not `Retry-After`) and the [`Rejected`] too. `service` is cloned for
     /// each such request and driven to readiness before it is called.
     pub fn fallback<F>(self, service: F) -> RejectLayer<K, E, Fallback<F>, C> {
         self.with(Fallback::new(service))
@@ -311,8 +310,8 @@ impl<K: Clone, E: Clone, O: Clone, C: Clone> Clone for RejectLayer<K, E, O, C> {
 impl<K, E, O, C> fmt::Debug for RejectLayer<K, E, O, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RejectLayer")
-            .field("keyed", &self.limits.keyed_bucket().map(|k| k.quota()))
-            .field("bucket", &self.limits.bucket().map(|b| b.quota()))
+            .field("keyed", &self.limits.keyed_limit().map(|k| k.quota()))
+            .field("limit", &self.limits.limit().map(|l| l.quota()))
             .field("max_wait", &self.max_wait)
             .field("x_ratelimit", &self.x_ratelimit)
             .field("admitted_headers", &self.admitted)

@@ -51,6 +51,7 @@ mod future;
 mod layer;
 mod limits;
 mod missing;
+mod policy;
 mod rejected;
 mod respond;
 mod service;

@@ -32,11 +32,10 @@ use crate::rate_limit::UnitCost;
 /// readied service, which goes with the request, as in tower's own middleware.
 ///
 /// # Why `S: Clone`, even when nothing waits
-/// Whether a request can wait is known only at run time: besides `max_wait`, a bucket kept
-/// in Redis (`Bucket::from(RedisBucket)`, `KeyedBucket::from(RedisKeyed)`) decides
-/// asynchronously, in the response future, behind the same [`Bucket`](crate::Bucket) and
-/// [`KeyedBucket`](crate::KeyedBucket) types; the readied service must then travel with the
-/// request. A `Service` impl without the bound would have to refuse, or decide for this
+/// Whether a request can wait is known only at run time: besides `max_wait`, a limit kept
+/// in Redis decides asynchronously, in the response future, behind the same
+/// [`Limit`](crate::Limit) and [`KeyedLimit`](crate::KeyedLimit) types; the readied service
+/// must then travel with the request. A `Service` impl without the bound would have to refuse, or decide for this
 /// process only, on those paths, which the crate does not do silently. Every axum, hyper and
 /// `tower::service_fn` service is `Clone`; wrap another in `tower::buffer::Buffer`.
 pub struct Reject<S, K = (), E = Single, O = TooManyRequests, C = UnitCost> {
@@ -149,8 +148,8 @@ impl<S: fmt::Debug, K, E, O, C> fmt::Debug for Reject<S, K, E, O, C> {
         let limits = &self.config.limits;
         f.debug_struct("Reject")
             .field("inner", &self.inner)
-            .field("keyed", &limits.keyed_bucket().map(|k| k.quota()))
-            .field("bucket", &limits.bucket().map(|b| b.quota()))
+            .field("keyed", &limits.keyed_limit().map(|k| k.quota()))
+            .field("limit", &limits.limit().map(|l| l.quota()))
             .field("max_wait", &self.max_wait())
             .finish_non_exhaustive()
     }

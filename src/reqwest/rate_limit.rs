@@ -7,15 +7,15 @@ use ::reqwest::{Request, Response};
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
 
-use crate::Bucket;
+use crate::limit::Limit;
 
 type Cost = Arc<dyn Fn(&Request) -> u32 + Send + Sync>;
 
-/// Waits for a token of a shared [`Bucket`] before each request: the
+/// Waits for a token of a shared [`Bucket`](crate::Bucket) before each request: the
 /// [`RateLimitLayer`](crate::RateLimitLayer) of a `reqwest_middleware::ClientWithMiddleware`.
 ///
 /// Every request that passes through waits its turn, first come, first served, and waits out
-/// any [`pause`](Bucket::pause) in force. Attach it **after** a retry middleware (such as
+/// any [`pause`](crate::Bucket::pause) in force. Attach it **after** a retry middleware (such as
 /// [`RetryAfterMiddleware`](super::RetryAfterMiddleware)) so that it runs inside the retry
 /// loop and every attempt takes a token. A request dropped while it waits gives its place
 /// back.
@@ -29,7 +29,7 @@ type Cost = Arc<dyn Fn(&Request) -> u32 + Send + Sync>;
 ///
 /// let bucket = Bucket::new(Quota::per_minute(600).burst(10));
 /// let limit = RateLimitMiddleware::new(bucket.clone());
-/// assert!(limit.bucket().same_bucket(&bucket));
+/// assert!(limit.limit().bucket().unwrap().same_bucket(&bucket));
 ///
 /// let client = ClientBuilder::new(reqwest::Client::new()).with(limit).build();
 /// ```
@@ -42,14 +42,18 @@ type Cost = Arc<dyn Fn(&Request) -> u32 + Send + Sync>;
 #[derive(Clone)]
 #[must_use]
 pub struct RateLimitMiddleware {
-    bucket: Bucket,
+    limit: Limit,
     cost: Option<Cost>,
 }
 
 impl RateLimitMiddleware {
-    /// A middleware that admits each request for one token of `bucket`.
-    pub fn new(bucket: Bucket) -> Self {
-        RateLimitMiddleware { bucket, cost: None }
+    /// A middleware that admits each request for one token of `limit`: a
+    /// [`Bucket`](crate::Bucket), or a `redis::RedisBucket`.
+    pub fn new(limit: impl Into<Limit>) -> Self {
+        RateLimitMiddleware {
+            limit: limit.into(),
+            cost: None,
+        }
     }
 
     /// Charge each request `cost(&request)` tokens instead of one, for APIs that meter by
@@ -70,21 +74,21 @@ impl RateLimitMiddleware {
         F: Fn(&Request) -> u32 + Send + Sync + 'static,
     {
         RateLimitMiddleware {
-            bucket: self.bucket,
+            limit: self.limit,
             cost: Some(Arc::new(cost)),
         }
     }
 
-    /// The shared bucket.
-    pub fn bucket(&self) -> &Bucket {
-        &self.bucket
+    /// The shared limit.
+    pub fn limit(&self) -> &Limit {
+        &self.limit
     }
 }
 
 impl fmt::Debug for RateLimitMiddleware {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitMiddleware")
-            .field("bucket", &self.bucket)
+            .field("limit", &self.limit)
             .field("cost", &self.cost.as_ref().map(|_| "Fn(&Request) -> u32"))
             .finish()
     }
@@ -99,11 +103,11 @@ impl Middleware for RateLimitMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
         let n = self.cost.as_ref().map_or(1, |cost| cost(&req));
-        self.bucket
+        self.limit
             .acquire(n)
             .await
             .map_err(reqwest_middleware::Error::middleware)?;
-        super::sent::admitted(&self.bucket, extensions);
+        super::sent::admitted(&self.limit, extensions);
         next.run(req, extensions).await
     }
 }

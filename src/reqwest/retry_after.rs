@@ -9,11 +9,12 @@ use reqwest_middleware::{Error, Middleware, Next};
 use tokio::time::Instant;
 
 use super::sent::{Admitted, Sending};
+use crate::limit::Limit;
 use crate::retry_after::{Action, Attempt, Policy, RetryInfo};
-use crate::{Bucket, RetryAfterLayer};
+use crate::RetryAfterLayer;
 
 /// Retries what a server pushes back (`429`, `503`) after its `Retry-After`, pausing the
-/// shared [`Bucket`] so that every worker backs off together: the
+/// shared [`Bucket`](crate::Bucket) so that every worker backs off together: the
 /// [`RetryAfterLayer`] of a `reqwest_middleware::ClientWithMiddleware`.
 ///
 /// The bucket's configured rate holds from the first request until a push-back; a push-back
@@ -56,7 +57,7 @@ use crate::{Bucket, RetryAfterLayer};
 ///         .max_retries(5)
 ///         .max_retry_after(Duration::from_secs(60)),
 /// );
-/// assert!(retry.bucket().same_bucket(&bucket));
+/// assert!(retry.limit().bucket().unwrap().same_bucket(&bucket));
 ///
 /// let client = ClientBuilder::new(reqwest::Client::new())
 ///     .with(retry)
@@ -77,9 +78,9 @@ impl RetryAfterMiddleware {
         }
     }
 
-    /// The shared bucket.
-    pub fn bucket(&self) -> &Bucket {
-        &self.policy.bucket
+    /// The shared limit.
+    pub fn limit(&self) -> &Limit {
+        &self.policy.limit
     }
 }
 
@@ -114,12 +115,12 @@ impl Middleware for RetryAfterMiddleware {
         loop {
             // A rate limit of the same bucket inside tells when the request went; else it
             // went now.
-            extensions.insert(Sending(policy.bucket.clone()));
+            extensions.insert(Sending(policy.limit.clone()));
             extensions.remove::<Admitted>();
             let start = Instant::now();
             let result = next.clone().run(req, extensions).await;
             let at = extensions.remove::<Admitted>().map_or(start, |a| a.0);
-            let sent = policy.bucket.feedback().sent_at(at);
+            let sent = policy.limit.feedback().sent_at(at);
             extensions.remove::<Sending>();
             let attempt = Attempt {
                 method: &method,

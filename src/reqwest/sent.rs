@@ -9,12 +9,12 @@
 
 use tokio::time::Instant;
 
-use crate::Bucket;
+use crate::limit::Limit;
 
 /// Put in the extensions by the retry middleware for each attempt: the bucket whose rate
 /// limit should report when the request goes.
 #[derive(Clone)]
-pub(super) struct Sending(pub(super) Bucket);
+pub(super) struct Sending(pub(super) Limit);
 
 /// Put in the extensions by the rate limit when it admitted the attempt (and told the
 /// bucket's rate control it was sent).
@@ -23,12 +23,12 @@ pub(super) struct Admitted(pub(super) Instant);
 
 /// The rate limit on `bucket` admitted a request now: report it to the retry middleware
 /// around it, if that one shares the bucket.
-pub(super) fn admitted(bucket: &Bucket, extensions: &mut http::Extensions) {
+pub(super) fn admitted(limit: &Limit, extensions: &mut http::Extensions) {
     let around = extensions
         .get::<Sending>()
-        .is_some_and(|s| s.0.same_bucket(bucket));
+        .is_some_and(|s| s.0.same_limit(limit));
     if around {
-        let sent = bucket.feedback().sending();
+        let sent = limit.feedback().sending();
         extensions.insert(Admitted(sent.at()));
     }
 }

@@ -154,7 +154,7 @@ where
                         Some(req) => req,
                         None => this.copy.take().expect("retry without a request copy"),
                     };
-                    *this.sent = this.policy.bucket.feedback().sending();
+                    *this.sent = this.policy.limit.feedback().sending();
                     let future = this.svc.call(req);
                     this.state.set(State::Called { future });
                 }

@@ -11,10 +11,10 @@ use super::backoff::{Backoff, Jitter};
 use super::policy::{CooldownJitter, Failure, Policy};
 use super::RetryAfter;
 use crate::budget::RetryBudget;
-use crate::Bucket;
+use crate::limit::Limit;
 
 /// Retries what a server pushes back (`429`, `503`) after its `Retry-After`, pausing the shared
-/// [`Bucket`] so that every worker backs off together; retries transport errors and other 5xx
+/// [`Bucket`](crate::Bucket) so that every worker backs off together; retries transport errors and other 5xx
 /// with exponential backoff.
 ///
 /// The bucket's configured rate holds from the first request until a push-back; a push-back
@@ -22,7 +22,7 @@ use crate::Bucket;
 /// and successes raise it back, never above the configured one (see
 /// [`adaptive`](crate::adaptive); [`BucketBuilder::fixed_rate`](crate::BucketBuilder::fixed_rate)
 /// keeps it fixed). The layer reports each attempt to the bucket through
-/// [`Bucket::feedback`].
+/// [`Bucket::feedback`](crate::Bucket::feedback).
 ///
 /// Put it **outside** the [`RateLimitLayer`](crate::RateLimitLayer) of the same bucket, so that
 /// every attempt, retries included, waits for a token:
@@ -54,11 +54,12 @@ pub struct RetryAfterLayer {
 }
 
 impl RetryAfterLayer {
-    /// A layer that pauses `bucket` when the server pushes back.
-    pub fn new(bucket: Bucket) -> Self {
+    /// A layer that pauses `limit` when the server pushes back: a [`Bucket`](crate::Bucket),
+    /// or a `redis::RedisBucket`, whose pause holds every process.
+    pub fn new(limit: impl Into<Limit>) -> Self {
         RetryAfterLayer {
             policy: Arc::new(Policy {
-                bucket,
+                limit: limit.into(),
                 push_back: vec![
                     StatusCode::TOO_MANY_REQUESTS,
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -199,9 +200,9 @@ impl RetryAfterLayer {
         self.with(|p| p.classify = f)
     }
 
-    /// The shared bucket.
-    pub fn bucket(&self) -> &Bucket {
-        &self.policy.bucket
+    /// The shared limit.
+    pub fn limit(&self) -> &Limit {
+        &self.policy.limit
     }
 
     /// The decision logic, shared with the reqwest middleware.

@@ -11,7 +11,8 @@ use super::backoff::{uniform, Backoff};
 use super::classify::{Classify, Kind};
 use super::replay::is_idempotent;
 use crate::budget::RetryBudget;
-use crate::{Bucket, Sent};
+use crate::limit::Limit;
+use crate::Sent;
 
 /// Whether a failed request may have reached the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +76,7 @@ impl CooldownJitter {
 
 #[derive(Clone)]
 pub(crate) struct Policy {
-    pub(crate) bucket: Bucket,
+    pub(crate) limit: Limit,
     pub(crate) push_back: Vec<StatusCode>,
     /// Push-back statuses declared safe to resend for any method.
     pub(crate) unprocessed: Vec<StatusCode>,
@@ -188,7 +189,7 @@ impl Policy {
             // Slow down before the 429: hold everyone until the quota resets.
             if !reset.is_zero() && reset <= self.max_retry_after {
                 trace_event!(info, ?reset, "server quota exhausted; pausing the bucket");
-                self.bucket.pause(reset);
+                self.limit.pause(reset);
             }
         }
         let (action, cooldown) = match reading.kind {

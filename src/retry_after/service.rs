@@ -74,7 +74,7 @@ impl<S> RetryAfter<S> {
         // The readied service goes with the request; this one becomes a fresh clone.
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
-        let sent = self.policy.bucket.feedback().sending();
+        let sent = self.policy.limit.feedback().sending();
         let future = ready.call(req);
         ResponseFuture::new(
             future,

@@ -1,7 +1,7 @@
 //! [`RedisBucket`]: one limit in Redis, shared by every process that names it.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -13,10 +13,13 @@ use super::error::RedisError;
 use super::failure::{FailurePolicy, LocalBucket};
 use super::lane::Hint;
 use super::lease::Lease;
+use super::observed::Outcome;
 use super::script::Reply;
 use super::stats::RedisStats;
+use super::steer::Steer;
 use super::told;
-use crate::bucket::Outcome;
+use crate::adaptive::Control;
+use crate::bucket::{Steered, Steering};
 use crate::observe::Observer;
 use crate::{Algorithm, Bucket, Denied, Quota, Throttled};
 
@@ -71,15 +74,17 @@ pub struct RedisBucket {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(super) struct Inner {
     backend: Arc<Backend>,
     key: String,
     /// With [`lease`](super::RedisBucketBuilder::lease): the tokens this handle holds.
     lease: Option<Lease>,
     hint: Hint,
     local: Option<LocalBucket>,
-    /// Told what a [`Bucket`] made from this one decides.
+    /// Told what this limit decides.
     observer: Option<Arc<dyn Observer>>,
+    /// The rate control (set once, when the bucket is built).
+    control: OnceLock<Arc<Steering>>,
     /// Listens for the pauses of the other processes (see [`told`](super::told)); stopped
     /// when the last handle goes.
     listener: told::Listener,
@@ -91,6 +96,7 @@ impl RedisBucket {
         quota: Quota,
         key: String,
         observer: Option<Arc<dyn Observer>>,
+        control: Control,
     ) -> Result<Self, RedisError> {
         let algorithm = options.algorithm;
         let local = options
@@ -107,23 +113,74 @@ impl RedisBucket {
             hint: Hint::new(),
             local,
             observer,
+            control: OnceLock::new(),
             listener: told::Listener::new(),
         });
+        let steer = Arc::new(Steer(Arc::downgrade(&inner))) as Arc<dyn Steered>;
+        let _ = inner.control.set(Steering::start(control, steer));
         told::start(subscribe, told::channel(&inner.key), &inner).await;
         Ok(RedisBucket { inner })
     }
 
-    /// The quota this bucket enforces: the one it was built with, or the one set since on a
-    /// [`Bucket`] made from it ([`Bucket::set_quota`], which every clone of this handle
-    /// follows).
+    pub(super) fn from_inner(inner: Arc<Inner>) -> Self {
+        RedisBucket { inner }
+    }
+
+    pub(super) fn control(&self) -> &Arc<Steering> {
+        self.inner
+            .control
+            .get()
+            .expect("the control is set when the bucket is built")
+    }
+
+    pub(super) fn observer(&self) -> Option<&dyn Observer> {
+        self.inner.observer.as_deref()
+    }
+
+    /// The configured quota: the one it was built with, or the one set since
+    /// ([`set_quota`](Self::set_quota)).
     pub fn quota(&self) -> Quota {
         self.inner.backend.quota()
     }
 
-    /// Decide at `quota` from now on, in this process: every clone of this handle and the
-    /// [`Bucket`] made from it (see [`Bucket::set_quota`]). The local fallback of
-    /// [`FailurePolicy::Local`] takes its share of the new quota.
-    pub(crate) fn set_quota(&self, quota: Quota) {
+    /// Change the quota of this live limit, without rebuilding it.
+    ///
+    /// The change is this process's: its decisions in Redis follow the new quota from the
+    /// next call, those of every clone of this handle too ([`quota`](Self::quota) says it),
+    /// and the local fallback of [`FailurePolicy::Local`] takes its share of it. The rate
+    /// control restarts at the new quota. Other processes sharing the key keep
+    /// deciding at their own configured quota until they change it too: each process passes
+    /// its quota with every call, as it does from the start. The state in Redis is shared
+    /// and says not which quota wrote it: the calls after the change re-read it at the new
+    /// quota, so that it never holds more tokens than before the change (no burst). Per
+    /// algorithm:
+    /// - **token and leaky bucket**: the new rate and burst apply at once. A lower rate or a
+    ///   larger burst keeps the tokens held exactly as in process (a larger burst is not
+    ///   handed out), as does a bucket full, empty or owing (a pause, a weighted request still
+    ///   draining; in Redis also instants booked ahead by waiters), whose debt is kept in
+    ///   tokens; the bucket then refills at the new rate. A higher rate or a smaller burst,
+    ///   from a bucket partly used, holds the fewer of the tokens held before and what the
+    ///   time it still needs to be full again leaves at the new rate and burst (possibly
+    ///   none: its next token then comes within one new interval). A state re-read twice
+    ///   (calls racing at the very instant of the change, or another process changing the
+    ///   same way after this one wrote) never holds more tokens than it did (none, when it
+    ///   owed).
+    /// - **windows** (fixed, sliding, log): the width of the windows stays the period the
+    ///   Redis bucket was built with (`W`: it lays out the state in Redis, the window
+    ///   indices and log entries every process writes). The new quota becomes its tokens per
+    ///   `W`, `⌊count × W / period⌋`, at least 1: exactly the new count for the same period;
+    ///   for a new period, the same rate (rounded down) in windows of `W` (a quota of fewer
+    ///   than one token per `W` runs at one per `W`: build a Redis bucket with that period
+    ///   instead). That count is also the largest request. A raised count adds nothing to
+    ///   the window in progress, as in process; a lowered one applies to it at once (in
+    ///   process the window in progress keeps what it had left, up to the new count).
+    ///
+    /// A Redis waiter asking for more than the new burst (token and leaky bucket) or count
+    /// per window (windows) fails with [`Denied::ExceedsBurst`] at the change, as in process,
+    /// unless it has already booked its instant in Redis (within the booking horizon): its
+    /// tokens are taken, and it keeps it.
+    pub fn set_quota(&self, quota: Quota) {
+        self.control().reset(quota);
         let inner = &*self.inner;
         inner.backend.set_quota(quota);
         self.set_fallback_quota(quota);
@@ -159,15 +216,6 @@ impl RedisBucket {
     /// given back.
     pub fn leased_tokens(&self) -> u32 {
         self.inner.lease.as_ref().map_or(0, Lease::tokens)
-    }
-
-    /// A [`Bucket`] builder on this shared limit, with its observer.
-    pub(crate) fn bucket_builder(self) -> crate::BucketBuilder {
-        let mut builder = Bucket::builder(self.quota()).algorithm(self.algorithm());
-        if let Some(observer) = &self.inner.observer {
-            builder = builder.observer(Arc::clone(observer));
-        }
-        builder.remote(Arc::new(self) as Arc<dyn crate::bucket::Remote>)
     }
 
     /// The local fallback of [`FailurePolicy::Local`] takes its share of `quota`.
@@ -217,7 +265,7 @@ impl RedisBucket {
     /// - when Redis fails, whatever the [`FailurePolicy`] says: nothing (`Open`),
     ///   [`Denied::Backend`] (`Closed`), the local bucket's answer (`Local`).
     pub async fn try_acquire(&self, n: u32) -> Result<(), Denied> {
-        self.try_acquire_outcome(n).await.result.map(drop)
+        self.try_acquire_outcome(n).await.report(self.observer(), n)
     }
 
     /// [`try_acquire`](Self::try_acquire), with what an observer is told.
@@ -295,7 +343,7 @@ impl RedisBucket {
     /// - when Redis fails, whatever the [`FailurePolicy`] says: admit (`Open`),
     ///   [`Denied::Backend`] (`Closed`), wait on the local bucket (`Local`).
     pub async fn acquire(&self, n: u32) -> Result<(), Denied> {
-        self.acquire_outcome(n).await.result.map(drop)
+        self.acquire_outcome(n).await.report(self.observer(), n)
     }
 
     /// [`acquire`](Self::acquire), with what an observer is told.
@@ -373,11 +421,16 @@ impl RedisBucket {
     }
 
     /// The part of [`pause`](Self::pause) this process does at once: hold its own
-    /// decisions and waiters. Returns the cooldown, capped at `max_pause`.
+    /// decisions and waiters, and tell the observer. Returns the cooldown, capped at
+    /// `max_pause`.
     pub(crate) fn hold_here(&self, cooldown: Duration) -> Duration {
-        let cooldown = self.inner.hold(cooldown);
+        let capped = self.inner.hold(cooldown);
         self.inner.hint.pause_made();
-        cooldown
+        if let Some(o) = self.observer() {
+            o.paused(cooldown);
+            o.tokens(0);
+        }
+        capped
     }
 
     /// The part of [`pause`](Self::pause) that holds every process: in Redis.

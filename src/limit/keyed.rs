@@ -1,0 +1,280 @@
+//! [`KeyedLimit`]: a limit per key, kept in this process or in Redis, and what the
+//! rejecting layer holds of a key's admission.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Sleep;
+
+#[cfg(feature = "redis")]
+use crate::extract::{KeyDigest, StableKey};
+use crate::keyed::{Grant, KeyedBucket};
+#[cfg(feature = "redis")]
+use crate::redis::RedisKeyed;
+use crate::{Denied, Quota, Throttled};
+
+/// The name of requests that have no key (`MissingKey::Shared`) in Redis: reserved bytes,
+/// not the digest of any key's bytes (short of a SHA-1 preimage).
+#[cfg(feature = "redis")]
+const KEYLESS: KeyDigest = KeyDigest::from_bytes(*b"\0tower-throttle\0");
+
+/// One limit per key for a rejecting layer: a [`KeyedBucket`] in this process, or a
+/// `redis::RedisKeyed` shared by server replicas.
+///
+/// [`RejectLayer::keyed`](crate::RejectLayer::keyed) takes `impl Into<KeyedLimit<K>>`, so
+/// either goes there. Cloning is cheap and shares the limit.
+pub struct KeyedLimit<K> {
+    store: Store<K>,
+}
+
+enum Store<K> {
+    Table(KeyedBucket<K>),
+    /// Keys named by their [`StableKey`] digest, exactly as [`RedisKeyed::try_acquire`]
+    /// names them.
+    #[cfg(feature = "redis")]
+    Redis {
+        redis: RedisKeyed,
+        name: fn(&K) -> KeyDigest,
+    },
+}
+
+impl<K> From<KeyedBucket<K>> for KeyedLimit<K> {
+    fn from(bucket: KeyedBucket<K>) -> Self {
+        KeyedLimit {
+            store: Store::Table(bucket),
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl<K: StableKey> From<RedisKeyed> for KeyedLimit<K> {
+    /// Every decision of the rejecting layer is Redis's (with `max_wait` too): server
+    /// replicas share one limit per key. Keys are named by their [`StableKey`] digest,
+    /// exactly as [`RedisKeyed::try_acquire`] names them. With a global ceiling, a request
+    /// the ceiling refuses gives its key's token back.
+    fn from(redis: RedisKeyed) -> Self {
+        KeyedLimit {
+            store: Store::Redis {
+                redis,
+                name: <K as StableKey>::key_digest,
+            },
+        }
+    }
+}
+
+impl<K> KeyedLimit<K> {
+    /// The quota of every key.
+    pub(crate) fn quota(&self) -> Quota {
+        match &self.store {
+            Store::Table(t) => t.quota(),
+            #[cfg(feature = "redis")]
+            Store::Redis { redis, .. } => redis.quota(),
+        }
+    }
+
+    /// The most tokens one request of a key can ever take (Redis says so itself).
+    pub(crate) fn capacity(&self) -> u64 {
+        match &self.store {
+            Store::Table(t) => t.capacity(),
+            #[cfg(feature = "redis")]
+            Store::Redis { .. } => u64::MAX,
+        }
+    }
+}
+
+/// A key's decision: admitted (held until spent), refused, or a turn to wait for.
+pub(crate) enum KeyDecision<K: Hash + Eq> {
+    Now(KeyHold<K>),
+    Refused(Denied),
+    Later(KeyTurn<K>),
+}
+
+impl<K: Hash + Eq + Clone> KeyedLimit<K> {
+    /// Admit `n` tokens for `key` (`None`: the requests without a key, together), or
+    /// reserve them up to `max_wait` nanoseconds ahead.
+    pub(crate) fn decide(&self, key: Option<K>, n: u32, max_wait: u64) -> KeyDecision<K> {
+        match &self.store {
+            Store::Table(table) => {
+                let granted = match &key {
+                    Some(k) => table.acquire(k, n, max_wait),
+                    None => table.acquire_keyless(n, max_wait),
+                };
+                let grant = match granted {
+                    Ok(grant) => grant,
+                    Err(wait) => {
+                        return KeyDecision::Refused(
+                            Throttled::after(Duration::from_nanos(wait)).into(),
+                        )
+                    }
+                };
+                let due = table.due(&grant);
+                let hold = KeyHold {
+                    kind: Hold::Table {
+                        table: table.clone(),
+                        key,
+                        grant,
+                    },
+                    armed: true,
+                };
+                match due {
+                    None => KeyDecision::Now(hold),
+                    Some(due) => KeyDecision::Later(KeyTurn {
+                        kind: TurnKind::Due {
+                            hold: Some(hold),
+                            sleep: Box::pin(tokio::time::sleep_until(due)),
+                        },
+                    }),
+                }
+            }
+            #[cfg(feature = "redis")]
+            Store::Redis { redis, name } => {
+                let id = key.as_ref().map_or(KEYLESS, name);
+                let max_wait = Duration::from_nanos(max_wait);
+                let (r, deciding) = (redis.clone(), redis.clone());
+                KeyDecision::Later(KeyTurn {
+                    kind: TurnKind::Shared {
+                        redis: r,
+                        id,
+                        n,
+                        deciding: Box::pin(async move {
+                            deciding.try_acquire_within(id, n, max_wait).await
+                        }),
+                    },
+                })
+            }
+        }
+    }
+}
+
+/// A key's admission, given back when dropped before it is [spent](Self::spend).
+pub(crate) struct KeyHold<K: Hash + Eq> {
+    kind: Hold<K>,
+    armed: bool,
+}
+
+enum Hold<K> {
+    Table {
+        table: KeyedBucket<K>,
+        key: Option<K>,
+        grant: Grant,
+    },
+    #[cfg(feature = "redis")]
+    Redis {
+        redis: RedisKeyed,
+        id: KeyDigest,
+        n: u32,
+    },
+}
+
+impl<K: Hash + Eq> KeyHold<K> {
+    /// The request goes: the admission is used.
+    pub(crate) fn spend(&mut self) {
+        self.armed = false;
+    }
+
+    /// Give the admission back now (another limit refused the request).
+    pub(crate) fn refund(&mut self) {
+        if !std::mem::take(&mut self.armed) {
+            return;
+        }
+        match &self.kind {
+            Hold::Table { table, key, grant } => table.refund(key.as_ref(), grant),
+            #[cfg(feature = "redis")]
+            Hold::Redis { redis, id, n } => redis.release_detached(*id, *n),
+        }
+    }
+
+    /// The requests left to the key and the time until its next token, when this process
+    /// knows them (an in-process limit).
+    pub(crate) fn level(&self) -> Option<(u64, Duration)> {
+        match &self.kind {
+            Hold::Table { table, grant, .. } => Some(table.status(grant)),
+            #[cfg(feature = "redis")]
+            Hold::Redis { .. } => None,
+        }
+    }
+}
+
+impl<K: Hash + Eq> Drop for KeyHold<K> {
+    fn drop(&mut self) {
+        self.refund();
+    }
+}
+
+/// A key's admission being waited for.
+pub(crate) struct KeyTurn<K: Hash + Eq> {
+    kind: TurnKind<K>,
+}
+
+enum TurnKind<K: Hash + Eq> {
+    /// Reserved in this process, due when `sleep` ends.
+    Due {
+        hold: Option<KeyHold<K>>,
+        sleep: Pin<Box<Sleep>>,
+    },
+    /// Being decided in Redis.
+    #[cfg(feature = "redis")]
+    Shared {
+        redis: RedisKeyed,
+        id: KeyDigest,
+        n: u32,
+        deciding: Pin<Box<dyn Future<Output = Result<(), Denied>> + Send>>,
+    },
+}
+
+impl<K: Hash + Eq> KeyTurn<K> {
+    /// The admission, once it comes.
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<KeyHold<K>, Denied>> {
+        match &mut self.kind {
+            TurnKind::Due { hold, sleep } => {
+                std::task::ready!(sleep.as_mut().poll(cx));
+                Poll::Ready(Ok(hold.take().expect("polled after completion")))
+            }
+            #[cfg(feature = "redis")]
+            TurnKind::Shared {
+                redis,
+                id,
+                n,
+                deciding,
+            } => {
+                std::task::ready!(deciding.as_mut().poll(cx))?;
+                Poll::Ready(Ok(KeyHold {
+                    kind: Hold::Redis {
+                        redis: redis.clone(),
+                        id: *id,
+                        n: *n,
+                    },
+                    armed: true,
+                }))
+            }
+        }
+    }
+}
+
+impl<K> Clone for KeyedLimit<K> {
+    fn clone(&self) -> Self {
+        let store = match &self.store {
+            Store::Table(t) => Store::Table(t.clone()),
+            #[cfg(feature = "redis")]
+            Store::Redis { redis, name } => Store::Redis {
+                redis: redis.clone(),
+                name: *name,
+            },
+        };
+        KeyedLimit { store }
+    }
+}
+
+impl<K> fmt::Debug for KeyedLimit<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.store {
+            Store::Table(t) => fmt::Debug::fmt(t, f),
+            #[cfg(feature = "redis")]
+            Store::Redis { redis, .. } => fmt::Debug::fmt(redis, f),
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! [`Limit`] and [`KeyedLimit`]: the limits the layers take, kept in this process or in
+//! Redis. The one place that knows where a limit is kept: the layers ask it, and never
+//! look.
+
+mod keyed;
+mod turn;
+
+use std::fmt;
+use std::time::Duration;
+
+pub use self::keyed::KeyedLimit;
+pub(crate) use self::keyed::{KeyDecision, KeyHold, KeyTurn};
+pub(crate) use self::turn::Turn;
+use crate::bucket::{Permit, Reservation};
+#[cfg(feature = "redis")]
+use crate::redis::RedisBucket;
+use crate::{Bucket, Denied, ExceedsBurst, Feedback, QueueFull, Quota};
+
+/// One limit for every request of a layer: a [`Bucket`] in this process, or a
+/// `redis::RedisBucket` shared with other processes.
+///
+/// The layers take `impl Into<Limit>`, so either goes where a limit is asked for:
+/// `RateLimitLayer::new(bucket)` or `RateLimitLayer::new(redis_bucket)`. Cloning is cheap
+/// and shares the limit.
+#[derive(Clone)]
+pub struct Limit {
+    store: Store,
+}
+
+#[derive(Clone)]
+enum Store {
+    Bucket(Bucket),
+    #[cfg(feature = "redis")]
+    Redis(RedisBucket),
+}
+
+/// Whether a request admitted now, waits for its turn, or finds a leaky bucket's line full.
+pub(crate) enum Reserved {
+    Now(Permit),
+    Later(Turn),
+    Full(QueueFull),
+}
+
+/// A decision that may take a while: made now, or a turn to wait for.
+pub(crate) enum Decision {
+    Now(Result<Permit, Denied>),
+    Later(Turn),
+}
+
+impl From<Bucket> for Limit {
+    fn from(bucket: Bucket) -> Self {
+        Limit {
+            store: Store::Bucket(bucket),
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl From<RedisBucket> for Limit {
+    /// Every decision of the layers is Redis's: the waiting layer (weighted costs
+    /// included), the rejecting layer (with `max_wait`, alone or as the global ceiling of a
+    /// keyed layer), and a push-back seen by the retrying layer, which holds every process.
+    /// When Redis fails and the failure policy refuses, the waiting layer fails the call
+    /// with [`Denied::Backend`], and the rejecting layer answers 429 with `Retry-After: 1`.
+    fn from(redis: RedisBucket) -> Self {
+        Limit {
+            store: Store::Redis(redis),
+        }
+    }
+}
+
+impl Limit {
+    /// The configured quota: the most this limit ever enforces.
+    pub(crate) fn quota(&self) -> Quota {
+        match &self.store {
+            Store::Bucket(b) => b.quota(),
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => r.quota(),
+        }
+    }
+
+    /// Change the quota of the live limit, for every clone: [`Bucket::set_quota`], or
+    /// `redis::RedisBucket::set_quota`.
+    pub fn set_quota(&self, quota: Quota) {
+        match &self.store {
+            Store::Bucket(b) => b.set_quota(quota),
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => r.set_quota(quota),
+        }
+    }
+
+    /// The in-process bucket, if the limit is kept in this process.
+    pub fn bucket(&self) -> Option<&Bucket> {
+        match &self.store {
+            Store::Bucket(b) => Some(b),
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => None,
+        }
+    }
+
+    /// Tell the limit's rate control about the requests it admits (see
+    /// [`Bucket::feedback`]).
+    pub(crate) fn feedback(&self) -> Feedback<'_> {
+        match &self.store {
+            Store::Bucket(b) => b.feedback(),
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => r.feedback(),
+        }
+    }
+
+    /// Hold every admission for `cooldown`; a limit kept in Redis holds this process at
+    /// once and the others in the background.
+    pub(crate) fn pause(&self, cooldown: Duration) {
+        match &self.store {
+            Store::Bucket(b) => b.pause(cooldown),
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => r.pause_detached(cooldown),
+        }
+    }
+
+    /// Wait until `n` tokens are admitted, then take them ([`Bucket::acquire`], or
+    /// [`RedisBucket::acquire`]).
+    #[cfg_attr(not(feature = "reqwest"), allow(dead_code))] // the reqwest middleware waits here
+    pub(crate) async fn acquire(&self, n: u32) -> Result<(), Denied> {
+        match &self.store {
+            Store::Bucket(b) => b.acquire(n).await,
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => r.acquire(n).await,
+        }
+    }
+
+    /// Whether `self` and `other` are handles to the same limit.
+    #[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
+    pub(crate) fn same_limit(&self, other: &Limit) -> bool {
+        match (&self.store, &other.store) {
+            (Store::Bucket(a), Store::Bucket(b)) => a.same_bucket(b),
+            #[cfg(feature = "redis")]
+            (Store::Redis(a), Store::Redis(b)) => a.same_bucket(b),
+            #[cfg(feature = "redis")]
+            _ => false,
+        }
+    }
+
+    /// The hot path: admit `n` tokens now without a lock, or `None`.
+    #[inline]
+    pub(crate) fn admit_now(&self, n: u32) -> Option<Permit> {
+        match &self.store {
+            Store::Bucket(b) => b.admit_now(n),
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => None,
+        }
+    }
+
+    /// Whether `n` tokens can ever fit.
+    pub(crate) fn check(&self, n: u32) -> Result<(), ExceedsBurst> {
+        match &self.store {
+            Store::Bucket(b) => b.check(n),
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => r.check(n),
+        }
+    }
+
+    /// Admit `n` tokens now, or a turn to wait for, however long (callers check the size
+    /// first).
+    pub(crate) fn reserve(&self, n: u32) -> Reserved {
+        match &self.store {
+            Store::Bucket(b) => match b.reserve(n, true) {
+                Ok(Reservation::Now(p)) => Reserved::Now(p),
+                Ok(Reservation::Later(w)) => Reserved::Later(Turn::queued(w)),
+                Err(full) => Reserved::Full(full),
+            },
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => {
+                let r = r.clone();
+                Reserved::Later(Turn::shared(n, async move { r.acquire(n).await }))
+            }
+        }
+    }
+
+    /// Admit `n` tokens now; else, when the wait is within `max_wait` (zero: never), a turn
+    /// that comes within `max_wait` or is refused then.
+    pub(crate) fn decide(&self, n: u32, max_wait: Duration) -> Decision {
+        match &self.store {
+            Store::Bucket(b) => {
+                let denied = match b.try_take(n) {
+                    Ok(p) => return Decision::Now(Ok(p)),
+                    Err(denied) => denied,
+                };
+                match denied.wait() {
+                    Some(wait) if !max_wait.is_zero() && wait <= max_wait => {
+                        match b.reserve(n, true) {
+                            Ok(Reservation::Now(p)) => Decision::Now(Ok(p)),
+                            Ok(Reservation::Later(w)) => {
+                                Decision::Later(Turn::bounded(b.clone(), w, max_wait))
+                            }
+                            // A leaky bucket's queue is full: refused, with the wait it said.
+                            Err(_) => Decision::Now(Err(denied)),
+                        }
+                    }
+                    _ => Decision::Now(Err(denied)),
+                }
+            }
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => {
+                let r = r.clone();
+                Decision::Later(Turn::shared(n, async move {
+                    r.try_acquire_within(n, max_wait).await
+                }))
+            }
+        }
+    }
+
+    /// Give an unused admission back where it was taken.
+    pub(crate) fn give_back(&self, permit: Permit) {
+        match &self.store {
+            Store::Bucket(b) => b.give_back(permit),
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => r.release_detached(permit.tokens()),
+        }
+    }
+
+    /// The requests left and the time until the next token, when this process knows them
+    /// (an in-process limit).
+    pub(crate) fn level(&self) -> Option<(u64, Duration)> {
+        let snap = match &self.store {
+            Store::Bucket(b) => b.snapshot(),
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => return None,
+        };
+        let reset = if snap.available == 0 {
+            snap.next_token_in
+        } else {
+            // Until the next token lands: the part of the refill shorter than one interval.
+            let interval = snap.quota.interval().as_nanos().max(1);
+            let ahead = snap.full_in.as_nanos();
+            let ns = if ahead == 0 {
+                0
+            } else {
+                (ahead - 1) % interval + 1
+            };
+            Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+        };
+        Some((u64::from(snap.available), reset))
+    }
+}
+
+impl fmt::Debug for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.store {
+            Store::Bucket(b) => fmt::Debug::fmt(b, f),
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => fmt::Debug::fmt(r, f),
+        }
+    }
+}
