@@ -566,9 +566,8 @@ async fn keyed_limits_are_independent_hashed_and_bounded() {
     let huge = vec![b'{'; 1 << 20];
     for key in [&b"alice"[..], b"{evil}:x", b"", &huge] {
         let rkey = k1.redis_key(key);
-        let space = format!("{prefix}:keyed-");
-        assert!(rkey.starts_with(&space) && rkey.ends_with('}'), "{rkey}");
-        assert_eq!(rkey.len(), k1.redis_key("").len(), "bounded length: {rkey}");
+        assert!(rkey.starts_with(&format!("{prefix}:v1:{{")) && rkey.ends_with('}'));
+        assert_eq!(rkey.len(), prefix.len() + 38, "bounded length: {rkey}");
         assert_eq!(rkey.matches('{').count(), 1, "one hash tag");
         k1.try_acquire(key, 1).await.unwrap_or_else(|e| {
             assert!(e.throttled().is_some(), "{e:?}");
@@ -657,9 +656,21 @@ async fn bad_settings_are_clear_errors() {
             .build()
             .await,
     );
-    let e = RedisKeyed::builder(q).build().await.unwrap_err();
+    let e = RedisKeyed::builder(q)
+        .key_prefix("p")
+        .build()
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), RedisErrorKind::Config);
     assert_eq!(e.to_string(), "redis url not set");
+    // Two keyed limits on one prefix would share their keys: the prefix names the limit.
+    let e = RedisKeyed::builder(q)
+        .url(redis_url())
+        .build()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), RedisErrorKind::Config);
+    assert!(e.to_string().contains("key_prefix"), "{e}");
 }
 
 #[tokio::test]

@@ -1049,6 +1049,7 @@ async fn the_local_fallback_follows_the_algorithm() {
     let _ = wait_of(b.try_acquire(1).await);
     let k = RedisKeyed::builder(quota)
         .url(format!("redis://127.0.0.1:{port}"))
+        .key_prefix("lazy-keyed")
         .algorithm(Algorithm::FixedWindow)
         .failure_policy(FailurePolicy::Local { fraction: 1.0 })
         .connect_timeout(Duration::from_millis(100))

@@ -59,6 +59,7 @@ async fn redis_stopped_mid_run_then_restarted() {
     let local = bucket(&url, "local", FailurePolicy::Local { fraction: 0.5 }).await;
     let keyed = RedisKeyed::builder(Quota::per_second(10).burst(4))
         .url(&url)
+        .key_prefix("restart-keyed")
         .failure_policy(FailurePolicy::Local { fraction: 0.5 })
         .timeout(TIMEOUT)
         .probe_interval(Duration::from_millis(100))

@@ -25,8 +25,7 @@ pub const KEY_SCHEME_VERSION: u32 = 1;
 ///    - IP addresses: 16 bytes, the IPv6 address, IPv4 as IPv4-mapped (`::ffff:a.b.c.d`);
 ///    - a [`KeyDigest`]: it is already the name (see below).
 /// 2. **Digest**: the first 16 bytes of SHA-1 over those bytes ([`KeyDigest::of_bytes`]).
-/// 3. **Redis key**: `<prefix>:<kind>:v1:{<32 lowercase hex digits>}` (the kind names the
-///    limit's algorithm and quota). The `v1` names this scheme:
+/// 3. **Redis key**: `<prefix>:v1:{<32 lowercase hex digits>}`. The `v1` names this scheme:
 ///    a later scheme gets another version, so two schemes never read each other's state.
 ///
 /// There is no type tag: the string `"42"` and the integer `42` are different bytes, but a

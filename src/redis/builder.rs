@@ -45,11 +45,14 @@ macro_rules! shared_settings {
         }
 
         /// The first part of every Redis key this limit uses: `<prefix>:{…}`. 1 to 64
-        /// printable ASCII characters, no spaces or braces. Default `tower-throttle`.
+        /// printable ASCII characters, no spaces or braces. Default `tower-throttle` for a
+        /// [`RedisBucket`], which its [`key`](RedisBucketBuilder::key) names; a
+        /// [`RedisKeyed`] must set one, which names the limit.
         ///
         /// Use one prefix per application and per limit, and keep other data out of it.
         pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
             self.options.prefix = prefix.into();
+            self.options.prefix_named = true;
             self
         }
 
@@ -366,9 +369,17 @@ impl RedisKeyedBuilder {
     ///
     /// # Errors
     /// [`RedisErrorKind::Config`](super::RedisErrorKind::Config) for settings that cannot
-    /// work; unless [`connect_lazily`](Self::connect_lazily) is set, an error of another kind
-    /// when Redis does not answer within the connect timeout.
+    /// work, and when no [`key_prefix`](Self::key_prefix) was set: the prefix names the
+    /// limit, and two keyed limits on one prefix would share their keys' state. Unless
+    /// [`connect_lazily`](Self::connect_lazily) is set, an error of another kind when Redis
+    /// does not answer within the connect timeout.
     pub async fn build(self) -> Result<RedisKeyed, RedisError> {
+        if !self.options.prefix_named {
+            return Err(RedisError::config(
+                "a keyed limit needs a key_prefix of its own: keyed limits on one prefix share \
+                 their keys",
+            ));
+        }
         RedisKeyed::from_parts(self.options, self.quota, self.local_capacity).await
     }
 }

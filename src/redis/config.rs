@@ -13,6 +13,8 @@ pub(crate) struct Options {
     /// A Redis Cluster's nodes, instead of `url`.
     pub(crate) cluster: Option<Vec<String>>,
     pub(crate) prefix: String,
+    /// The prefix was set (a keyed limit must name its own).
+    pub(crate) prefix_named: bool,
     pub(crate) policy: FailurePolicy,
     pub(crate) timeout: Duration,
     pub(crate) connect_timeout: Duration,
@@ -30,6 +32,7 @@ impl Default for Options {
             url: None,
             cluster: None,
             prefix: DEFAULT_PREFIX.to_owned(),
+            prefix_named: false,
             policy: FailurePolicy::default(),
             timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(1),

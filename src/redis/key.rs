@@ -1,7 +1,5 @@
-//! Redis key names: `<prefix>:{<name>}` for a bucket, `<prefix>:<kind>:v1:{<digest>}` for a
-//! key of a keyed limit (the [key scheme](crate::extract::StableKey), version 1), where the
-//! kind names the limit's algorithm and quota (`keyed-token-10-1000000-20`: 10 per 1 000 000
-//! µs, burst 20), so two keyed limits under one prefix never share a key's state.
+//! Redis key names: `<prefix>:{<name>}` for a bucket, `<prefix>:v1:{<digest>}` for a key of
+//! a keyed limit (the [key scheme](crate::extract::StableKey), version 1).
 //!
 //! The part in braces is the Redis Cluster *hash tag*: the slot is computed from it alone, so
 //! one bucket's key always lands on one slot, and keyed limits spread over the cluster. Key
@@ -12,7 +10,6 @@
 
 use super::error::RedisError;
 use crate::extract::{KeyDigest, KEY_SCHEME_VERSION};
-use crate::{Algorithm, Quota};
 
 /// The longest prefix accepted.
 pub(crate) const MAX_PREFIX_LEN: usize = 64;
@@ -48,28 +45,9 @@ pub(crate) fn bucket_key(prefix: &str, name: &str) -> Result<String, RedisError>
     Ok(format!("{prefix}:{{{name}}}"))
 }
 
-/// Where the keys of a keyed limit of `algorithm` at `quota` live under `prefix`:
-/// `<prefix>:keyed-<algorithm>-<count>-<period, µs>-<burst>`.
-pub(crate) fn keyed_space(prefix: &str, algorithm: Algorithm, quota: Quota) -> String {
-    let name = match algorithm {
-        Algorithm::TokenBucket => "token",
-        Algorithm::LeakyBucket { .. } => "leaky",
-        Algorithm::FixedWindow => "fixed",
-        Algorithm::SlidingWindow => "sliding",
-        Algorithm::SlidingLog => "log",
-    };
-    format!(
-        "{prefix}:keyed-{name}-{}-{}-{}",
-        quota.count(),
-        quota.period().as_micros(),
-        quota.burst_size()
-    )
-}
-
-/// The Redis key of one key of a keyed limit living in `space` ([`keyed_space`]), from its
-/// digest.
-pub(crate) fn keyed_key(space: &str, digest: &KeyDigest) -> String {
-    format!("{space}:v{KEY_SCHEME_VERSION}:{{{digest}}}")
+/// The Redis key of one key of a keyed limit, from its digest.
+pub(crate) fn keyed_key(prefix: &str, digest: &KeyDigest) -> String {
+    format!("{prefix}:v{KEY_SCHEME_VERSION}:{{{digest}}}")
 }
 
 #[cfg(test)]
@@ -86,27 +64,6 @@ mod tests {
         assert!(bucket_key(&"p".repeat(65), "ok").is_err());
         assert!(bucket_key("p", &"n".repeat(129)).is_err());
         assert!(bucket_key(&"p".repeat(64), &"n".repeat(128)).is_ok());
-    }
-
-    #[test]
-    fn keyed_spaces_name_the_algorithm_and_the_quota() {
-        let q = Quota::per_second(10).burst(20);
-        assert_eq!(
-            keyed_space("p", Algorithm::TokenBucket, q),
-            "p:keyed-token-10-1000000-20"
-        );
-        let mut seen = std::collections::HashSet::new();
-        for algorithm in [
-            Algorithm::TokenBucket,
-            Algorithm::leaky_bucket(1),
-            Algorithm::FixedWindow,
-            Algorithm::SlidingWindow,
-            Algorithm::SlidingLog,
-        ] {
-            for quota in [q, Quota::per_second(10), Quota::per_minute(10).burst(20)] {
-                assert!(seen.insert(keyed_space("p", algorithm, quota)));
-            }
-        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::booking::{self, Tell, Unbooked};
 use super::config::Options;
 use super::error::RedisError;
 use super::failure::{FailurePolicy, LocalTable};
-use super::key::{keyed_key, keyed_space};
+use super::key::keyed_key;
 use super::lane::Lanes;
 use super::stats::RedisStats;
 use super::told;
@@ -22,8 +22,7 @@ use crate::{Algorithm, Bucket, Denied, Quota};
 /// Keys are any [`StableKey`] (`&str`, `String`, `&[u8]`, integers, IP addresses, a
 /// [`KeyDigest`](crate::extract::KeyDigest), …) and may come from requests: they are named by
 /// their digest (the [key scheme](crate::extract::StableKey), version 1) in fixed-length Redis
-/// keys `<prefix>:<kind>:v1:{<32 hex digits>}` (the kind names the algorithm and the quota,
-/// `keyed-token-10-1000000-20`), so a key never appears in Redis, cannot be too long,
+/// keys `<prefix>:v1:{<32 hex digits>}`, so a key never appears in Redis, cannot be too long,
 /// cannot choose a Redis Cluster slot or reach another namespace, and is named alike by every
 /// process, build and platform — and by the layers: a
 /// [`KeyedBucket`](crate::KeyedBucket) made from this limit names a key exactly as
@@ -69,14 +68,6 @@ struct Inner {
     listener: told::Listener,
 }
 
-impl Inner {
-    /// Where the keys of this limit live: its prefix, algorithm and quota.
-    fn space(&self) -> String {
-        let backend = &self.backend;
-        keyed_space(&backend.options.prefix, backend.algorithm, backend.quota())
-    }
-}
-
 impl told::Told for Inner {
     fn listener(&self) -> &told::Listener {
         &self.listener
@@ -112,7 +103,7 @@ impl RedisKeyed {
             local,
             listener: told::Listener::new(),
         });
-        let channel = told::keyed_channel(&inner.space());
+        let channel = told::keyed_channel(&inner.backend.options.prefix);
         told::start(subscribe, channel, &inner).await;
         Ok(RedisKeyed { inner })
     }
@@ -147,7 +138,7 @@ impl RedisKeyed {
 
     /// The Redis key of the key whose digest is `id`.
     fn key_of(&self, id: &KeyDigest) -> String {
-        keyed_key(&self.inner.space(), id)
+        keyed_key(&self.inner.backend.options.prefix, id)
     }
 
     /// The local fallback's bucket of the key whose digest is `id`, if the policy has one
@@ -244,7 +235,7 @@ impl RedisKeyed {
         lane.pause_made();
         let digest = id.to_string();
         let tell = Tell {
-            channel: &told::keyed_channel(&inner.space()),
+            channel: &told::keyed_channel(&backend.options.prefix),
             from: inner.listener.id(),
             key: Some(&digest),
         };

@@ -25,10 +25,9 @@ pub(crate) fn channel(key: &str) -> String {
     format!("{key}:paused")
 }
 
-/// The channel a keyed limit whose keys live in `space` (`key::keyed_space`) tells the
-/// pauses of its keys on.
-pub(crate) fn keyed_channel(space: &str) -> String {
-    format!("{space}:paused")
+/// The channel a keyed limit under `prefix` tells the pauses of its keys on.
+pub(crate) fn keyed_channel(prefix: &str) -> String {
+    format!("{prefix}:keyed:paused")
 }
 
 /// A pause of `remaining` (from when Redis applied it) made by the handle `from`, of the
@@ -386,9 +385,6 @@ mod tests {
         assert_eq!(parse("1 2 k extra"), None);
         assert_eq!(parse(""), None);
         assert_eq!(channel("tt:{api}"), "tt:{api}:paused");
-        assert_eq!(
-            keyed_channel("tt:keyed-token-1-1000000-1"),
-            "tt:keyed-token-1-1000000-1:paused"
-        );
+        assert_eq!(keyed_channel("tt"), "tt:keyed:paused");
     }
 }
