@@ -238,3 +238,44 @@ async fn a_frozen_redis_times_out_then_recovers() {
     let s = closed.stats();
     assert!(s.failures >= 1 && s.fallbacks >= 6, "{s:?}");
 }
+
+/// A waiter that goes away while its booking is on its way to Redis takes nothing: the reply
+/// goes to a task that gives the token back. The call is held in Redis by `CLIENT PAUSE`
+/// (on a private server) while the waiter is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_during_its_round_trip_takes_nothing() {
+    let port = free_port();
+    let server = PrivateRedis::start(port);
+    let url = server.url();
+    let limit = RedisBucket::builder(Quota::per_hour(1).burst(1)) // nothing refills
+        .url(&url)
+        .key("dropped")
+        .timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    let mut admin = raw(&url).await;
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(500)
+        .arg("ALL")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let limit = limit.clone();
+        async move { limit.acquire(1).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await; // its call is held in Redis
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    // Redis runs the call when the pause ends and admits it; the token comes back.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while let Err(e) = limit.try_acquire(1).await {
+        assert!(
+            Instant::now() < deadline,
+            "the token never came back: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

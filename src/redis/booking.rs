@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::backend::{Backend, Timed};
-use super::error::RedisError;
+use super::error::{RedisError, RedisErrorKind};
 use super::lane::Hint;
 use super::script::Reply;
 use super::told;
@@ -72,7 +72,9 @@ pub(crate) async fn book(
         }
         // A pause made (or heard of) while the booking is on its way voids it too.
         let voids = hint.voids();
-        let t = backend.reserve(key, n).await.map_err(Unbooked::Failed)?;
+        let t = reserve_apart(backend, key, n)
+            .await
+            .map_err(Unbooked::Failed)?;
         let reply = learn(backend, hint, &t, n);
         if !reply.admitted {
             continue;
@@ -117,6 +119,30 @@ pub(crate) fn learn(backend: &Backend, hint: &Hint, t: &Timed, n: u32) -> Reply 
         hint.refused(t, n);
     }
     t.reply
+}
+
+/// [`Backend::reserve`], run apart from the waiter: a waiter that goes away while its
+/// booking is on its way leaves the reply to that task, which gives the tokens back.
+async fn reserve_apart(backend: &Arc<Backend>, key: &str, n: u32) -> Result<Timed, RedisError> {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return backend.reserve(key, n).await;
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (backend, key) = (Arc::clone(backend), key.to_owned());
+    rt.spawn(async move {
+        let t = backend.reserve(&key, n).await;
+        if let Err(Ok(t)) = tx.send(t) {
+            if t.reply.admitted {
+                let _ = backend.release_booked(&key, n, t.at_us).await;
+            }
+        }
+    });
+    rx.await.unwrap_or_else(|_| {
+        Err(RedisError::new(
+            RedisErrorKind::Unavailable,
+            "the runtime stopped during a redis call",
+        ))
+    })
 }
 
 /// Tokens booked in Redis for a later instant: given back if the waiter goes away first.

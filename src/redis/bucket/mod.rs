@@ -335,7 +335,8 @@ impl RedisBucket {
     /// [`pause`](Self::pause) of another process are kept: at most the booking horizon's
     /// worth of tokens.
     ///
-    /// Dropped during its round trip, the tokens may have been taken.
+    /// Dropped during its round trip, it leaves the reply to a task that gives the tokens
+    /// back.
     ///
     /// # Errors
     /// - [`Denied::ExceedsBurst`] at once when `n` is larger than the burst
