@@ -536,7 +536,6 @@ async fn try_acquire_asks_redis_every_time_and_its_wait_is_an_upper_bound() {
         "{w2:?} vs {w1:?}"
     );
     assert_eq!(b.stats().round_trips, 3, "each refusal asked Redis");
-    assert_eq!(b.stats().local_refusals, 0);
     // The wait is an upper bound: a retry after it is admitted.
     tokio::time::sleep(w2).await;
     b.try_acquire(1).await.unwrap();

@@ -14,10 +14,6 @@ pub struct RedisStats {
     /// Decisions made by the [`FailurePolicy`](super::FailurePolicy) instead of Redis: after
     /// a failure, and while Redis is left alone after one.
     pub fallbacks: u64,
-    /// Always 0: `try_acquire` asks Redis every time (what an earlier reply said may be
-    /// stale once another process gives tokens back or the rate changes). Kept so that code
-    /// reading it still builds.
-    pub local_refusals: u64,
     /// Leases taken from Redis (with [`lease`](super::RedisBucketBuilder::lease)); each is one
     /// of the round trips.
     pub leases: u64,
@@ -43,7 +39,6 @@ impl Counters {
             round_trips: self.round_trips.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             fallbacks: self.fallbacks.load(Ordering::Relaxed),
-            local_refusals: 0,
             leases: self.leases.load(Ordering::Relaxed),
             leased_admissions: self.leased_admissions.load(Ordering::Relaxed),
         }
