@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use redis_support::workers::{
-    print_report, print_values, report, report_and_values, spawn, unix_us, until_unix,
+    print_report, print_values, report, report_and_values, shared_start, spawn, unix_us,
 };
 use redis_support::{free_port, raw, redis_url, unique_prefix, PrivateRedis};
 use tower::{service_fn, Service, ServiceExt};
@@ -142,8 +142,7 @@ async fn keyed_global_worker(prefix: &str, start_us: u64, tally: &Arc<Tally>) {
         .service(service_fn(|_: Request<String>| async {
             Ok::<_, Infallible>(Response::new(String::new()))
         }));
-    until_unix(start_us).await;
-    let deadline = tokio::time::Instant::now() + KEYED_RUN;
+    let deadline = shared_start(start_us).await + KEYED_RUN;
     let tasks: Vec<_> = (0..10)
         .map(|t| {
             let (svc, tally) = (svc.clone(), tally.clone());
@@ -227,8 +226,7 @@ async fn weighted_worker(prefix: &str, start_us: u64, tally: &Arc<Tally>) {
             counted.admit(u64::from(COST));
             async { Ok::<_, Infallible>(()) }
         }));
-    until_unix(start_us).await;
-    let deadline = tokio::time::Instant::now() + WEIGHT_RUN;
+    let deadline = shared_start(start_us).await + WEIGHT_RUN;
     let tasks: Vec<_> = (0..10)
         .map(|_| {
             let (mut svc, tally) = (svc.clone(), tally.clone());
@@ -314,8 +312,7 @@ async fn outage_worker(prefix: &str, start_us: u64, url: &str, policy: &str, tal
         .build()
         .await
         .expect("worker connects");
-    until_unix(start_us).await;
-    let deadline = tokio::time::Instant::now() + OUTAGE_RUN;
+    let deadline = shared_start(start_us).await + OUTAGE_RUN;
     // When each token was admitted (noted when `acquire` returned), for the parent to
     // count those while Redis was down.
     let admitted = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -431,8 +428,7 @@ async fn fair_worker(prefix: &str, start_us: u64, waiters: usize, tally: &Arc<Ta
         .build()
         .await
         .expect("worker connects");
-    until_unix(start_us).await;
-    let start = tokio::time::Instant::now();
+    let start = shared_start(start_us).await;
     let deadline = start + FAIR_RUN;
     let tasks: Vec<_> = (0..waiters)
         .map(|_| {
@@ -577,8 +573,7 @@ async fn fair_keyed_worker(
 /// `waiters` tasks acquiring one token of `bucket` in a loop for [`WINDOW_FAIR_RUN`] from
 /// `start_us`; prints what [`fair_window_worker`] says it prints.
 async fn fair_waiters(bucket: Limit, start_us: u64, waiters: usize, tally: &Arc<Tally>) {
-    until_unix(start_us).await;
-    let start = tokio::time::Instant::now();
+    let start = shared_start(start_us).await;
     let deadline = start + WINDOW_FAIR_RUN;
     let tasks: Vec<_> = (0..waiters)
         .map(|_| {

@@ -22,6 +22,16 @@ pub async fn until_unix(us: u64) {
     }
 }
 
+/// Sleep until the UNIX instant `us` (µs) and return it on tokio's clock: a process that
+/// started late gets an instant in its past, so that every process's runs end at the same
+/// wall-clock instant.
+pub async fn shared_start(us: u64) -> tokio::time::Instant {
+    until_unix(us).await;
+    let late = Duration::from_micros(unix_us().saturating_sub(us));
+    let now = tokio::time::Instant::now();
+    now.checked_sub(late).unwrap_or(now)
+}
+
 /// Start the test `entry` of this binary in a new process, with `env_var = spec`.
 pub fn spawn(entry: &str, env_var: &str, spec: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
