@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Count the public items of tower-throttle's rustdoc JSON.
 
-Usage: python3 pubcount.py [CRATE_DIR]   (default: current directory)
+Usage: python3 .ci/pubcount.py [CRATE_DIR]   (default: current directory)
 Builds `cargo +nightly rustdoc --all-features` JSON into $PUBCOUNT_TARGET, default
 CRATE_DIR/target/pubcount (a separate target dir, so the stable build is not invalidated), then prints the number of
 this crate's items with `visibility: public`, excluding `use` re-exports, impls and
