@@ -119,6 +119,7 @@ pub mod headers;
 pub mod keyed;
 mod limit;
 pub mod observe;
+mod plan;
 mod quota;
 pub mod rate_limit;
 #[cfg(feature = "redis")]
@@ -133,6 +134,7 @@ pub use crate::bucket::{Acquire, Bucket, BucketBuilder, Feedback, Sent, Snapshot
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
 pub use crate::keyed::KeyedBucket;
 pub use crate::limit::{KeyedLimit, Limit};
+pub use crate::plan::Plan;
 pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};
 pub use crate::reject::RejectLayer;

@@ -133,6 +133,29 @@ impl Quota {
         Self::new(n, Duration::from_secs(3600))
     }
 
+    /// The quota as a `RateLimit-Policy` states it, (`q`, `w`): its count per period, the
+    /// period in whole seconds. A period that is not whole seconds is widened to the next
+    /// second, with the count it holds.
+    pub(crate) fn policy_window(&self) -> (u64, u64) {
+        let period = self.period();
+        let count = u64::from(self.count());
+        if period.subsec_nanos() == 0 && period.as_secs() > 0 {
+            return (count, period.as_secs());
+        }
+        let w = period.as_secs() + u64::from(period.subsec_nanos() > 0);
+        let w = w.max(1);
+        let q = u128::from(count) * u128::from(w) * 1_000_000_000 / period.as_nanos().max(1);
+        (u64::try_from(q).unwrap_or(u64::MAX), w)
+    }
+
+    /// `n` tokens per day (86,400 s), burst `n`.
+    ///
+    /// # Panics
+    /// When `n` is zero; see [`Quota::try_per_day`].
+    pub fn per_day(n: u32) -> Self {
+        Self::new(n, Duration::from_secs(86_400))
+    }
+
     /// One token every `period`, burst 1.
     ///
     /// # Panics
@@ -163,6 +186,14 @@ impl Quota {
     /// [`QuotaError::ZeroRate`].
     pub fn try_per_hour(n: u32) -> Result<Self, QuotaError> {
         Self::try_new(n, Duration::from_secs(3600))
+    }
+
+    /// `n` tokens per day (86,400 s), burst `n`; an error when `n` is zero.
+    ///
+    /// # Errors
+    /// [`QuotaError::ZeroRate`].
+    pub fn try_per_day(n: u32) -> Result<Self, QuotaError> {
+        Self::try_new(n, Duration::from_secs(86_400))
     }
 
     /// One token every `period`, burst 1.

@@ -158,6 +158,17 @@ impl Engine for Gcra {
         new
     }
 
+    fn carry_quota(&self, tat: &mut u64, quota: Quota, phase: Phase, now: u64) -> Self {
+        // The latest instant a booking took is at most `tat − τ`.
+        let last_booked = tat.saturating_sub(self.tolerance);
+        let new = self.with_quota(tat, quota, phase, now);
+        if last_booked > now {
+            let floor = last_booked.saturating_add(new.tolerance - new.interval.min(new.tolerance));
+            *tat = (*tat).max(floor);
+        }
+        new
+    }
+
     fn pack(&self, tat: u64) -> NonZeroU64 {
         NonZeroU64::new(tat).unwrap_or(NonZeroU64::MIN)
     }

@@ -8,6 +8,7 @@
 //! | [`Gcra`] | token bucket, leaky bucket | `tat`: when the bucket is full again | 8 bytes |
 //! | [`Windows`] | fixed window, sliding window | the latest window and two counts | 16 bytes |
 //! | [`Log`] | sliding log | the admissions within the last period | boxed |
+//! | [`Stack`] | a [`Plan`](crate::Plan) of several quotas | each quota's | boxed |
 //!
 //! Instants are nanoseconds on the store's clock. An engine admits in arrival order: nothing
 //! is counted before what it admitted or booked last. [`pause`] holds the rule every engine
@@ -16,6 +17,7 @@
 pub(crate) mod gcra;
 mod log;
 pub(crate) mod pause;
+pub(crate) mod stack;
 mod window;
 
 use std::fmt;
@@ -23,6 +25,7 @@ use std::fmt;
 pub(crate) use self::gcra::Gcra;
 pub(crate) use self::log::Log;
 pub(crate) use self::pause::{Model, Paused};
+pub(crate) use self::stack::Stack;
 pub(crate) use self::window::{Phase, Windows};
 use crate::Quota;
 
@@ -37,7 +40,7 @@ pub(crate) trait Packed: fmt::Debug + Send {
 /// An admission made by an engine: its instant, its cost, and the engine's records of the
 /// state right after and right before it, to describe it ([`Engine::status`]) and undo it
 /// ([`Engine::undo`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Admit {
     /// The instant it counts at.
     pub(crate) at: u64,
@@ -106,6 +109,13 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
         Ok(admit)
     }
 
+    /// Which of the engine's quotas holds `cost` back longest at `now` (a [`Stack`]'s; `0`
+    /// for an engine of one quota).
+    #[inline]
+    fn refused_by(&self, _state: &Self::State, _cost: u64, _now: u64) -> usize {
+        0
+    }
+
     /// Record in `admit`, right after it, what [`status`](Engine::status) needs beyond the
     /// engine's record of the state (an engine whose state does not fit in a record).
     #[inline]
@@ -159,6 +169,13 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
     /// at `now` than before (no burst), fractional progress kept. `phase`: where the windows
     /// of a new period fall.
     fn with_quota(&self, state: &mut Self::State, quota: Quota, phase: Phase, now: u64) -> Self;
+
+    /// [`with_quota`](Engine::with_quota), for a state that may hold bookings: the next
+    /// admission comes no earlier than the last one booked, so turns booked before the change
+    /// keep their order.
+    fn carry_quota(&self, state: &mut Self::State, quota: Quota, phase: Phase, now: u64) -> Self {
+        self.with_quota(state, quota, phase, now)
+    }
 
     /// `state` as the keyed table keeps it.
     fn pack(&self, state: Self::State) -> Self::Packed;

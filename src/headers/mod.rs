@@ -35,7 +35,6 @@ pub(crate) use self::ratelimit::{
     insert_x_ratelimit, policy_value, ratelimit_value, RATELIMIT, RATELIMIT_POLICY,
     X_RATELIMIT_REMAINING,
 };
-pub(crate) use self::values::ceil_secs;
 #[cfg(feature = "grpc")]
 pub(crate) use self::values::digits;
 

@@ -1,11 +1,14 @@
 //! The keyed store for one [`Engine`]: sharded tables of per-key states, plus the shared
-//! state of requests without a key.
+//! state of requests without a key. Each shard keeps the engine with its table, so a new
+//! quota reaches every key under the lock that decides for it.
 
 use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::table::{slot_size, Table};
-use crate::engine::{Admit, Engine, View};
+use crate::engine::{Admit, Engine, Phase, View};
+use crate::Quota;
 
 /// Where an admission was recorded, to undo it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,18 +17,25 @@ pub(crate) enum Place {
     Keyless,
 }
 
+/// An engine and the states it decides on.
+struct Held<E, T> {
+    engine: E,
+    states: T,
+}
+
 /// A shard on its own cache lines, so that locking one does not slow its neighbours.
 #[repr(align(128))]
-struct Shard<K, S>(Mutex<Table<K, S>>);
+struct Shard<K, E: Engine>(Mutex<Held<E, Table<K, E::Packed>>>);
 
 pub(crate) struct Core<K, E: Engine> {
-    pub(crate) engine: E,
     hasher: foldhash::quality::RandomState,
-    shards: Box<[Shard<K, E::Packed>]>,
+    shards: Box<[Shard<K, E>]>,
     /// Keys a shard may hold.
     shard_max: usize,
     /// Shared by requests that have no key, when so configured.
-    keyless: Mutex<Option<E::State>>,
+    keyless: Mutex<Held<E, Option<E::State>>>,
+    /// The engine's [`capacity`](Engine::capacity).
+    capacity: AtomicU64,
 }
 
 /// Recover the data if a holder ever panicked: no code path panics while holding a lock.
@@ -33,32 +43,61 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A refusal: nanoseconds until the cost would fit, and the quota of the plan that holds it
+/// back longest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub(crate) wait: u64,
+    pub(crate) part: usize,
+}
+
+/// An admission and its description ([`Engine::status`]), with where it was recorded.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Granted {
+    pub(crate) admit: Admit,
+    pub(crate) place: Place,
+    /// Tokens left and nanoseconds until the limit resets, right after it.
+    pub(crate) status: (u64, u64),
+}
+
 impl<K, E: Engine> Core<K, E> {
     pub(crate) fn shard_count(&self) -> usize {
         self.shards.len()
     }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity.load(Ordering::Relaxed)
+    }
 }
 
-impl<K: Hash + Eq, E: Engine> Core<K, E> {
+impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
     pub(crate) fn new(engine: E, shards: usize, shard_max: usize) -> Self {
         Core {
-            engine,
             hasher: foldhash::quality::RandomState::default(),
             shards: (0..shards)
-                .map(|_| Shard(Mutex::new(Table::new())))
+                .map(|_| {
+                    Shard(Mutex::new(Held {
+                        engine: engine.clone(),
+                        states: Table::new(),
+                    }))
+                })
                 .collect(),
             shard_max,
-            keyless: Mutex::new(None),
+            capacity: AtomicU64::new(engine.capacity()),
+            keyless: Mutex::new(Held {
+                engine,
+                states: None,
+            }),
         }
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> MutexGuard<'_, Table<K, E::Packed>> {
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Held<E, Table<K, E::Packed>>> {
         // Shard by the low bits; the table indexes by the high bits.
         lock(&self.shards[hash as usize & (self.shards.len() - 1)].0)
     }
 
-    /// Admit `tokens` for `key`, or reserve them up to `max_wait` ahead; else the wait.
+    /// Admit `tokens` for `key`, or reserve them up to `max_wait` ahead; else the refusal.
     #[inline]
     pub(crate) fn acquire(
         &self,
@@ -66,24 +105,67 @@ impl<K: Hash + Eq, E: Engine> Core<K, E> {
         now: u64,
         tokens: u64,
         max_wait: u64,
-    ) -> Result<(Admit, Place), u64>
+    ) -> Result<Granted, Refused>
+    where
+        K: Clone,
+    {
+        self.acquire_in(key, now, tokens, max_wait, false)
+            .unwrap_or(Err(Refused { wait: 0, part: 0 }))
+    }
+
+    /// [`acquire`](Self::acquire) for a key that has a state; `None` if it has none.
+    pub(crate) fn acquire_known(
+        &self,
+        key: &K,
+        now: u64,
+        tokens: u64,
+        max_wait: u64,
+    ) -> Option<Result<Granted, Refused>>
+    where
+        K: Clone,
+    {
+        self.acquire_in(key, now, tokens, max_wait, true)
+    }
+
+    #[inline]
+    fn acquire_in(
+        &self,
+        key: &K,
+        now: u64,
+        tokens: u64,
+        max_wait: u64,
+        only_known: bool,
+    ) -> Option<Result<Granted, Refused>>
     where
         K: Clone,
     {
         let hash = self.hasher.hash_one(key);
-        let mut table = self.shard(hash);
-        let e = &self.engine;
-        if let Some(i) = table.find(hash, key) {
-            let admit = table
-                .update(i, |p| e.unpacked(p, |s| e.admit(s, now, tokens, max_wait)))
-                .unwrap_or(Err(0))?;
-            return Ok((admit, Place::Table));
-        }
-        let mut state = e.empty();
-        let admit = e.admit(&mut state, now, tokens, max_wait)?;
-        let packed = e.pack(state);
-        table.insert(&self.hasher, hash, key.clone(), packed, now, self.shard_max);
-        Ok((admit, Place::Table))
+        let mut shard = self.shard(hash);
+        let Held { engine: e, states } = &mut *shard;
+        let decide = |s: &mut E::State| {
+            e.admit(s, now, tokens, max_wait).map_err(|wait| Refused {
+                wait,
+                part: e.refused_by(s, tokens, now),
+            })
+        };
+        let admitted = if let Some(i) = states.find(hash, key) {
+            states.update(i, |p| e.unpacked(p, decide))?
+        } else if only_known {
+            return None;
+        } else {
+            let mut state = e.empty();
+            let admitted = decide(&mut state);
+            if admitted.is_ok() {
+                let packed = e.pack(state);
+                states.insert(&self.hasher, hash, key.clone(), packed, now, self.shard_max);
+            }
+            admitted
+        };
+        Some(admitted.map(|admit| Granted {
+            status: e.status(&admit),
+            admit,
+            place: Place::Table,
+        }))
     }
 
     /// Admit from the keyless state.
@@ -92,34 +174,46 @@ impl<K: Hash + Eq, E: Engine> Core<K, E> {
         now: u64,
         tokens: u64,
         max_wait: u64,
-    ) -> Result<Admit, u64> {
-        let mut state = lock(&self.keyless);
-        let state = state.get_or_insert_with(|| self.engine.empty());
-        self.engine.admit(state, now, tokens, max_wait)
+    ) -> Result<Granted, Refused> {
+        let mut held = lock(&self.keyless);
+        let Held { engine: e, states } = &mut *held;
+        let state = states.get_or_insert_with(|| e.empty());
+        let admit = e
+            .admit(state, now, tokens, max_wait)
+            .map_err(|wait| Refused {
+                wait,
+                part: e.refused_by(state, tokens, now),
+            })?;
+        Ok(Granted {
+            status: e.status(&admit),
+            admit,
+            place: Place::Keyless,
+        })
     }
 
     /// Undo `admit` if nothing was admitted after it in its bucket.
     pub(crate) fn refund(&self, key: Option<&K>, place: Place, admit: &Admit, now: u64) {
-        let e = &self.engine;
         // Undone, and as if unused again.
-        let undo = |s: &mut E::State| {
+        let undo = |e: &E, s: &mut E::State| {
             e.undo(s, admit);
             e.expires(s) <= now
         };
         match (place, key) {
             (Place::Table, Some(key)) => {
                 let hash = self.hasher.hash_one(key);
-                let mut table = self.shard(hash);
-                if let Some(i) = table.find(hash, key) {
-                    if table.update(i, |p| e.unpacked(p, undo)) == Some(true) {
-                        table.remove(&self.hasher, i);
+                let mut shard = self.shard(hash);
+                let Held { engine: e, states } = &mut *shard;
+                if let Some(i) = states.find(hash, key) {
+                    if states.update(i, |p| e.unpacked(p, |s| undo(e, s))) == Some(true) {
+                        states.remove(&self.hasher, i);
                     }
                 }
             }
             _ => {
-                let mut state = lock(&self.keyless);
-                if state.as_mut().is_some_and(undo) {
-                    *state = None;
+                let mut held = lock(&self.keyless);
+                let Held { engine: e, states } = &mut *held;
+                if states.as_mut().is_some_and(|s| undo(e, s)) {
+                    *states = None;
                 }
             }
         }
@@ -127,22 +221,75 @@ impl<K: Hash + Eq, E: Engine> Core<K, E> {
 
     /// The bucket of `key` at `now`.
     pub(crate) fn view(&self, key: &K, now: u64) -> View {
-        let e = &self.engine;
         let hash = self.hasher.hash_one(key);
-        let mut table = self.shard(hash);
-        let found = table.find(hash, key);
+        let mut shard = self.shard(hash);
+        let Held { engine: e, states } = &mut *shard;
+        let found = states.find(hash, key);
         found
-            .and_then(|i| table.update(i, |p| e.unpacked(p, |s| e.view(s, now))))
+            .and_then(|i| states.update(i, |p| e.unpacked(p, |s| e.view(s, now))))
             .unwrap_or_else(|| e.view(&e.empty(), now))
     }
 
+    /// Remove the state of `key`, if any.
+    pub(crate) fn take(&self, key: &K) -> Option<E::State> {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.shard(hash);
+        let Held { engine: e, states } = &mut *shard;
+        let i = states.find(hash, key)?;
+        let mut packed = states.remove(&self.hasher, i)?;
+        Some(e.unpacked(&mut packed, |s| std::mem::replace(s, e.empty())))
+    }
+
+    /// Give `key` (absent) `state`.
+    pub(crate) fn put(&self, key: K, state: E::State, now: u64) {
+        let hash = self.hasher.hash_one(&key);
+        let mut shard = self.shard(hash);
+        let Held { engine: e, states } = &mut *shard;
+        if e.expires(&state) > now && states.find(hash, &key).is_none() {
+            let packed = e.pack(state);
+            states.insert(&self.hasher, hash, key, packed, now, self.shard_max);
+        }
+    }
+
+    /// Every key's limit, and the keyless one, follow `quota` from `now` on
+    /// ([`Engine::carry_quota`]: no burst, fractional progress kept, turns booked kept).
+    pub(crate) fn set_quota(&self, quota: Quota, phase: Phase, now: u64) {
+        let convert = |e: &E, s: &mut E::State| {
+            let _ = e.carry_quota(s, quota, phase, now);
+        };
+        for shard in self.shards.iter() {
+            let mut held = lock(&shard.0);
+            let Held { engine: e, states } = &mut *held;
+            let new = e.with_quota(&mut e.empty(), quota, phase, now);
+            states.update_all(|p| e.unpacked(p, |s| convert(e, s)));
+            *e = new;
+        }
+        let mut held = lock(&self.keyless);
+        let Held { engine: e, states } = &mut *held;
+        let new = e.with_quota(&mut e.empty(), quota, phase, now);
+        if let Some(s) = states.as_mut() {
+            convert(e, s);
+        }
+        self.capacity.store(new.capacity(), Ordering::Relaxed);
+        *e = new;
+    }
+
+    /// The engine the keys follow now.
+    pub(crate) fn engine(&self) -> E {
+        lock(&self.keyless).engine.clone()
+    }
+
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(&s.0).len()).sum()
+        self.shards.iter().map(|s| lock(&s.0).states.len()).sum()
     }
 
     /// Heap bytes of the tables' slots.
     pub(crate) fn allocated_bytes(&self) -> usize {
-        let slots: usize = self.shards.iter().map(|s| lock(&s.0).capacity()).sum();
+        let slots: usize = self
+            .shards
+            .iter()
+            .map(|s| lock(&s.0).states.capacity())
+            .sum();
         slots * slot_size::<K, E::Packed>() + std::mem::size_of_val(&*self.shards)
     }
 }

@@ -36,10 +36,14 @@
 //! # }
 //! ```
 
+mod builder;
 mod core;
 mod store;
 mod table;
+mod tables;
+mod tiers;
 
-pub(crate) use self::store::Grant;
+pub(crate) use self::tiers::Grant;
 
-pub use self::store::{KeyedBucket, KeyedBucketBuilder, DEFAULT_MAX_KEYS};
+pub use self::builder::KeyedBucketBuilder;
+pub use self::store::{KeyedBucket, DEFAULT_MAX_KEYS};

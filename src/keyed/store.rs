@@ -3,16 +3,16 @@
 
 use std::fmt;
 use std::hash::Hash;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::core::{Core, Place};
-use crate::clock::{Align, Clock};
-use crate::engine::{Admit, Engine, Gcra, Log, Windows};
-use crate::{Algorithm, Denied, ExceedsBurst, Quota, Snapshot, Throttled};
+use super::builder::KeyedBucketBuilder;
+use super::tables::on_core;
+use super::tiers::{Grant, Refusal, Tiers};
+use crate::clock::Clock;
+use crate::{Algorithm, Denied, ExceedsBurst, Plan, Quota, Snapshot, Throttled};
 
 /// The default cap on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -88,188 +88,29 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// # }
 /// ```
 pub struct KeyedBucket<K> {
-    shared: Arc<Shared<K>>,
-}
-
-struct Shared<K> {
-    quota: Quota,
-    algorithm: Algorithm,
-    clock: Clock,
-    max_keys: usize,
-    tables: Tables<K>,
-}
-
-/// The store, specialised to the algorithm's engine.
-enum Tables<K> {
-    Gcra(Core<K, Gcra>),
-    Windows(Core<K, Windows>),
-    Log(Core<K, Log>),
-}
-
-/// Runs `$body` with `$core` bound to the store, whichever its engine.
-macro_rules! on_core {
-    ($tables:expr, $core:ident => $body:expr) => {
-        match $tables {
-            Tables::Gcra($core) => $body,
-            Tables::Windows($core) => $body,
-            Tables::Log($core) => $body,
-        }
-    };
-}
-
-/// Builds a [`KeyedBucket`] with another algorithm, cap or shard count.
-///
-/// ```
-/// use tower_throttle::{Algorithm, KeyedBucket, Quota};
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// // "100 per minute, resetting on the minute", per user.
-/// let per_user: KeyedBucket<u64> = KeyedBucket::builder(Quota::per_minute(100))
-///     .algorithm(Algorithm::FixedWindow)
-///     .max_keys(100_000)
-///     .build();
-/// assert!(per_user.try_acquire(&7, 100).is_ok());
-/// let throttled = per_user.try_acquire(&7, 1).unwrap_err();
-/// assert_eq!(throttled.wait(), Some(per_user.snapshot(&7).full_in)); // the next minute
-/// assert_eq!(per_user.max_keys(), 100_000);
-/// # }
-/// ```
-#[must_use]
-pub struct KeyedBucketBuilder<K> {
-    quota: Quota,
-    max_keys: usize,
-    shards: Option<usize>,
-    clock: Clock,
-    algorithm: Algorithm,
-    /// Where window boundaries fall: `None` for the UNIX epoch.
-    window_origin: Option<Instant>,
-    _key: PhantomData<fn() -> K>,
-}
-
-impl<K> KeyedBucketBuilder<K> {
-    /// The algorithm every key's bucket follows. Default [`Algorithm::TokenBucket`]. See
-    /// [the costs per key](KeyedBucket#algorithms).
-    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.algorithm = algorithm;
-        self
-    }
-
-    /// Align the windows of [`FixedWindow`](Algorithm::FixedWindow) or
-    /// [`SlidingWindow`](Algorithm::SlidingWindow) keys to `origin`: boundaries at
-    /// `origin + k·period` instead of multiples of the period since the UNIX epoch, for every
-    /// key, as [`BucketBuilder::window_origin`](crate::BucketBuilder::window_origin) does for
-    /// one bucket. Other algorithms ignore it.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_throttle::{Algorithm, KeyedBucket, Quota};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let keys: KeyedBucket<u64> = KeyedBucket::builder(Quota::per_second(2))
-    ///     .algorithm(Algorithm::FixedWindow)
-    ///     .window_origin(tokio::time::Instant::now())
-    ///     .build();
-    /// keys.try_acquire(&7, 2).unwrap();
-    /// // The window ends exactly one period after the origin.
-    /// assert_eq!(keys.snapshot(&7).full_in, Duration::from_secs(1));
-    /// # }
-    /// ```
-    pub fn window_origin(mut self, origin: Instant) -> Self {
-        self.window_origin = Some(origin);
-        self
-    }
-
-    /// The most keys tracked at once (at least 1). See [the cap](KeyedBucket#the-cap-on-keys).
-    pub fn max_keys(mut self, n: usize) -> Self {
-        self.max_keys = n.max(1);
-        self
-    }
-
-    /// The number of shards (rounded down to a power of two, at most `max_keys`). The default
-    /// is four per CPU.
-    pub fn shards(mut self, n: usize) -> Self {
-        self.shards = Some(n.max(1));
-        self
-    }
-
-    /// Decide on the CPU's time-stamp counter (through `quanta`) instead of tokio's clock:
-    /// a faster clock read, for the hottest paths. Paused-time tests no longer drive the
-    /// decisions, and the clock starts when this is called.
-    #[cfg(feature = "quanta")]
-    pub fn tsc_clock(mut self) -> Self {
-        self.clock = Clock::tsc();
-        self
-    }
-
-    /// The keyed bucket; nothing is allocated until the first key arrives.
-    pub fn build(self) -> KeyedBucket<K>
-    where
-        K: Hash + Eq,
-    {
-        let wanted = self
-            .shards
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get() * 4));
-        let shards = prev_power_of_two(wanted.min(self.max_keys).min(1 << 12));
-        let shard_max = self.max_keys / shards;
-        let (quota, algorithm) = (self.quota, self.algorithm);
-        let tables = match algorithm {
-            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
-                let align = Align::new(self.window_origin, &self.clock);
-                let phase = align.phase(quota.period_ns(), self.clock.now_ns());
-                let windows = Windows::new(quota, algorithm, phase);
-                Tables::Windows(Core::new(windows, shards, shard_max))
-            }
-            Algorithm::SlidingLog => Tables::Log(Core::new(Log::new(quota), shards, shard_max)),
-            _ => Tables::Gcra(Core::new(Gcra::new(quota, algorithm), shards, shard_max)),
-        };
-        KeyedBucket {
-            shared: Arc::new(Shared {
-                quota,
-                algorithm,
-                clock: self.clock,
-                max_keys: self.max_keys,
-                tables,
-            }),
-        }
-    }
-}
-
-fn prev_power_of_two(n: usize) -> usize {
-    let n = n.max(1);
-    1 << (usize::BITS - 1 - n.leading_zeros())
-}
-
-/// One request's admission granted by the store: enough to undo it, wait for it and
-/// describe it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Grant {
-    admit: Admit,
-    /// The clock when it was granted.
-    now: u64,
-    place: Place,
+    pub(super) shared: Arc<Tiers<K>>,
 }
 
 impl<K> KeyedBucket<K>
 where
     K: Hash + Eq + Clone,
 {
-    /// One bucket per key, each of `quota`; at most 1,000,000 keys tracked.
-    pub fn new(quota: Quota) -> Self {
-        Self::builder(quota).build()
+    /// One bucket per key, each of `plan` (a [`Quota`], or a [`Plan`] of several); at most
+    /// 1,000,000 keys tracked.
+    pub fn new(plan: impl Into<Plan>) -> Self {
+        Self::builder(plan).build()
     }
 
-    /// Configure the cap on keys or the number of shards.
-    pub fn builder(quota: Quota) -> KeyedBucketBuilder<K> {
+    /// Configure other plans, the cap on keys or the number of shards.
+    pub fn builder(plan: impl Into<Plan>) -> KeyedBucketBuilder<K> {
         KeyedBucketBuilder {
-            quota,
+            plan: plan.into(),
+            plans: Vec::new(),
+            resolve: None,
             max_keys: DEFAULT_MAX_KEYS,
             shards: None,
             clock: Clock::tokio(),
-            algorithm: Algorithm::TokenBucket,
             window_origin: None,
-            _key: PhantomData,
         }
     }
 
@@ -282,34 +123,22 @@ where
     /// one request may take (the burst, or a window's count): it can never fit.
     #[inline]
     pub fn try_acquire(&self, key: &K, n: u32) -> Result<(), Denied> {
-        let s = &*self.shared;
-        let tokens = u64::from(n);
-        // The store's decision, inlined per engine: nothing of the grant is kept.
-        on_core!(&s.tables, core => {
-            if tokens == 0 {
-                return Ok(());
-            }
-            if tokens > core.engine.capacity() {
-                return Err(Denied::ExceedsBurst(ExceedsBurst {
-                    requested: n,
-                    burst: u32::try_from(core.engine.capacity()).unwrap_or(u32::MAX),
-                }));
-            }
-            match core.acquire(key, s.clock.now_ns(), tokens, 0) {
-                Ok(_) => Ok(()),
-                Err(wait) => Err(Throttled::after(Duration::from_nanos(wait)).into()),
-            }
-        })
+        if n == 0 {
+            return Ok(());
+        }
+        match self.shared.acquire(Some(key), u64::from(n), 0) {
+            Ok(_) => Ok(()),
+            Err(refusal) => Err(self.denied(&refusal, n)),
+        }
     }
 
     /// A read-only view of the bucket of `key` now.
     pub fn snapshot(&self, key: &K) -> Snapshot {
-        let s = &*self.shared;
-        let now = s.clock.now_ns();
-        let view = on_core!(&s.tables, core => core.view(key, now));
+        let (view, tier) = self.shared.view(key);
+        let quota = self.shared.tiers[tier].plan().quota();
         Snapshot {
-            quota: s.quota,
-            effective: s.quota,
+            quota,
+            effective: quota,
             available: u32::try_from(view.available).unwrap_or(u32::MAX),
             next_token_in: Duration::from_nanos(view.next_in),
             full_in: Duration::from_nanos(view.full_in),
@@ -318,24 +147,38 @@ where
         }
     }
 
-    /// Admit `n` tokens for `key` (at most the [`capacity`](Self::capacity)), or reserve them
-    /// up to `max_wait` ahead; else the wait, in nanoseconds.
+    /// From now on, the first quota of the default plan is `quota`, for every key on it:
+    /// as [`Bucket::set_quota`](crate::Bucket::set_quota), what each key holds is carried
+    /// over with no burst and its fractional progress kept. Keys on other plans keep theirs.
+    pub fn set_quota(&self, quota: Quota) {
+        self.shared.set_quota(quota);
+    }
+
+    /// Admit `n` tokens for `key` (`None`: the requests without a key, together), or reserve
+    /// them up to `max_wait` ahead.
     #[inline]
-    pub(crate) fn acquire(&self, key: &K, n: u32, max_wait: u64) -> Result<Grant, u64> {
-        let s = &*self.shared;
-        let now = s.clock.now_ns();
-        on_core!(&s.tables, core => {
-            let (admit, place) = core.acquire(key, now, u64::from(n), max_wait)?;
-            Ok(Grant { admit, now, place })
-        })
+    pub(crate) fn acquire(&self, key: Option<&K>, n: u32, max_wait: u64) -> Result<Grant, Refusal> {
+        self.shared.acquire(key, u64::from(n), max_wait)
+    }
+
+    /// The error of `refusal`, for `n` tokens.
+    pub(crate) fn denied(&self, refusal: &Refusal, n: u32) -> Denied {
+        match refusal.refused.wait {
+            u64::MAX => Denied::ExceedsBurst(ExceedsBurst {
+                requested: n,
+                burst: u32::try_from(self.shared.tiers[refusal.tier].tables.capacity())
+                    .unwrap_or(u32::MAX),
+            }),
+            wait => Throttled::after(Duration::from_nanos(wait)).into(),
+        }
     }
 }
 
 impl<K: Hash + Eq> KeyedBucket<K> {
-    /// The number of keys tracked now. It includes keys whose bucket is full again but has
-    /// not been swept yet.
+    /// The number of keys tracked now, on every plan. It includes keys whose bucket is full
+    /// again but has not been swept yet.
     pub fn len(&self) -> usize {
-        on_core!(&self.shared.tables, core => core.len())
+        self.shared.len()
     }
 
     /// Whether no key is tracked.
@@ -344,45 +187,40 @@ impl<K: Hash + Eq> KeyedBucket<K> {
     }
 
     /// Heap bytes held by the tables (slots; not any heap data the keys themselves own, nor
-    /// the logs of [`Algorithm::SlidingLog`], 16 bytes per admission within the period).
+    /// the logs of [`Algorithm::SlidingLog`], 16 bytes per admission within the period, nor
+    /// the states of a plan of several quotas, boxed).
     pub fn allocated_bytes(&self) -> usize {
-        on_core!(&self.shared.tables, core => core.allocated_bytes())
+        self.shared.allocated_bytes()
     }
+}
 
-    /// Admit `n` tokens from the one bucket shared by requests that have no key.
-    pub(crate) fn acquire_keyless(&self, n: u32, max_wait: u64) -> Result<Grant, u64> {
-        let s = &*self.shared;
-        let now = s.clock.now_ns();
-        on_core!(&s.tables, core => {
-            let admit = core.acquire_keyless(now, u64::from(n), max_wait)?;
-            Ok(Grant { admit, now, place: Place::Keyless })
-        })
-    }
-
+impl<K: Hash + Eq> KeyedBucket<K> {
     /// Undo `grant` (for `key`) if nothing was admitted after it in its bucket.
     pub(crate) fn refund(&self, key: Option<&K>, grant: &Grant) {
-        let s = &*self.shared;
-        let now = s.clock.now_ns();
-        let place = match (grant.place, key) {
-            (Place::Table, None) => Place::Keyless,
-            (place, _) => place,
-        };
-        on_core!(&s.tables, core => core.refund(key, place, &grant.admit, now));
+        self.shared.refund(key, grant);
     }
 }
 
 impl<K> KeyedBucket<K> {
-    /// The quota of every key's bucket.
+    /// The first quota of the default plan.
     pub fn quota(&self) -> Quota {
-        self.shared.quota
+        self.shared.tiers[0].plan().quota()
     }
 
-    /// The algorithm every key's bucket follows.
+    /// The default plan.
+    pub fn plan(&self) -> Plan {
+        self.shared.tiers[0].plan()
+    }
+
+    /// The algorithm of the default plan's first quota.
     pub fn algorithm(&self) -> Algorithm {
-        self.shared.algorithm
+        self.plan()
+            .quotas()
+            .next()
+            .map_or(Algorithm::TokenBucket, |q| q.1)
     }
 
-    /// The most keys tracked at once.
+    /// The most keys tracked at once, per plan.
     pub fn max_keys(&self) -> usize {
         self.shared.max_keys
     }
@@ -392,17 +230,22 @@ impl<K> KeyedBucket<K> {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
-    /// Tokens left and the time until the limit resets, right after `grant`, seen when it is
-    /// due (a reservation: at its instant).
-    pub(crate) fn status(&self, grant: &Grant) -> (u64, Duration) {
-        let (remaining, reset) =
-            on_core!(&self.shared.tables, core => core.engine.status(&grant.admit));
-        (remaining, Duration::from_nanos(reset))
+    /// The plan of a grant or a refusal (`tier`), as the rate-limit fields name it.
+    pub(crate) fn plan_of(&self, tier: usize) -> Plan {
+        self.shared.tiers[tier].plan()
     }
 
-    /// The most tokens one request may take from a key's bucket.
-    pub(crate) fn capacity(&self) -> u64 {
-        on_core!(&self.shared.tables, core => core.engine.capacity())
+    /// Tokens left and the time until the limit resets, right after `grant`, seen when it is
+    /// due (a reservation: at its instant), with the plan and the quota of the plan they are
+    /// about.
+    pub(crate) fn status(&self, grant: &Grant) -> (u64, Duration, usize, usize) {
+        let (remaining, reset) = grant.status;
+        (
+            remaining,
+            Duration::from_nanos(reset),
+            grant.tier,
+            grant.part,
+        )
     }
 
     /// The instant a reservation may go (`None` for an immediate admission).
@@ -422,25 +265,15 @@ impl<K> Clone for KeyedBucket<K> {
 
 impl<K> fmt::Debug for KeyedBucket<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plans: Vec<_> = self.shared.tiers[1..].iter().map(|t| &t.name).collect();
         f.debug_struct("KeyedBucket")
-            .field("quota", &self.shared.quota)
-            .field("algorithm", &self.shared.algorithm)
+            .field("plan", &self.plan())
+            .field("plans", &plans)
             .field("max_keys", &self.shared.max_keys)
             .field(
                 "shards",
-                &on_core!(&self.shared.tables, c => c.shard_count()),
+                &on_core!(&self.shared.tiers[0].tables, c => c.shard_count()),
             )
-            .finish_non_exhaustive()
-    }
-}
-
-impl<K> fmt::Debug for KeyedBucketBuilder<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedBucketBuilder")
-            .field("quota", &self.quota)
-            .field("max_keys", &self.max_keys)
-            .field("shards", &self.shards)
-            .field("window_origin", &self.window_origin)
             .finish_non_exhaustive()
     }
 }
@@ -448,6 +281,7 @@ impl<K> fmt::Debug for KeyedBucketBuilder<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keyed::builder::prev_power_of_two;
 
     #[test]
     fn shard_counts() {
@@ -459,7 +293,7 @@ mod tests {
             .max_keys(3)
             .shards(64)
             .build();
-        assert_eq!(on_core!(&b.shared.tables, c => c.shard_count()), 2);
+        assert_eq!(on_core!(&b.shared.tiers[0].tables, c => c.shard_count()), 2);
     }
 
     #[tokio::test(start_paused = true)]

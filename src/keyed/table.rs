@@ -262,9 +262,19 @@ impl<K: Hash + Eq, S: Packed> Table<K, S> {
         }
     }
 
-    /// Removes slot `i`, shifting back the entries of its probe run (no tombstones).
-    pub(crate) fn remove<H: BuildHasher>(&mut self, hasher: &H, i: usize) {
-        self.slots[i] = None;
+    /// Changes every state with `f`.
+    pub(crate) fn update_all(&mut self, mut f: impl FnMut(&mut S)) {
+        self.earliest = u64::MAX;
+        for e in self.slots.iter_mut().flatten() {
+            f(&mut e.state);
+            self.earliest = self.earliest.min(e.state.expires());
+        }
+    }
+
+    /// Removes slot `i`, shifting back the entries of its probe run (no tombstones), and
+    /// returns its state.
+    pub(crate) fn remove<H: BuildHasher>(&mut self, hasher: &H, i: usize) -> Option<S> {
+        let removed = self.slots[i].take()?;
         self.len -= 1;
         let mut hole = i;
         let mut j = self.next(i);
@@ -282,6 +292,7 @@ impl<K: Hash + Eq, S: Packed> Table<K, S> {
             }
             j = self.next(j);
         }
+        Some(removed.state)
     }
 }
 

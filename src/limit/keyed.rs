@@ -15,7 +15,7 @@ use crate::extract::{KeyDigest, StableKey};
 use crate::keyed::{Grant, KeyedBucket};
 #[cfg(feature = "redis")]
 use crate::redis::RedisKeyed;
-use crate::{Denied, Quota, Throttled};
+use crate::{Denied, Plan, Quota};
 
 /// The name of requests that have no key (`MissingKey::Shared`) in Redis: reserved bytes,
 /// not the digest of any key's bytes (short of a SHA-1 preimage).
@@ -67,7 +67,7 @@ impl<K: StableKey> From<RedisKeyed> for KeyedLimit<K> {
 }
 
 impl<K> KeyedLimit<K> {
-    /// The quota of every key.
+    /// The first quota of the default plan.
     pub(crate) fn quota(&self) -> Quota {
         match &self.store {
             Store::Table(t) => t.quota(),
@@ -76,20 +76,27 @@ impl<K> KeyedLimit<K> {
         }
     }
 
-    /// The most tokens one request of a key can ever take (Redis says so itself).
-    pub(crate) fn capacity(&self) -> u64 {
+    /// The plan `tier` of a decision ([`Which`]).
+    pub(crate) fn plan(&self, tier: usize) -> Plan {
         match &self.store {
-            Store::Table(t) => t.capacity(),
+            Store::Table(t) => t.plan_of(tier),
             #[cfg(feature = "redis")]
-            Store::Redis { .. } => u64::MAX,
+            Store::Redis { redis, .. } => Plan::new(redis.quota()),
         }
     }
+}
+
+/// The plan a key's decision was made on, and the quota of it the decision is about.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Which {
+    pub(crate) tier: usize,
+    pub(crate) part: usize,
 }
 
 /// A key's decision: admitted (held until spent), refused, or a turn to wait for.
 pub(crate) enum KeyDecision<K: Hash + Eq> {
     Now(KeyHold<K>),
-    Refused(Denied),
+    Refused(Denied, Which),
     Later(KeyTurn<K>),
 }
 
@@ -99,16 +106,14 @@ impl<K: Hash + Eq + Clone> KeyedLimit<K> {
     pub(crate) fn decide(&self, key: Option<K>, n: u32, max_wait: u64) -> KeyDecision<K> {
         match &self.store {
             Store::Table(table) => {
-                let granted = match &key {
-                    Some(k) => table.acquire(k, n, max_wait),
-                    None => table.acquire_keyless(n, max_wait),
-                };
-                let grant = match granted {
+                let grant = match table.acquire(key.as_ref(), n, max_wait) {
                     Ok(grant) => grant,
-                    Err(wait) => {
-                        return KeyDecision::Refused(
-                            Throttled::after(Duration::from_nanos(wait)).into(),
-                        )
+                    Err(refusal) => {
+                        let which = Which {
+                            tier: refusal.tier,
+                            part: refusal.refused.part,
+                        };
+                        return KeyDecision::Refused(table.denied(&refusal, n), which);
                     }
                 };
                 let due = table.due(&grant);
@@ -189,13 +194,21 @@ impl<K: Hash + Eq> KeyHold<K> {
     }
 
     /// The requests left to the key and the time until its next token, when this process
-    /// knows them (an in-process limit).
-    pub(crate) fn level(&self) -> Option<(u64, Duration)> {
+    /// knows them (an in-process limit), and which plan and quota they are about.
+    pub(crate) fn level(&self) -> Option<(u64, Duration, Which)> {
         match &self.kind {
-            Hold::Table { table, grant, .. } => Some(table.status(grant)),
+            Hold::Table { table, grant, .. } => {
+                let (remaining, reset, tier, part) = table.status(grant);
+                Some((remaining, reset, Which { tier, part }))
+            }
             #[cfg(feature = "redis")]
             Hold::Redis { .. } => None,
         }
+    }
+
+    /// The key's plan.
+    pub(crate) fn tier(&self) -> usize {
+        self.level().map_or(0, |l| l.2.tier)
     }
 }
 

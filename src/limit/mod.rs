@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use self::keyed::KeyedLimit;
-pub(crate) use self::keyed::{KeyDecision, KeyHold, KeyTurn};
+pub(crate) use self::keyed::{KeyDecision, KeyHold, KeyTurn, Which};
 pub(crate) use self::turn::Turn;
 use crate::bucket::{Permit, Reservation};
 #[cfg(feature = "redis")]

@@ -12,26 +12,20 @@
 //! A field the response already has (set by a custom rejection response, say) is left alone.
 
 use http::header::{CACHE_CONTROL, RETRY_AFTER};
+use std::sync::Arc;
+
 use http::{HeaderMap, HeaderValue};
 
 use super::rejected::{Rejected, Status};
 use crate::headers::{
-    ceil_secs, insert_x_ratelimit, policy_value, ratelimit_value, RATELIMIT, RATELIMIT_POLICY,
+    insert_x_ratelimit, policy_value, ratelimit_value, RATELIMIT, RATELIMIT_POLICY,
     X_RATELIMIT_REMAINING,
 };
 use crate::Quota;
 
-/// The policy of `quota` as (`q`, `w`): its count per period, the period in whole seconds.
-/// A period that is not whole seconds is widened to the next second, with the count it holds.
+/// The policy of `quota` as (`q`, `w`): see [`Quota::policy_window`].
 pub(crate) fn window(quota: Quota) -> (u64, u64) {
-    let period = quota.period();
-    let count = u64::from(quota.count());
-    if period.subsec_nanos() == 0 && period.as_secs() > 0 {
-        return (count, period.as_secs());
-    }
-    let w = ceil_secs(period).max(1);
-    let q = u128::from(count) * u128::from(w) * 1_000_000_000 / period.as_nanos().max(1);
-    (u64::try_from(q).unwrap_or(u64::MAX), w)
+    quota.policy_window()
 }
 
 /// `RateLimit-Policy` for `quota` under `name`.
@@ -40,8 +34,8 @@ pub(crate) fn policy(name: &str, quota: Quota) -> HeaderValue {
     policy_value(name, q, w)
 }
 
-/// The limits of a layer as `RateLimit-Policy` names them.
-pub(crate) type Policies = [Option<(&'static str, Quota)>; 2];
+/// The limits of a layer as `RateLimit-Policy` names them, one per quota.
+pub(crate) type Policies = Vec<(Arc<str>, Quota)>;
 
 /// What a service adds to its responses.
 #[derive(Debug, Clone, Copy)]
@@ -76,9 +70,9 @@ impl Spec {
         rejected: Rejected,
         refusal: bool,
     ) -> Fields {
-        let Some(status) = rejected.status().copied() else {
+        let Some(status) = rejected.status().cloned() else {
             return Fields {
-                policies: [None, None],
+                policies: Vec::new(),
                 statuses: [None, None],
                 retry_after: None,
                 x_ratelimit: false,
@@ -125,14 +119,14 @@ impl Fields {
             }
         }
         if !headers.contains_key(RATELIMIT_POLICY) {
-            for (name, quota) in self.policies.iter().flatten() {
+            for (name, quota) in &self.policies {
                 headers.append(RATELIMIT_POLICY, policy(name, *quota));
             }
         }
         let statuses = self.statuses.iter().flatten();
         if !headers.contains_key(RATELIMIT) {
             for s in statuses.clone() {
-                headers.append(RATELIMIT, ratelimit_value(s.name, s.remaining, s.reset));
+                headers.append(RATELIMIT, ratelimit_value(&s.name, s.remaining, s.reset));
             }
         }
         if self.x_ratelimit {
@@ -180,10 +174,10 @@ mod tests {
     #[test]
     fn apply_keeps_existing_fields() {
         let fields = Fields {
-            policies: [Some(("default", Quota::per_second(1))), None],
+            policies: vec![(Arc::from("default"), Quota::per_second(1))],
             statuses: [
                 Some(Status {
-                    name: "default",
+                    name: Arc::from("default"),
                     quota: Quota::per_second(1),
                     remaining: 0,
                     reset: Duration::from_millis(300),

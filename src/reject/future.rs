@@ -106,7 +106,7 @@ where
                     Outcome::Go(mut service, req, statuses) => {
                         *this.fields = wait
                             .spec
-                            .admitted(|| wait.policies(), statuses)
+                            .admitted(|| wait.policies(0), statuses)
                             .map(Box::new);
                         Kind::Called {
                             future: service.call(req),
@@ -122,7 +122,8 @@ where
                         req.extensions_mut().insert(rejected.clone());
                         let future = wait.on_reject.on_reject(req, &rejected);
                         let refusal = wait.on_reject.is_refusal();
-                        let policies = || wait.policies();
+                        let tier = rejected.tier();
+                        let policies = || wait.policies(tier);
                         *this.fields =
                             Some(Box::new(wait.spec.rejected(policies, rejected, refusal)));
                         Kind::Rejected { future }

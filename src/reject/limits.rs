@@ -16,12 +16,11 @@ use http::Request;
 
 use super::fields::Policies;
 use super::missing::{FailOnce, MissingKey};
-use super::policy::{self, limit_status, refusal, GLOBAL, PER_KEY, SINGLE};
+use super::policy::{self, limit_status, refusal, GLOBAL, SINGLE};
 use super::rejected::Rejected;
 use super::wait::Pending;
 use crate::extract::KeyExtractor;
-use crate::limit::{Decision, KeyDecision, KeyedLimit, Limit};
-use crate::ExceedsBurst;
+use crate::limit::{Decision, KeyDecision, KeyHold, KeyedLimit, Limit};
 
 /// The extractor of a layer of one limit, which has no keys: one limit for every request is
 /// [`RejectLayer::new`](super::RejectLayer::new).
@@ -79,10 +78,10 @@ pub(crate) struct Limits<K, E> {
 /// What to do with a request.
 pub(crate) enum Verdict<K: Hash + Eq> {
     /// Go now; the state of each limit when asked for.
-    Admit([Option<super::rejected::Status>; 2]),
+    Admit([Option<super::rejected::Status>; 2], usize),
     Reject(Rejected),
     /// Go after a wait (bounded wait only).
-    Wait(Pending<K>),
+    Wait(Box<Pending<K>>),
 }
 
 impl<K, E> Limits<K, E> {
@@ -112,9 +111,10 @@ impl<K, E> Limits<K, E> {
         }
     }
 
-    /// The limits as `RateLimit-Policy` names them (the limit's quota may change).
-    pub(crate) fn policies(&self) -> Policies {
-        policy::policies(self.keyed_limit(), self.limit(), self.keyed.is_some())
+    /// The limits as `RateLimit-Policy` names them, for a key on plan `tier` (the limit's
+    /// quota may change).
+    pub(crate) fn policies(&self, tier: usize) -> Policies {
+        policy::policies(self.keyed_limit(), tier, self.limit(), self.keyed.is_some())
     }
 
     pub(crate) fn keyed_limit(&self) -> Option<&KeyedLimit<K>> {
@@ -155,17 +155,9 @@ where
         let mut statuses = [None, None];
         let mut held = None;
         if n == 0 {
-            return Verdict::Admit(statuses);
+            return Verdict::Admit(statuses, 0);
         }
         if let Some(k) = &self.keyed {
-            let burst = k.limit.capacity();
-            if u64::from(n) > burst {
-                let never = ExceedsBurst {
-                    requested: n,
-                    burst: u32::try_from(burst).unwrap_or(u32::MAX),
-                };
-                return Verdict::Reject(refusal(PER_KEY, &k.limit.quota(), never.into()));
-            }
             let decision = match k.extractor.extract(req) {
                 Some(key) => Some(k.limit.decide(Some(key), n, max_wait)),
                 None => match k.on_missing::<B>() {
@@ -176,17 +168,16 @@ where
             };
             match decision {
                 None => {}
-                Some(KeyDecision::Refused(denied)) => {
-                    let quota = k.limit.quota();
-                    return Verdict::Reject(refusal(PER_KEY, &quota, denied));
+                Some(KeyDecision::Refused(denied, which)) => {
+                    return Verdict::Reject(policy::key_refusal(&k.limit, which, denied));
                 }
                 Some(KeyDecision::Later(turn)) => {
                     let global = self.limit.clone();
-                    return Verdict::Wait(Pending::key(k.limit.clone(), turn, global, n));
+                    return Verdict::Wait(Box::new(Pending::key(k.limit.clone(), turn, global, n)));
                 }
                 Some(KeyDecision::Now(hold)) => {
                     if describe {
-                        statuses[0] = policy::status(PER_KEY, k.limit.quota(), hold.level());
+                        statuses[0] = policy::key_status(&k.limit, hold.level());
                     }
                     held = Some(hold);
                 }
@@ -206,24 +197,26 @@ where
                     }
                 }
                 Decision::Now(Err(denied)) => {
+                    let tier = held.as_ref().map_or(0, KeyHold::tier);
                     if let Some(hold) = held.as_mut() {
                         hold.refund();
                     }
-                    return Verdict::Reject(refusal(name, &limit.quota(), denied));
+                    return Verdict::Reject(refusal(name, &limit.quota(), denied).in_plan(tier));
                 }
                 Decision::Later(turn) => {
-                    return Verdict::Wait(match (&self.keyed, held) {
+                    return Verdict::Wait(Box::new(match (&self.keyed, held) {
                         (Some(k), Some(hold)) => {
                             Pending::held(k.limit.clone(), hold, limit.clone(), turn)
                         }
                         _ => Pending::single(limit.clone(), turn, name),
-                    });
+                    }));
                 }
             }
         }
+        let tier = held.as_ref().map_or(0, KeyHold::tier);
         if let Some(hold) = held.as_mut() {
             hold.spend();
         }
-        Verdict::Admit(statuses)
+        Verdict::Admit(statuses, tier)
     }
 }

@@ -1,43 +1,70 @@
 //! How a rejecting layer names its limits (`RateLimit-Policy`), and what it reports of each.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::fields::Policies;
 use super::rejected::{Rejected, Status};
-use crate::limit::{KeyedLimit, Limit};
-use crate::{Denied, Quota};
+use crate::limit::{KeyedLimit, Limit, Which};
+use crate::{Denied, Plan, Quota};
 
 /// Policy names in `RateLimit-Policy` and `RateLimit`.
 pub(crate) const SINGLE: &str = "default";
 pub(crate) const PER_KEY: &str = "per-key";
 pub(crate) const GLOBAL: &str = "global";
 
-/// The policies of a per-key limit and a limit (global when `is_keyed`).
+/// The policies of a per-key limit on plan `tier` and a limit (global when `is_keyed`): one
+/// per quota.
 pub(crate) fn policies<K>(
     keyed: Option<&KeyedLimit<K>>,
+    tier: usize,
     limit: Option<&Limit>,
     is_keyed: bool,
 ) -> Policies {
     let name = if is_keyed { GLOBAL } else { SINGLE };
-    [
-        keyed.map(|k| (PER_KEY, k.quota())),
-        limit.map(|l| (name, l.quota())),
-    ]
+    let mut policies = Vec::new();
+    if let Some(k) = keyed {
+        policies.extend(named(&k.plan(tier), PER_KEY));
+    }
+    if let Some(l) = limit {
+        policies.push((Arc::from(name), l.quota()));
+    }
+    policies
+}
+
+/// The quotas of `plan` with their names, for a limit named `scope`.
+fn named(plan: &Plan, scope: &str) -> impl Iterator<Item = (Arc<str>, Quota)> {
+    let quotas: Vec<Quota> = plan.quotas().map(|q| q.0).collect();
+    plan.names(scope).into_vec().into_iter().zip(quotas)
+}
+
+/// The name and quota of `which` quota of a key's plan.
+fn key_policy<K>(keyed: &KeyedLimit<K>, which: Which) -> (Arc<str>, Quota) {
+    let plan = keyed.plan(which.tier);
+    named(&plan, PER_KEY)
+        .nth(which.part)
+        .unwrap_or_else(|| (Arc::from(PER_KEY), plan.quota()))
 }
 
 /// A refusal by the limit `name` of `quota`.
-pub(crate) fn refusal(name: &'static str, quota: &Quota, denied: Denied) -> Rejected {
-    Rejected::new(denied, name, *quota)
+pub(crate) fn refusal(name: &str, quota: &Quota, denied: Denied) -> Rejected {
+    Rejected::new(denied, Arc::from(name), *quota)
 }
 
-/// The state of the limit `name` of `quota`, from its level (requests left, time until
-/// the next).
-pub(crate) fn status(
-    name: &'static str,
-    quota: Quota,
-    level: Option<(u64, Duration)>,
+/// A refusal by `which` quota of a key's plan.
+pub(crate) fn key_refusal<K>(keyed: &KeyedLimit<K>, which: Which, denied: Denied) -> Rejected {
+    let (name, quota) = key_policy(keyed, which);
+    Rejected::new(denied, name, quota).in_plan(which.tier)
+}
+
+/// The state of a key's limit, from its level (requests left, time until the next, which
+/// quota of which plan).
+pub(crate) fn key_status<K>(
+    keyed: &KeyedLimit<K>,
+    level: Option<(u64, Duration, Which)>,
 ) -> Option<Status> {
-    let (remaining, reset) = level?;
+    let (remaining, reset, which) = level?;
+    let (name, quota) = key_policy(keyed, which);
     Some(Status {
         name,
         quota,
@@ -47,6 +74,12 @@ pub(crate) fn status(
 }
 
 /// The state of `limit`, named `name`, now.
-pub(crate) fn limit_status(limit: &Limit, name: &'static str) -> Option<Status> {
-    status(name, limit.quota(), limit.level())
+pub(crate) fn limit_status(limit: &Limit, name: &str) -> Option<Status> {
+    let (remaining, reset) = limit.level()?;
+    Some(Status {
+        name: Arc::from(name),
+        quota: limit.quota(),
+        remaining,
+        reset,
+    })
 }

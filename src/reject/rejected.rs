@@ -1,6 +1,7 @@
 //! [`Rejected`]: why a request was turned away, as a value.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -44,6 +45,8 @@ pub struct Rejected {
     denied: Option<Denied>,
     status: Option<Status>,
     code: StatusCode,
+    /// The plan of the request's key (`0`: the default plan, or no key).
+    tier: usize,
 }
 
 /// How long a client is told to wait when the backend that keeps a limit failed and its
@@ -51,10 +54,10 @@ pub struct Rejected {
 pub(crate) const BACKEND_RETRY: Duration = Duration::from_secs(1);
 
 /// The state of one limit, for the rate-limit fields of a response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Status {
     /// The policy name in `RateLimit-Policy` / `RateLimit`.
-    pub(crate) name: &'static str,
+    pub(crate) name: Arc<str>,
     pub(crate) quota: Quota,
     /// Whole tokens left.
     pub(crate) remaining: u64,
@@ -65,11 +68,12 @@ pub(crate) struct Status {
 impl Rejected {
     /// Refused by the limit `name` of `quota`, for the reason `denied`: nothing left, the
     /// next token [`wait`](Self::wait) away (zero when waiting does not help).
-    pub(crate) fn new(denied: Denied, name: &'static str, quota: Quota) -> Self {
+    pub(crate) fn new(denied: Denied, name: Arc<str>, quota: Quota) -> Self {
         let mut rejected = Rejected {
             denied: Some(denied),
             status: None,
             code: StatusCode::TOO_MANY_REQUESTS,
+            tier: 0,
         };
         rejected.status = Some(Status {
             name,
@@ -86,6 +90,7 @@ impl Rejected {
         Rejected {
             denied: None,
             status: None,
+            tier: 0,
             code: if fail {
                 StatusCode::INTERNAL_SERVER_ERROR
             } else {
@@ -97,10 +102,11 @@ impl Rejected {
     /// The limit that turned the request away, as `RateLimit-Policy` names it: `"per-key"`
     /// (the key's bucket, or the one shared by requests without a key), `"global"` (the
     /// ceiling of a keyed layer) or `"default"` (the bucket of a layer made by
-    /// [`RejectLayer::new`](super::RejectLayer::new)). `None` when the request had no key and
+    /// [`RejectLayer::new`](super::RejectLayer::new)); for a [`Plan`](crate::Plan) of several
+    /// quotas, the name of the quota that holds the request back longest. `None` when the request had no key and
     /// the layer refuses such requests ([`MissingKey`](super::MissingKey)).
-    pub fn policy(&self) -> Option<&'static str> {
-        self.status.map(|s| s.name)
+    pub fn policy(&self) -> Option<&str> {
+        self.status.as_ref().map(|s| &*s.name)
     }
 
     /// The limit's answer ([`Denied`]); `None` for a request without a key.
@@ -126,7 +132,7 @@ impl Rejected {
 
     /// The quota of the limit that turned the request away.
     pub fn quota(&self) -> Option<Quota> {
-        self.status.map(|s| s.quota)
+        self.status.as_ref().map(|s| s.quota)
     }
 
     /// The status of the default response: `429 Too Many Requests`; for a request without a
@@ -139,6 +145,17 @@ impl Rejected {
 
     pub(crate) fn status(&self) -> Option<&Status> {
         self.status.as_ref()
+    }
+
+    /// The plan of the request's key.
+    pub(crate) fn tier(&self) -> usize {
+        self.tier
+    }
+
+    /// Refused for a key on plan `tier`.
+    pub(crate) fn in_plan(mut self, tier: usize) -> Self {
+        self.tier = tier;
+        self
     }
 }
 

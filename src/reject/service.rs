@@ -93,8 +93,10 @@ where
             .limits
             .check(&req, n, config.max_wait, config.spec.admitted);
         match verdict {
-            Verdict::Admit(statuses) => {
-                let fields = config.spec.admitted(|| config.limits.policies(), statuses);
+            Verdict::Admit(statuses, tier) => {
+                let fields = config
+                    .spec
+                    .admitted(|| config.limits.policies(tier), statuses);
                 ResponseFuture::called(self.inner.call(req), fields)
             }
             Verdict::Reject(rejected) => {
@@ -109,12 +111,15 @@ where
                 trace_event!(debug, limit = ?rejected.policy(), wait = ?rejected.wait(), "request rejected");
                 let future = config.on_reject.on_reject(req, &rejected);
                 let refusal = config.on_reject.is_refusal();
-                let fields = config
-                    .spec
-                    .rejected(|| config.limits.policies(), rejected, refusal);
+                let tier = rejected.tier();
+                let fields =
+                    config
+                        .spec
+                        .rejected(|| config.limits.policies(tier), rejected, refusal);
                 ResponseFuture::rejected(future, fields)
             }
             Verdict::Wait(pending) => {
+                let pending = *pending;
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
                 let on_reject = config.on_reject.clone();

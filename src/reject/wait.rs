@@ -27,6 +27,8 @@ use crate::limit::{Decision, KeyHold, KeyTurn, KeyedLimit, Limit, Turn};
 use crate::observe::Observer;
 
 /// A reservation being waited for.
+// Kept in the future of a request that waits, made only on that path.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Pending<K: Hash + Eq> {
     /// The key's turn, then the global ceiling's decision.
     Key {
@@ -130,12 +132,14 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
         }
     }
 
-    /// The limits involved, as `RateLimit-Policy` names them.
-    pub(crate) fn policies(&self) -> Policies {
+    /// The limits involved, as `RateLimit-Policy` names them, for a key on plan `tier`.
+    pub(crate) fn policies(&self, tier: usize) -> Policies {
         match &self.pending {
-            Pending::Key { keyed, global, .. } => policies(Some(keyed), global.as_ref(), true),
+            Pending::Key { keyed, global, .. } => {
+                policies(Some(keyed), tier, global.as_ref(), true)
+            }
             Pending::Single { limit, name, .. } => {
-                policies::<K>(None, Some(limit), *name == GLOBAL)
+                policies::<K>(None, 0, Some(limit), *name == GLOBAL)
             }
         }
     }
@@ -156,14 +160,13 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     match std::task::ready!(t.poll(cx)) {
                         Ok(h) => *hold = Some(h),
                         Err(denied) => {
-                            let quota = keyed.quota();
-                            break Err(refusal(PER_KEY, &quota, denied));
+                            break Err(refusal(PER_KEY, &keyed.quota(), denied));
                         }
                     }
                 }
                 let h = hold.as_mut().expect("the key is held");
                 let key = if describe {
-                    policy::status(PER_KEY, keyed.quota(), h.level())
+                    policy::key_status(keyed, h.level())
                 } else {
                     None
                 };
@@ -192,8 +195,9 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         Ok([key, global])
                     }
                     Err(denied) => {
+                        let tier = h.tier();
                         h.refund();
-                        Err(refusal(GLOBAL, &g.quota(), denied))
+                        Err(refusal(GLOBAL, &g.quota(), denied).in_plan(tier))
                     }
                 };
             },

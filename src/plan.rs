@@ -1,0 +1,172 @@
+//! [`Plan`]: the quotas one limit enforces together.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::{Algorithm, Quota};
+
+/// The quotas one limit enforces together: a request goes only when each of them has room,
+/// and is then charged to all of them; refused by one, it is charged to none, and its wait is
+/// the longest among the quotas that refused it.
+///
+/// A plan of one quota is that quota (`Plan::from(quota)`, the token bucket). [`and`](Plan::and)
+/// stacks another, each with its own [`Algorithm`]: a token bucket per second under fixed
+/// windows per day is the usual pair.
+///
+/// ```
+/// use tower_throttle::{Algorithm, Plan, Quota};
+///
+/// let free = Plan::new(Quota::per_second(10).burst(20))
+///     .and(Quota::per_day(10_000))
+///     .algorithm(Algorithm::FixedWindow)
+///     .named("daily");
+/// assert_eq!(free.quotas().count(), 2);
+/// ```
+#[derive(Clone, PartialEq)]
+pub struct Plan {
+    parts: Vec<Part>,
+}
+
+/// One quota of a plan.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Part {
+    pub(crate) quota: Quota,
+    pub(crate) algorithm: Algorithm,
+    name: Option<Arc<str>>,
+}
+
+impl Plan {
+    /// A plan of `quota`, on the token bucket.
+    pub fn new(quota: Quota) -> Self {
+        Plan {
+            parts: vec![Part {
+                quota,
+                algorithm: Algorithm::TokenBucket,
+                name: None,
+            }],
+        }
+    }
+
+    /// Stack `quota` on the plan, on the token bucket unless [`algorithm`](Plan::algorithm)
+    /// follows.
+    pub fn and(mut self, quota: Quota) -> Self {
+        self.parts.push(Part {
+            quota,
+            algorithm: Algorithm::TokenBucket,
+            name: None,
+        });
+        self
+    }
+
+    /// The algorithm of the quota added last.
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.last().algorithm = algorithm;
+        self
+    }
+
+    /// The name of the quota added last in the `RateLimit-Policy` and `RateLimit` fields.
+    /// Unnamed, the quota of a one-quota plan is named after the layer's limit
+    /// (`"per-key"`, `"global"`, `"default"`), and each quota of a larger plan after that
+    /// and its window in seconds (`"per-key-1s"`, `"per-key-86400s"`).
+    pub fn named(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.last().name = Some(name.into());
+        self
+    }
+
+    /// The quotas, in the order they were stacked, with their algorithms.
+    pub fn quotas(&self) -> impl ExactSizeIterator<Item = (Quota, Algorithm)> + '_ {
+        self.parts.iter().map(|p| (p.quota, p.algorithm))
+    }
+
+    /// The first quota: the one a [`Bucket`](crate::Bucket)'s rate and
+    /// [`set_quota`](crate::Bucket::set_quota) are about.
+    pub fn quota(&self) -> Quota {
+        self.parts[0].quota
+    }
+
+    pub(crate) fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// The plan with its first quota replaced.
+    pub(crate) fn with_first(&self, quota: Quota) -> Plan {
+        let mut plan = self.clone();
+        plan.parts[0].quota = quota;
+        plan
+    }
+
+    /// The plan with the algorithm of its first quota replaced.
+    pub(crate) fn with_algorithm(mut self, algorithm: Algorithm) -> Plan {
+        self.parts[0].algorithm = algorithm;
+        self
+    }
+
+    /// The names of the quotas in the rate-limit fields, for a limit named `scope`.
+    pub(crate) fn names(&self, scope: &str) -> Box<[Arc<str>]> {
+        let windows: Vec<u64> = self
+            .parts
+            .iter()
+            .map(|p| p.quota.policy_window().1)
+            .collect();
+        self.parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match &p.name {
+                Some(name) => Arc::clone(name),
+                None if self.parts.len() == 1 => Arc::from(scope),
+                None if self
+                    .parts
+                    .iter()
+                    .zip(&windows)
+                    .filter(|(o, w)| o.name.is_none() && **w == windows[i])
+                    .count()
+                    > 1 =>
+                {
+                    Arc::from(format!("{scope}-{}s-{}", windows[i], i + 1))
+                }
+                None => Arc::from(format!("{scope}-{}s", windows[i])),
+            })
+            .collect()
+    }
+
+    fn last(&mut self) -> &mut Part {
+        // A plan is never empty: `new` makes one part, nothing removes one.
+        let last = self.parts.len() - 1;
+        &mut self.parts[last]
+    }
+}
+
+impl From<Quota> for Plan {
+    fn from(quota: Quota) -> Self {
+        Plan::new(quota)
+    }
+}
+
+impl fmt::Debug for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(&self.parts).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_scope_and_windows() {
+        let one = Plan::new(Quota::per_second(1));
+        assert_eq!(&*one.names("per-key")[0], "per-key");
+        let two = Plan::new(Quota::per_second(1))
+            .and(Quota::per_day(10))
+            .algorithm(Algorithm::FixedWindow);
+        let names = two.names("global");
+        assert_eq!((&*names[0], &*names[1]), ("global-1s", "global-86400s"));
+        let same = Plan::new(Quota::per_second(1))
+            .and(Quota::per_second(5))
+            .named("burst");
+        let names = same.names("per-key");
+        assert_eq!((&*names[0], &*names[1]), ("per-key-1s", "burst"));
+        let twins = Plan::new(Quota::per_second(1)).and(Quota::per_second(5));
+        assert_eq!(&*twins.names("k")[1], "k-1s-2");
+    }
+}
