@@ -856,9 +856,13 @@ async fn an_unparsable_value_is_a_fresh_state_and_is_overwritten() {
             b.try_acquire(1).await.unwrap_or_else(|e| {
                 panic!("{algorithm:?}: {garbage:?} should be a fresh state: {e}")
             });
-            let value = get(&mut conn, &key).await.unwrap();
-            assert_ne!(value, garbage, "{algorithm:?}");
-            assert!(pttl(&mut conn, &key).await > 0, "{algorithm:?}");
+            // Overwritten, with a TTL (the garbage has none). The TTL of a window that ends
+            // right after the admission may run out before it is read: a key gone (or at
+            // PTTL 0) had one too.
+            if let Some(value) = get(&mut conn, &key).await {
+                assert_ne!(value, garbage, "{algorithm:?}");
+                assert_ne!(pttl(&mut conn, &key).await, -1, "{algorithm:?}: no TTL");
+            }
         }
     }
 }

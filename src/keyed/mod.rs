@@ -1,5 +1,6 @@
-//! Per-key limits: [`KeyedBucket`], a bucket per key, of any [`Algorithm`](crate::Algorithm),
-//! forgotten when unused again. A layer
+//! Per-key limits: [`KeyedBucket`], a bucket per key, of any [`Algorithm`](crate::Algorithm)
+//! or [`Plan`](crate::Plan) of several quotas (one per key if you like), forgotten when
+//! unused again. A layer
 //! ([`RejectLayer::keyed`](crate::RejectLayer::keyed)) finds each request's key with a
 //! [`KeyExtractor`](crate::extract::KeyExtractor).
 //!

@@ -17,8 +17,9 @@ use crate::{Algorithm, Denied, ExceedsBurst, Plan, Quota, Snapshot, Throttled};
 /// The default cap on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// One bucket per key (API key, user, client IP, route…), all with the same quota and
-/// [`Algorithm`] (the token bucket unless [`KeyedBucketBuilder::algorithm`] says otherwise).
+/// One bucket per key (API key, user, client IP, route…), each of a [`Plan`]: one quota (the
+/// token bucket unless [`KeyedBucketBuilder::algorithm`] says otherwise), or several enforced
+/// together; one plan for every key, or [a plan per key](#plans).
 ///
 /// A key's bucket is created when the key is first seen and forgotten as soon as it is as if
 /// unused again (a token bucket that is full, windows that have passed), which loses nothing:
@@ -40,6 +41,35 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// | token bucket, leaky bucket | the instant the bucket is full again (8 bytes) | 16 bytes |
 /// | fixed window, sliding window | the latest window and two counts (16 bytes) | 24 bytes |
 /// | sliding log | a pointer to the key's log: 48 bytes plus 16 per admission within the period | 16 bytes + the log |
+/// | a plan of several quotas | a pointer to each quota's state and its last admission | 16 bytes + the states |
+///
+/// # Plans
+/// [`KeyedBucketBuilder::plan`] adds a named plan and [`KeyedBucketBuilder::resolve`] names
+/// the plan of each key (a table of API keys to plans, or a claim the key carries: a key
+/// type whose `Eq` and `Hash` ignore the claim keeps one state across plans). Each plan
+/// keeps its keys in a table of its own, so the keys on the default plan cost what they
+/// cost without plans. A key whose plan changes is on the new plan from its next request:
+/// what it holds is carried over as [`Bucket::set_quota`](crate::Bucket::set_quota) does
+/// (no burst, fractional progress kept, capped at the new burst), and turns booked before
+/// the change keep their order. [`set_quota`](KeyedBucket::set_quota) changes the default
+/// plan's first quota for every key on it, the same way.
+///
+/// ```
+/// use tower_throttle::{Algorithm, KeyedBucket, Plan, Quota};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let free = Plan::new(Quota::per_second(2)).and(Quota::per_day(100)).algorithm(Algorithm::FixedWindow);
+/// let pro = Plan::new(Quota::per_second(20)).and(Quota::per_day(10_000)).algorithm(Algorithm::FixedWindow);
+/// let keys: KeyedBucket<String> = KeyedBucket::builder(free)
+///     .plan("pro", pro)
+///     .resolve(|key: &String| key.starts_with("pro-").then_some("pro"))
+///     .build();
+/// assert!(keys.try_acquire(&"pro-7".to_owned(), 20).is_ok());
+/// assert!(keys.try_acquire(&"free-3".to_owned(), 3).is_err()); // refused: charged nothing
+/// assert!(keys.try_acquire(&"free-3".to_owned(), 2).is_ok());
+/// # }
+/// ```
 ///
 /// # The cap on keys
 /// At most [`max_keys`](KeyedBucketBuilder::max_keys) keys are tracked (default
