@@ -1,9 +1,12 @@
 //! Keyed limits side by side with governor's keyed limiter: the cost of a check at 1, 1,000
-//! and 100,000 live keys, and the memory per key at 1,000,000 `u64` keys.
+//! and 100,000 live keys, and the memory per key at 1,000,000 `u64` keys. Beside each
+//! one-quota row, `ours_3_quotas` checks a plan of three quotas (per second, per minute, and
+//! per day in fixed windows), so the price of stacking reads off the same run.
 //!
 //! ```text
 //! cargo bench --bench keyed -- --warm-up-time 1 --measurement-time 3
 //! cargo bench --bench keyed --features quanta -- --warm-up-time 1 --measurement-time 3
+//! cargo bench --bench keyed -- 'keyed_check/ours(_3_quotas)?/(1|1000)$'
 //! ```
 //!
 //! Both limiters are configured never to refuse within a run (a token a second, a burst of
@@ -20,7 +23,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion};
 use tower_throttle::keyed::KeyedBucket;
-use tower_throttle::Quota;
+use tower_throttle::{Algorithm, Plan, Quota};
 
 const CHILD: &str = "KEYED_BENCH_CHILD";
 const MEMORY_KEYS: u64 = 1_000_000;
@@ -33,6 +36,15 @@ fn quota() -> Quota {
 
 fn ours() -> KeyedBucket<u64> {
     KeyedBucket::builder(quota()).max_keys(4_000_000).build()
+}
+
+/// Three quotas decided together, none of which refuses within a run.
+fn ours_3_quotas() -> KeyedBucket<u64> {
+    let plan = Plan::new(quota())
+        .and(Quota::per_minute(BURST))
+        .and(Quota::per_day(BURST))
+        .algorithm(Algorithm::FixedWindow);
+    KeyedBucket::builder(plan).max_keys(4_000_000).build()
 }
 
 #[cfg(feature = "quanta")]
@@ -78,6 +90,19 @@ fn check(c: &mut Criterion) {
             b.iter(|| {
                 i = if i + 1 == keys.len() { 0 } else { i + 1 };
                 black_box(mine.try_acquire(&keys[i], 1)).is_ok()
+            })
+        });
+
+        let stacked = ours_3_quotas();
+        for k in &keys {
+            assert!(stacked.try_acquire(k, 1).is_ok(), "ours (3 quotas) refused");
+        }
+        assert_eq!(stacked.len() as u64, n);
+        let mut i = 0;
+        g.bench_with_input(BenchmarkId::new("ours_3_quotas", n), &keys, |b, keys| {
+            b.iter(|| {
+                i = if i + 1 == keys.len() { 0 } else { i + 1 };
+                black_box(stacked.try_acquire(&keys[i], 1)).is_ok()
             })
         });
 
