@@ -2,20 +2,20 @@
 //! fields of every quota. Time is paused: every instant is exact.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use tokio::time::advance;
-use tower::{service_fn, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 use tower_layer::Layer;
 use tower_throttle::extract::{HeaderKey, KeyDigest};
 use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::reject::Rejected;
 use tower_throttle::{Algorithm, Denied, Plan, Quota, RejectLayer};
 
-type Res = Response<String>;
+mod support;
+use support::server::{get, ok, send, Res};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -161,24 +161,6 @@ async fn set_quota_changes_every_key_of_the_default_plan_with_no_burst() {
     assert_eq!(wait(k.try_acquire(&"b", 1).unwrap_err()), SEC);
 }
 
-fn ok() -> impl Service<Request<String>, Response = Res, Error = Infallible> + Clone {
-    service_fn(|_: Request<String>| async { Ok(Response::new(String::from("ok"))) })
-}
-
-fn get(path: &str, key: &str) -> Request<String> {
-    Request::get(path)
-        .header("x-api-key", key)
-        .body(String::new())
-        .unwrap()
-}
-
-async fn send<S>(svc: &mut S, req: Request<String>) -> Res
-where
-    S: Service<Request<String>, Response = Res, Error = Infallible>,
-{
-    svc.ready().await.unwrap().call(req).await.unwrap()
-}
-
 fn header(res: &Res, name: &str) -> String {
     let values: Vec<_> = res
         .headers()
@@ -287,4 +269,59 @@ async fn waiters_keep_their_order_and_their_turns_across_a_plan_change() {
     assert_eq!(late_status, StatusCode::OK);
     // Not before the last turn booked (4 s).
     assert_eq!(late_at, Duration::from_secs(4));
+}
+
+/// 100 per second and 3 per minute in fixed windows starting now.
+fn three_a_minute() -> Plan {
+    Plan::new(Quota::per_second(100))
+        .and(Quota::per_minute(3))
+        .algorithm(Algorithm::FixedWindow)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bucket_of_several_quotas_waits_for_every_one() {
+    let bucket = tower_throttle::Bucket::builder(three_a_minute())
+        .window_origin(tokio::time::Instant::now())
+        .build();
+    assert_eq!(bucket.plan(), three_a_minute());
+    let start = tokio::time::Instant::now();
+    for _ in 0..3 {
+        bucket.try_acquire(1).unwrap();
+    }
+    assert_eq!(wait(bucket.try_acquire(1).unwrap_err()), 60 * SEC);
+    // A waiter goes when the minute's window turns, not before.
+    bucket.acquire(1).await.unwrap();
+    assert_eq!(start.elapsed(), 60 * SEC);
+    // A cost above the smallest quota never fits.
+    assert!(matches!(
+        bucket.try_acquire(4),
+        Err(Denied::ExceedsBurst(e)) if e.burst() == 3
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_global_ceiling_of_several_quotas_refuses_for_all_keys_and_charges_no_key() {
+    let per_key: KeyedBucket<KeyDigest> = KeyedBucket::new(Quota::per_second(10));
+    let global = tower_throttle::Bucket::builder(three_a_minute())
+        .window_origin(tokio::time::Instant::now())
+        .build();
+    let mut svc = RejectLayer::keyed(per_key.clone(), HeaderKey::x_api_key())
+        .global(global)
+        .admitted_headers(true)
+        .layer(ok());
+    for key in ["a", "b", "c"] {
+        let res = send(&mut svc, get("/", key)).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(
+            header(&res, "ratelimit-policy"),
+            "\"per-key\";q=10;w=1, \"global-1s\";q=100;w=1, \"global-60s\";q=3;w=60"
+        );
+    }
+    let res = send(&mut svc, get("/", "d")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&res, "retry-after"), "60");
+    let rejected = res.extensions().get::<Rejected>().unwrap();
+    assert_eq!(rejected.policy(), Some("global-60s"));
+    // Refused by the ceiling: the key keeps all 10 of its tokens.
+    assert_eq!(per_key.snapshot(&KeyDigest::of_bytes(b"d")).available, 10);
 }

@@ -1,23 +1,18 @@
 //! Weighted requests on the rejecting layer: a cost is charged to every limit it passes and
 //! shows in the response fields. Time is paused: every instant is exact.
 
-use std::convert::Infallible;
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use tokio::time::advance;
-use tower::{service_fn, Service, ServiceExt};
 use tower_layer::Layer;
 use tower_throttle::extract::{HeaderKey, KeyDigest};
 use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::reject::Rejected;
 use tower_throttle::{Bucket, Denied, Quota, RejectLayer};
 
-type Res = Response<String>;
-
-fn ok() -> impl Service<Request<String>, Response = Res, Error = Infallible> + Clone {
-    service_fn(|_: Request<String>| async { Ok(Response::new(String::from("ok"))) })
-}
+mod support;
+use support::server::{get, ok, send, Res};
 
 /// `/search` costs 10 tokens, `/huge` 100, anything else 1.
 fn weight(req: &Request<String>) -> u32 {
@@ -26,20 +21,6 @@ fn weight(req: &Request<String>) -> u32 {
         "/huge" => 100,
         _ => 1,
     }
-}
-
-fn get(path: &str, key: &str) -> Request<String> {
-    Request::get(path)
-        .header("x-api-key", key)
-        .body(String::new())
-        .unwrap()
-}
-
-async fn send<S>(svc: &mut S, req: Request<String>) -> Res
-where
-    S: Service<Request<String>, Response = Res, Error = Infallible>,
-{
-    svc.ready().await.unwrap().call(req).await.unwrap()
 }
 
 fn rejected(res: &Res) -> &Rejected {

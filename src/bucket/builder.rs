@@ -7,7 +7,7 @@ use super::{Algorithm, Bucket};
 use crate::adaptive::{Adaptive, Control, Mode};
 use crate::clock::{Align, Clock};
 use crate::observe::Observer;
-use crate::Quota;
+use crate::Plan;
 
 /// Builds a [`Bucket`]: [`Bucket::builder`].
 ///
@@ -22,8 +22,7 @@ use crate::Quota;
 #[derive(Clone)]
 #[must_use]
 pub struct BucketBuilder {
-    quota: Quota,
-    algorithm: Algorithm,
+    plan: Plan,
     clock: Clock,
     /// Where window boundaries fall: `None` for the UNIX epoch.
     window_origin: Option<tokio::time::Instant>,
@@ -33,10 +32,9 @@ pub struct BucketBuilder {
 }
 
 impl BucketBuilder {
-    pub(crate) fn new(quota: Quota) -> Self {
+    pub(crate) fn new(plan: Plan) -> Self {
         BucketBuilder {
-            quota,
-            algorithm: Algorithm::TokenBucket,
+            plan,
             clock: Clock::tokio(),
             window_origin: None,
             observer: None,
@@ -98,7 +96,8 @@ impl BucketBuilder {
         self
     }
 
-    /// The algorithm (default: [`Algorithm::TokenBucket`]).
+    /// The algorithm of the plan's first quota (default: [`Algorithm::TokenBucket`]), as
+    /// [`Plan::algorithm`] sets it.
     ///
     /// ```
     /// use std::time::Duration;
@@ -115,7 +114,7 @@ impl BucketBuilder {
     /// # }
     /// ```
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.algorithm = algorithm;
+        self.plan = self.plan.with_algorithm(algorithm);
         self
     }
 
@@ -162,9 +161,9 @@ impl BucketBuilder {
     pub fn build(self) -> Bucket {
         let align = Align::new(self.window_origin, &self.clock);
         let now = tokio::time::Instant::now();
-        let control = Control::new(self.quota, self.mode, self.ramp, false, now);
+        let control = Control::new(self.plan.quota(), self.mode, self.ramp, false, now);
         Bucket::from_parts(
-            Shared::new(self.quota, self.algorithm, self.clock, align, self.observer),
+            Shared::new(self.plan, self.clock, align, self.observer),
             control,
         )
     }
@@ -173,8 +172,7 @@ impl BucketBuilder {
 impl std::fmt::Debug for BucketBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BucketBuilder")
-            .field("quota", &self.quota)
-            .field("algorithm", &self.algorithm)
+            .field("plan", &self.plan)
             .field("clock", &self.clock)
             .field("window_origin", &self.window_origin)
             .field("observer", &self.observer.is_some())

@@ -48,7 +48,7 @@ pub(crate) use self::waiter::Waiter;
 use crate::adaptive::{Adaptive, Control};
 pub use crate::algorithm::Algorithm;
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
-use crate::Quota;
+use crate::{Plan, Quota};
 
 /// A token bucket shared by every clone of this handle.
 ///
@@ -82,7 +82,8 @@ pub struct Bucket {
 }
 
 impl Bucket {
-    /// A new, full token bucket enforcing `quota` from its first request.
+    /// A new, full token bucket enforcing `plan` (a [`Quota`], or a [`Plan`] of several
+    /// quotas enforced together) from its first request.
     ///
     /// The configured rate holds until a server pushes back: under
     /// [`RetryAfterLayer`](crate::RetryAfterLayer) (or the reqwest middleware), a push-back
@@ -91,13 +92,13 @@ impl Bucket {
     /// [`adaptive`](crate::adaptive)). [`BucketBuilder::fixed_rate`] keeps `quota` whatever
     /// the server says; [`BucketBuilder::ramp`] starts it lower, to find a slower server's
     /// limit with one push-back.
-    pub fn new(quota: Quota) -> Self {
-        Self::builder(quota).build()
+    pub fn new(plan: impl Into<Plan>) -> Self {
+        Self::builder(plan).build()
     }
 
-    /// A builder, for the algorithm and the clock.
-    pub fn builder(quota: Quota) -> BucketBuilder {
-        BucketBuilder::new(quota)
+    /// A builder, for the algorithm, the clock and the rate control.
+    pub fn builder(plan: impl Into<Plan>) -> BucketBuilder {
+        BucketBuilder::new(plan.into())
     }
 
     /// A token bucket that discovers a server's rate: it needs no quota, or only a hint.
@@ -130,6 +131,18 @@ impl Bucket {
     /// [`rate`](Self::rate), [`effective_quota`](Self::effective_quota).
     pub fn quota(&self) -> Quota {
         self.control.configured()
+    }
+
+    /// Which quota of the plan holds `n` tokens back longest now (`0` for a plan of one).
+    pub(crate) fn holding_back(&self, n: u32) -> usize {
+        self.shared.holding_back(n)
+    }
+
+    /// The plan the bucket enforces, with its first quota as configured now
+    /// ([`quota`](Self::quota)): that one is the rate a push-back lowers and
+    /// [`set_quota`](Self::set_quota) changes.
+    pub fn plan(&self) -> Plan {
+        self.shared.plan.with_first(self.quota())
     }
 
     /// The quota the bucket enforces now: the configured one, or the same shape at a lower

@@ -20,14 +20,18 @@ use super::waiter::Waiter;
 use super::{Algorithm, ExceedsBurst, QueueFull};
 use crate::clock::{Align, Clock};
 use crate::engine::gcra::Gcra;
-use crate::engine::{Engine as _, Log, Model, Paused, Phase, View, Windows};
+use crate::engine::{Engine as _, Log, Model, Paused, Phase, Stack, View, Windows};
 use crate::observe::Observer;
-use crate::Quota;
+use crate::{Plan, Quota};
 
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) clock: Clock,
     pub(super) algorithm: Algorithm,
+    /// The plan as configured; its first quota is the one that changes.
+    pub(super) plan: Plan,
+    /// The most tokens one request may take from the plan's other quotas.
+    rest_capacity: u32,
     /// Where window boundaries fall.
     align: Align,
     /// The token and leaky bucket's state, for the lock-free path.
@@ -119,7 +123,12 @@ fn capacity_of(quota: &Quota, algorithm: Algorithm) -> u32 {
     }
 }
 
-fn engine_of(quota: Quota, algorithm: Algorithm, now: u64, align: Align) -> Kind {
+fn engine_of(plan: &Plan, now: u64, align: Align) -> Kind {
+    if plan.parts().len() > 1 {
+        let stack = Stack::new(plan, |width| align.phase(width, now));
+        return Kind::Window(Paused::boxed(stack));
+    }
+    let (quota, algorithm) = (plan.quota(), plan.parts()[0].algorithm);
     match algorithm {
         Algorithm::FixedWindow | Algorithm::SlidingWindow => {
             let phase = align.phase(quota.period_ns(), now);
@@ -132,17 +141,23 @@ fn engine_of(quota: Quota, algorithm: Algorithm, now: u64, align: Align) -> Kind
 
 impl Shared {
     pub(crate) fn new(
-        quota: Quota,
-        algorithm: Algorithm,
+        plan: Plan,
         clock: Clock,
         align: Align,
         observer: Option<Arc<dyn Observer>>,
     ) -> Self {
+        let (quota, algorithm) = (plan.quota(), plan.parts()[0].algorithm);
+        let rest_capacity = plan.parts()[1..]
+            .iter()
+            .map(|p| capacity_of(&p.quota, p.algorithm))
+            .min()
+            .unwrap_or(u32::MAX);
         Shared {
             algorithm,
             align,
             cell: Cell::new(&Gcra::new(quota, algorithm)),
-            capacity: AtomicU32::new(capacity_of(&quota, algorithm)),
+            capacity: AtomicU32::new(capacity_of(&quota, algorithm).min(rest_capacity)),
+            rest_capacity,
             paused_until: AtomicU64::new(0),
             spaced: AtomicBool::new(false),
             waiting: AtomicUsize::new(0),
@@ -154,10 +169,11 @@ impl Shared {
                 credited_until: 0,
                 last_went: 0,
                 resumed: false,
-                engine: engine_of(quota, algorithm, clock.now_ns(), align),
+                engine: engine_of(&plan, clock.now_ns(), align),
             }),
             clock,
-            lock_free: algorithm.is_gcra(),
+            lock_free: algorithm.is_gcra() && plan.parts().len() == 1,
+            plan,
             observer,
         }
     }
@@ -366,7 +382,7 @@ impl Shared {
         let mut st = self.lock();
         let now = self.clock.now_ns();
         st.quota = quota;
-        let capacity = capacity_of(&quota, self.algorithm);
+        let capacity = capacity_of(&quota, self.algorithm).min(self.rest_capacity);
         self.capacity.store(capacity, Ordering::Release);
         match &mut st.engine {
             Kind::Gcra(g) => {
@@ -424,6 +440,15 @@ impl Shared {
     /// [`set_quota`](Self::set_quota) does.
     pub(crate) fn set_rate(&self, quota: Quota) {
         self.enforce(quota, true);
+    }
+
+    /// Which quota of the plan holds `tokens` back longest now (`0` for a plan of one).
+    pub(crate) fn holding_back(&self, tokens: u32) -> usize {
+        let st = self.lock();
+        match &st.engine {
+            Kind::Window(w) => w.refused_by(u64::from(tokens), self.clock.now_ns()),
+            Kind::Gcra(_) => 0,
+        }
     }
 
     pub(crate) fn level(&self) -> (View, u64, usize, Quota) {

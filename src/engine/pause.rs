@@ -85,6 +85,8 @@ pub(crate) trait Model: Send + fmt::Debug {
     fn pause(&mut self, end: u64, interval: u64);
     /// [`Engine::with_quota`]; the ramp goes on at the new rate.
     fn set_quota(&mut self, quota: Quota, phase: Phase, now: u64);
+    /// [`Engine::refused_by`].
+    fn refused_by(&self, cost: u64, now: u64) -> usize;
 }
 
 /// An engine's state and the ramp after its last pause.
@@ -145,6 +147,10 @@ impl<E: Engine> Model for Paused<E> {
 
     fn pause(&mut self, end: u64, interval: u64) {
         self.ramp = pause(&self.engine, &mut self.state, end, interval);
+    }
+
+    fn refused_by(&self, cost: u64, now: u64) -> usize {
+        self.engine.refused_by(&self.state, cost, now)
     }
 
     fn set_quota(&mut self, quota: Quota, phase: Phase, now: u64) {

@@ -14,7 +14,7 @@ pub(crate) use self::turn::Turn;
 use crate::bucket::{Permit, Reservation};
 #[cfg(feature = "redis")]
 use crate::redis::RedisBucket;
-use crate::{Bucket, Denied, ExceedsBurst, Feedback, QueueFull, Quota};
+use crate::{Bucket, Denied, ExceedsBurst, Feedback, Plan, QueueFull, Quota};
 
 /// One limit for every request of a layer: a [`Bucket`] in this process, or a
 /// `redis::RedisBucket` shared with other processes.
@@ -70,6 +70,24 @@ impl From<RedisBucket> for Limit {
 }
 
 impl Limit {
+    /// The plan, its first quota as configured now.
+    pub(crate) fn plan(&self) -> Plan {
+        match &self.store {
+            Store::Bucket(b) => b.plan(),
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => Plan::new(r.quota()),
+        }
+    }
+
+    /// Which quota of the plan holds `n` tokens back longest now.
+    pub(crate) fn holding_back(&self, n: u32) -> usize {
+        match &self.store {
+            Store::Bucket(b) => b.holding_back(n),
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => 0,
+        }
+    }
+
     /// The configured quota: the most this limit ever enforces.
     pub(crate) fn quota(&self) -> Quota {
         match &self.store {

@@ -16,7 +16,7 @@ use http::Request;
 
 use super::fields::Policies;
 use super::missing::{FailOnce, MissingKey};
-use super::policy::{self, limit_status, refusal, GLOBAL, SINGLE};
+use super::policy::{self, limit_refusal, limit_status, GLOBAL, SINGLE};
 use super::rejected::Rejected;
 use super::wait::Pending;
 use crate::extract::KeyExtractor;
@@ -201,7 +201,7 @@ where
                     if let Some(hold) = held.as_mut() {
                         hold.refund();
                     }
-                    return Verdict::Reject(refusal(name, &limit.quota(), denied).in_plan(tier));
+                    return Verdict::Reject(limit_refusal(limit, name, n, denied).in_plan(tier));
                 }
                 Decision::Later(turn) => {
                     return Verdict::Wait(Box::new(match (&self.keyed, held) {

@@ -27,7 +27,7 @@ pub(crate) fn policies<K>(
         policies.extend(named(&k.plan(tier), PER_KEY));
     }
     if let Some(l) = limit {
-        policies.push((Arc::from(name), l.quota()));
+        policies.extend(named(&l.plan(), name));
     }
     policies
 }
@@ -73,12 +73,29 @@ pub(crate) fn key_status<K>(
     })
 }
 
-/// The state of `limit`, named `name`, now.
-pub(crate) fn limit_status(limit: &Limit, name: &str) -> Option<Status> {
+/// The name and quota of `part` of `limit`'s plan, for a limit named `scope`.
+fn limit_policy(limit: &Limit, scope: &str, part: usize) -> (Arc<str>, Quota) {
+    let plan = limit.plan();
+    named(&plan, scope)
+        .nth(part)
+        .unwrap_or_else(|| (Arc::from(scope), plan.quota()))
+}
+
+/// A refusal of `n` tokens by `limit`, named `scope`: by the quota of its plan that holds
+/// them back longest.
+pub(crate) fn limit_refusal(limit: &Limit, scope: &str, n: u32, denied: Denied) -> Rejected {
+    let (name, quota) = limit_policy(limit, scope, limit.holding_back(n.max(1)));
+    Rejected::new(denied, name, quota)
+}
+
+/// The state of `limit`, named `scope`, now: reported for the quota of its plan that holds
+/// the next request back longest.
+pub(crate) fn limit_status(limit: &Limit, scope: &str) -> Option<Status> {
     let (remaining, reset) = limit.level()?;
+    let (name, quota) = limit_policy(limit, scope, limit.holding_back(1));
     Some(Status {
-        name: Arc::from(name),
-        quota: limit.quota(),
+        name,
+        quota,
         remaining,
         reset,
     })

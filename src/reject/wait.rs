@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use super::fields::{Policies, Spec};
-use super::policy::{self, limit_status, policies, refusal, GLOBAL, PER_KEY};
+use super::policy::{self, limit_refusal, limit_status, policies, refusal, GLOBAL, PER_KEY};
 use super::rejected::{Rejected, Status};
 use crate::limit::{Decision, KeyHold, KeyTurn, KeyedLimit, Limit, Turn};
 use crate::observe::Observer;
@@ -197,7 +197,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     Err(denied) => {
                         let tier = h.tier();
                         h.refund();
-                        Err(refusal(GLOBAL, &g.quota(), denied).in_plan(tier))
+                        Err(limit_refusal(g, GLOBAL, *n, denied).in_plan(tier))
                     }
                 };
             },
@@ -211,7 +211,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         };
                         Ok([None, status])
                     }
-                    Err(denied) => Err(refusal(name, &limit.quota(), denied)),
+                    Err(denied) => Err(limit_refusal(limit, name, 1, denied)),
                 }
             }
         };

@@ -233,3 +233,35 @@ impl tower_throttle::observe::Observer for Departures {
         }
     }
 }
+
+/// A server behind a rejecting layer, and requests with an API key.
+pub mod server {
+    use std::convert::Infallible;
+
+    use http::{Request, Response};
+    use tower::{service_fn, Service, ServiceExt};
+
+    /// What the test servers answer.
+    pub type Res = Response<String>;
+
+    /// A service that answers "ok".
+    pub fn ok() -> impl Service<Request<String>, Response = Res, Error = Infallible> + Clone {
+        service_fn(|_: Request<String>| async { Ok(Response::new(String::from("ok"))) })
+    }
+
+    /// `GET path` with `x-api-key: key`.
+    pub fn get(path: &str, key: &str) -> Request<String> {
+        Request::get(path)
+            .header("x-api-key", key)
+            .body(String::new())
+            .unwrap()
+    }
+
+    /// `req` sent through `svc` once it is ready.
+    pub async fn send<S>(svc: &mut S, req: Request<String>) -> Res
+    where
+        S: Service<Request<String>, Response = Res, Error = Infallible>,
+    {
+        svc.ready().await.unwrap().call(req).await.unwrap()
+    }
+}
