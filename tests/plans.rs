@@ -325,3 +325,26 @@ async fn a_global_ceiling_of_several_quotas_refuses_for_all_keys_and_charges_no_
     // Refused by the ceiling: the key keeps all 10 of its tokens.
     assert_eq!(per_key.snapshot(&KeyDigest::of_bytes(b"d")).available, 10);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_that_waited_gets_the_fields_of_its_plan() {
+    let pro: KeyDigest = KeyDigest::of_bytes(b"pro-key");
+    let k: KeyedBucket<KeyDigest> = KeyedBucket::builder(Quota::per_second(1))
+        .plan("pro", Plan::new(Quota::per_second(2)).named("pro"))
+        .resolve(move |key: &KeyDigest| (*key == pro).then_some("pro"))
+        .build();
+    let mut svc = RejectLayer::keyed(k, HeaderKey::x_api_key())
+        .max_wait(Duration::from_secs(1))
+        .admitted_headers(true)
+        .layer(ok());
+    let res = send(&mut svc, get("/", "pro-key")).await;
+    assert_eq!(header(&res, "ratelimit-policy"), "\"pro\";q=2;w=1");
+    send(&mut svc, get("/", "pro-key")).await;
+    // The third waits half a second for its turn, and is told of its own plan.
+    let start = tokio::time::Instant::now();
+    let res = send(&mut svc, get("/", "pro-key")).await;
+    assert_eq!(start.elapsed(), SEC / 2);
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(header(&res, "ratelimit-policy"), "\"pro\";q=2;w=1");
+    assert_eq!(header(&res, "ratelimit"), "\"pro\";r=0;t=1");
+}

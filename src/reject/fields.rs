@@ -11,9 +11,9 @@
 //!
 //! A field the response already has (set by a custom rejection response, say) is left alone.
 
-use http::header::{CACHE_CONTROL, RETRY_AFTER};
 use std::sync::Arc;
 
+use http::header::{CACHE_CONTROL, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue};
 
 use super::rejected::{Rejected, Status};

@@ -103,10 +103,10 @@ where
                     return Poll::Ready(Ok(res));
                 }
                 KindProj::Waiting { wait } => match std::task::ready!(wait.poll(cx)) {
-                    Outcome::Go(mut service, req, statuses) => {
+                    Outcome::Go(mut service, req, statuses, tier) => {
                         *this.fields = wait
                             .spec
-                            .admitted(|| wait.policies(0), statuses)
+                            .admitted(|| wait.policies(tier), statuses)
                             .map(Box::new);
                         Kind::Called {
                             future: service.call(req),

@@ -86,7 +86,8 @@ impl<K: Hash + Eq> Pending<K> {
 
 /// How a wait ended.
 pub(crate) enum Outcome<S, Req> {
-    Go(S, Req, [Option<Status>; 2]),
+    /// Go, with the state of each limit when asked for and the plan of the key.
+    Go(S, Req, [Option<Status>; 2], usize),
     Refuse(Req, Rejected),
     /// Refused, but a dry run lets it through.
     DryRun(S, Req, Rejected),
@@ -170,9 +171,10 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                 } else {
                     None
                 };
+                let tier = h.tier();
                 let Some(g) = global else {
                     h.spend();
-                    break Ok([key, None]);
+                    break Ok(([key, None], tier));
                 };
                 let decided = match global_turn {
                     Some(t) => std::task::ready!(t.poll(self.sleep.as_mut(), cx)),
@@ -192,10 +194,9 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         } else {
                             None
                         };
-                        Ok([key, global])
+                        Ok(([key, global], tier))
                     }
                     Err(denied) => {
-                        let tier = h.tier();
                         h.refund();
                         Err(limit_refusal(g, GLOBAL, *n, denied).in_plan(tier))
                     }
@@ -209,7 +210,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         } else {
                             None
                         };
-                        Ok([None, status])
+                        Ok(([None, status], 0))
                     }
                     Err(denied) => Err(limit_refusal(limit, name, 1, denied)),
                 }
@@ -218,7 +219,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
         let req = self.req.take().expect("polled after completion");
         let service = self.service.take().expect("polled after completion");
         Poll::Ready(match verdict {
-            Ok(statuses) => Outcome::Go(service, req, statuses),
+            Ok((statuses, tier)) => Outcome::Go(service, req, statuses, tier),
             Err(rejected) => {
                 if let Some(o) = &self.observer {
                     let wait = rejected.wait().unwrap_or(Duration::ZERO);
