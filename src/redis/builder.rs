@@ -356,8 +356,9 @@ impl RedisKeyedBuilder {
 
     shared_settings!();
 
-    /// With [`FailurePolicy::Local`]: how many keys get an in-memory bucket of their own
-    /// while Redis fails; beyond that, new keys share one. Default 10 000.
+    /// With [`FailurePolicy::Local`]: how many keys are kept in memory, each with a bucket
+    /// of its own, while Redis fails; beyond that, the bucket holding the most makes room for
+    /// a new key (it starts over empty when it comes back). Default 10 000.
     pub fn local_capacity(mut self, keys: usize) -> Self {
         self.local_capacity = keys.max(1);
         self

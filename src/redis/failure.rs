@@ -183,12 +183,17 @@ impl LocalBucket {
     }
 }
 
+/// Buckets compared, at most, to choose the one evicted from a full [`LocalTable`].
+const EVICT_AMONG: usize = 64;
+
 /// The in-memory buckets of a keyed limit's local fallback, bounded.
 ///
-/// At most `capacity` keys get a bucket of their own; when the table is full, buckets that
-/// are full again (equivalent to no entry: dropping them loses nothing) are swept, at most
-/// once a second, and keys that still find no room share one overflow bucket. Live buckets
-/// are never evicted: that would reset their limit.
+/// At most `capacity` keys are kept; when the table is full, buckets that are full again
+/// (equivalent to no entry: dropping them loses nothing) are swept, at most once a second.
+/// When none is, the bucket holding the most tokens among the first [`EVICT_AMONG`] without
+/// waiters makes room: every key gets a bucket of its own, so a flood of new keys cannot
+/// throttle the keys that come after it. A key evicted starts over empty, like every
+/// fallback bucket: it never gains a burst.
 ///
 /// Each key's bucket is a [`Bucket`] of the limit's algorithm: unlike a
 /// [`KeyedBucket`](crate::KeyedBucket), it can wait (`acquire`) and be paused per key, which
@@ -201,7 +206,6 @@ pub(crate) struct LocalTable {
     full: u32,
     capacity: usize,
     inner: Mutex<Table>,
-    overflow: Bucket,
     /// The run of failures the buckets belong to.
     run: Run,
 }
@@ -214,18 +218,17 @@ struct Table {
 
 impl LocalTable {
     pub(crate) fn new(quota: Quota, algorithm: Algorithm, capacity: usize) -> Self {
-        let overflow = Bucket::builder(quota).algorithm(algorithm).build();
+        let fresh = Bucket::builder(quota).algorithm(algorithm).build();
         LocalTable {
             run: Run::default(),
             quota,
             algorithm,
-            full: overflow.snapshot().available,
-            capacity,
+            full: fresh.snapshot().available,
+            capacity: capacity.max(1),
             inner: Mutex::new(Table {
                 buckets: HashMap::new(),
                 last_sweep: None,
             }),
-            overflow,
         }
     }
 
@@ -238,7 +241,6 @@ impl LocalTable {
     pub(crate) fn fallback(&self, id: &KeyDigest, outage: u64) -> Bucket {
         if self.run.began(outage) {
             self.lock().buckets.clear();
-            self.overflow.pause(Duration::ZERO);
         }
         self.bucket(id)
     }
@@ -263,7 +265,19 @@ impl LocalTable {
                 });
             }
             if t.buckets.len() >= self.capacity {
-                return self.overflow.clone();
+                let fullest = t
+                    .buckets
+                    .iter()
+                    .map(|(id, b)| (id, b.snapshot()))
+                    .filter(|(_, s)| s.waiting == 0)
+                    .take(EVICT_AMONG)
+                    .max_by_key(|(_, s)| s.available)
+                    .map(|(id, _)| *id);
+                // Every bucket compared has waiters: the first goes (its waiters keep it).
+                let evicted = fullest.or_else(|| t.buckets.keys().next().copied());
+                if let Some(id) = evicted {
+                    t.buckets.remove(&id);
+                }
             }
         }
         let b = Bucket::builder(self.quota)
@@ -344,9 +358,27 @@ mod tests {
             .bucket(&KeyDigest::from_bytes([3; 16]))
             .same_bucket(&c));
         c.try_acquire(1).unwrap();
-        // Nothing sweepable, and the last sweep was just now: overflow.
-        let d = table.bucket(&KeyDigest::from_bytes([4; 16]));
-        assert!(d.same_bucket(&table.overflow));
         assert_eq!(table.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_table_evicts_the_bucket_holding_the_most() {
+        let key = |k: u8| KeyDigest::from_bytes([k; 16]);
+        let table = LocalTable::new(Quota::per_second(1).burst(2), Algorithm::TokenBucket, 2);
+        let a = table.bucket(&key(1));
+        a.try_acquire(1).unwrap(); // a holds none, b one of two: neither is full
+        let b = table.bucket(&key(2));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        // Nothing sweepable: `b`, holding the most, makes room, and the new key gets a
+        // bucket of its own.
+        let c = table.bucket(&key(3));
+        assert_eq!(table.len(), 2);
+        assert!(table.bucket(&key(1)).same_bucket(&a));
+        assert!(table.bucket(&key(3)).same_bucket(&c));
+        assert!(!c.same_bucket(&a) && !c.same_bucket(&b));
+        // `b` starts over empty when it comes back: no burst.
+        let b2 = table.bucket(&key(2));
+        assert!(!b2.same_bucket(&b));
+        assert_eq!(b2.snapshot().available, 1);
     }
 }
