@@ -470,4 +470,71 @@ mod tests {
         assert_eq!(faster.available(&s, 0), 0);
         assert_eq!(faster.available(&s, SEC), 1);
     }
+
+    /// A stack decides as its quotas would together: a cost goes when each has room at
+    /// once, is charged to each, and otherwise waits the longest of their waits. Random
+    /// sequences of arrivals and costs, every algorithm in every position.
+    #[test]
+    fn a_stack_is_the_conjunction_of_its_quotas() {
+        let algorithms = [
+            Algorithm::TokenBucket,
+            Algorithm::leaky_bucket(0),
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::SlidingLog,
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % n
+        };
+        for (i, &first) in algorithms.iter().enumerate() {
+            for &second in &algorithms[i..] {
+                let plan = Plan::new(Quota::new(4, Duration::from_millis(400)).burst(3))
+                    .algorithm(first)
+                    .and(Quota::new(6, Duration::from_secs(2)))
+                    .algorithm(second);
+                let stack = Stack::new(&plan, |_| 0);
+                let ones: Vec<One> = stack.ones().to_vec();
+                let mut apart: Vec<OneState> = ones.iter().map(One::empty).collect();
+                let mut together = stack.empty();
+                let mut now = 0;
+                for op in 0..400 {
+                    now += next(150) * 1_000_000;
+                    let cost = 1 + next(3);
+                    let waits: Vec<u64> = ones
+                        .iter()
+                        .zip(apart.iter_mut())
+                        .map(|(one, s)| {
+                            on_one!(one, s, e, s => {
+                                e.forget(s, now);
+                                e.earliest(s, cost, now) - now
+                            })
+                        })
+                        .collect();
+                    let wait = waits.iter().copied().max().unwrap_or(0);
+                    let decided = stack.admit(&mut together, now, cost, 0);
+                    let what = format!("{first:?} + {second:?}, op {op} at {now}, cost {cost}");
+                    if wait == 0 {
+                        assert!(decided.is_ok(), "{what}: {decided:?}");
+                        for (one, s) in ones.iter().zip(apart.iter_mut()) {
+                            on_one!(one, s, e, s => {
+                                e.commit(s, cost, now);
+                            });
+                        }
+                    } else {
+                        assert_eq!(decided, Err(wait), "{what}");
+                        let part = stack.refused_by(&together, cost, now);
+                        assert_eq!(waits[part], wait, "{what}");
+                    }
+                    let available = ones
+                        .iter()
+                        .zip(apart.iter())
+                        .map(|(one, s)| on_one!(one, s, e, s => e.available(s, now)))
+                        .min();
+                    assert_eq!(Some(stack.available(&together, now)), available, "{what}");
+                }
+            }
+        }
+    }
 }
