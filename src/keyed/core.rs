@@ -38,6 +38,15 @@ pub(crate) struct Core<K, E: Engine> {
     capacity: AtomicU64,
 }
 
+/// An admission in the table, described (`describe`) or not.
+fn granted<E: Engine>(describe: bool) -> impl FnOnce(&E, Admit) -> Granted {
+    move |e, admit| Granted {
+        status: describe.then(|| e.status(&admit)),
+        admit,
+        place: Place::Table,
+    }
+}
+
 /// Recover the data if a holder ever panicked: no code path panics while holding a lock.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -51,13 +60,13 @@ pub(crate) struct Refused {
     pub(crate) part: usize,
 }
 
-/// An admission and its description ([`Engine::status`]), with where it was recorded.
+/// An admission, where it was recorded, and its description ([`Engine::status`]) when asked.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Granted {
     pub(crate) admit: Admit,
     pub(crate) place: Place,
     /// Tokens left and nanoseconds until the limit resets, right after it.
-    pub(crate) status: (u64, u64),
+    pub(crate) status: Option<(u64, u64)>,
 }
 
 impl<K, E: Engine> Core<K, E> {
@@ -98,6 +107,7 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
     }
 
     /// Admit `tokens` for `key`, or reserve them up to `max_wait` ahead; else the refusal.
+    /// `describe`: with the [status](Granted::status).
     #[inline]
     pub(crate) fn acquire(
         &self,
@@ -105,11 +115,12 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
         now: u64,
         tokens: u64,
         max_wait: u64,
+        describe: bool,
     ) -> Result<Granted, Refused>
     where
         K: Clone,
     {
-        self.acquire_in(key, now, tokens, max_wait, false)
+        self.decide(key, now, tokens, max_wait, false, granted(describe))
             .unwrap_or(Err(Refused { wait: 0, part: 0 }))
     }
 
@@ -120,22 +131,37 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
         now: u64,
         tokens: u64,
         max_wait: u64,
+        describe: bool,
     ) -> Option<Result<Granted, Refused>>
     where
         K: Clone,
     {
-        self.acquire_in(key, now, tokens, max_wait, true)
+        self.decide(key, now, tokens, max_wait, true, granted(describe))
     }
 
+    /// Admit `tokens` for `key` now, keeping nothing of the admission; else the wait.
     #[inline]
-    fn acquire_in(
+    pub(crate) fn try_acquire(&self, key: &K, now: u64, tokens: u64) -> Result<(), u64>
+    where
+        K: Clone,
+    {
+        self.decide(key, now, tokens, 0, false, |_, _| ())
+            .unwrap_or(Err(Refused { wait: 0, part: 0 }))
+            .map_err(|r| r.wait)
+    }
+
+    /// The decision for `key` (none if `only_known` and it has no state), the admission
+    /// described by `made`.
+    #[inline(always)]
+    fn decide<R>(
         &self,
         key: &K,
         now: u64,
         tokens: u64,
         max_wait: u64,
         only_known: bool,
-    ) -> Option<Result<Granted, Refused>>
+        made: impl FnOnce(&E, Admit) -> R,
+    ) -> Option<Result<R, Refused>>
     where
         K: Clone,
     {
@@ -161,11 +187,7 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
             }
             admitted
         };
-        Some(admitted.map(|admit| Granted {
-            status: e.status(&admit),
-            admit,
-            place: Place::Table,
-        }))
+        Some(admitted.map(|admit| made(e, admit)))
     }
 
     /// Admit from the keyless state.
@@ -185,7 +207,7 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
                 part: e.refused_by(state, tokens, now),
             })?;
         Ok(Granted {
-            status: e.status(&admit),
+            status: Some(e.status(&admit)),
             admit,
             place: Place::Keyless,
         })

@@ -156,7 +156,19 @@ where
         if n == 0 {
             return Ok(());
         }
-        match self.shared.acquire(Some(key), u64::from(n), 0) {
+        let tokens = u64::from(n);
+        let s = &*self.shared;
+        if let [tier] = &*s.tiers {
+            // One plan: the store's decision inlined per engine, nothing kept of the grant.
+            return on_core!(&tier.tables, core => {
+                if tokens > core.capacity() {
+                    return Err(self.denied(&Refusal::never(0), n));
+                }
+                core.try_acquire(key, s.clock.now_ns(), tokens)
+                    .map_err(|wait| Throttled::after(Duration::from_nanos(wait)).into())
+            });
+        }
+        match s.acquire(Some(key), tokens, 0, false) {
             Ok(_) => Ok(()),
             Err(refusal) => Err(self.denied(&refusal, n)),
         }
@@ -185,10 +197,16 @@ where
     }
 
     /// Admit `n` tokens for `key` (`None`: the requests without a key, together), or reserve
-    /// them up to `max_wait` ahead.
+    /// them up to `max_wait` ahead. `describe`: with the status.
     #[inline]
-    pub(crate) fn acquire(&self, key: Option<&K>, n: u32, max_wait: u64) -> Result<Grant, Refusal> {
-        self.shared.acquire(key, u64::from(n), max_wait)
+    pub(crate) fn acquire(
+        &self,
+        key: Option<&K>,
+        n: u32,
+        max_wait: u64,
+        describe: bool,
+    ) -> Result<Grant, Refusal> {
+        self.shared.acquire(key, u64::from(n), max_wait, describe)
     }
 
     /// The error of `refusal`, for `n` tokens.
@@ -267,15 +285,15 @@ impl<K> KeyedBucket<K> {
 
     /// Tokens left and the time until the limit resets, right after `grant`, seen when it is
     /// due (a reservation: at its instant), with the plan and the quota of the plan they are
-    /// about.
-    pub(crate) fn status(&self, grant: &Grant) -> (u64, Duration, usize, usize) {
-        let (remaining, reset) = grant.status;
-        (
+    /// about; `None` unless the grant was made to be described.
+    pub(crate) fn status(&self, grant: &Grant) -> Option<(u64, Duration, usize, usize)> {
+        let (remaining, reset) = grant.status?;
+        Some((
             remaining,
             Duration::from_nanos(reset),
             grant.tier,
             grant.part,
-        )
+        ))
     }
 
     /// The instant a reservation may go (`None` for an immediate admission).

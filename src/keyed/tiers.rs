@@ -45,7 +45,8 @@ pub(crate) struct Grant {
     pub(super) tier: usize,
     /// The plan's quota whose state it reports.
     pub(super) part: usize,
-    pub(super) status: (u64, u64),
+    /// Tokens left and nanoseconds until the limit resets, right after it, when asked.
+    pub(super) status: Option<(u64, u64)>,
 }
 
 /// A refusal: the key's plan, and [`Refused`]; `wait` is `u64::MAX` for a cost that never
@@ -54,6 +55,26 @@ pub(crate) struct Grant {
 pub(crate) struct Refusal {
     pub(crate) tier: usize,
     pub(crate) refused: Refused,
+}
+
+impl Grant {
+    /// The key's plan.
+    pub(crate) fn tier(&self) -> usize {
+        self.tier
+    }
+}
+
+impl Refusal {
+    /// A cost that never fits plan `tier`.
+    pub(super) fn never(tier: usize) -> Self {
+        Refusal {
+            tier,
+            refused: Refused {
+                wait: u64::MAX,
+                part: 0,
+            },
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -110,34 +131,34 @@ impl<K: Hash + Eq + Clone> Tiers<K> {
     }
 
     /// Admit `tokens` for `key` (`None`: the requests without a key, on the default plan),
-    /// or reserve them up to `max_wait` ahead.
+    /// or reserve them up to `max_wait` ahead. `describe`: with the status.
     #[inline]
     pub(super) fn acquire(
         &self,
         key: Option<&K>,
         tokens: u64,
         max_wait: u64,
+        describe: bool,
     ) -> Result<Grant, Refusal> {
         let now = self.clock.now_ns();
         let t = key.map_or(0, |k| self.tier_of(k));
         let tier = &self.tiers[t];
         let refusal = |refused| Refusal { tier: t, refused };
         if tokens > tier.tables.capacity() {
-            return Err(refusal(Refused {
-                wait: u64::MAX,
-                part: 0,
-            }));
+            return Err(Refusal::never(t));
         }
         let granted = on_core!(&tier.tables, core => match key {
             None => core.acquire_keyless(now, tokens, max_wait),
-            Some(key) if self.tiers.len() == 1 => core.acquire(key, now, tokens, max_wait),
-            Some(key) => match core.acquire_known(key, now, tokens, max_wait) {
+            Some(key) if self.tiers.len() == 1 => {
+                core.acquire(key, now, tokens, max_wait, describe)
+            }
+            Some(key) => match core.acquire_known(key, now, tokens, max_wait, describe) {
                 Some(decided) => decided,
                 None => {
                     let stripe = self.hasher.hash_one(key) as usize % self.moving.len();
                     let _moving = lock(&self.moving[stripe]);
                     self.carry_to(key, t, now);
-                    core.acquire(key, now, tokens, max_wait)
+                    core.acquire(key, now, tokens, max_wait, describe)
                 }
             },
         });

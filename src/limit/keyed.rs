@@ -102,11 +102,18 @@ pub(crate) enum KeyDecision<K: Hash + Eq> {
 
 impl<K: Hash + Eq + Clone> KeyedLimit<K> {
     /// Admit `n` tokens for `key` (`None`: the requests without a key, together), or
-    /// reserve them up to `max_wait` nanoseconds ahead.
-    pub(crate) fn decide(&self, key: Option<K>, n: u32, max_wait: u64) -> KeyDecision<K> {
+    /// reserve them up to `max_wait` nanoseconds ahead. `describe`: keep what the fields
+    /// need ([`KeyHold::level`]).
+    pub(crate) fn decide(
+        &self,
+        key: Option<K>,
+        n: u32,
+        max_wait: u64,
+        describe: bool,
+    ) -> KeyDecision<K> {
         match &self.store {
             Store::Table(table) => {
-                let grant = match table.acquire(key.as_ref(), n, max_wait) {
+                let grant = match table.acquire(key.as_ref(), n, max_wait, describe) {
                     Ok(grant) => grant,
                     Err(refusal) => {
                         let which = Which {
@@ -198,7 +205,7 @@ impl<K: Hash + Eq> KeyHold<K> {
     pub(crate) fn level(&self) -> Option<(u64, Duration, Which)> {
         match &self.kind {
             Hold::Table { table, grant, .. } => {
-                let (remaining, reset, tier, part) = table.status(grant);
+                let (remaining, reset, tier, part) = table.status(grant)?;
                 Some((remaining, reset, Which { tier, part }))
             }
             #[cfg(feature = "redis")]
@@ -208,7 +215,11 @@ impl<K: Hash + Eq> KeyHold<K> {
 
     /// The key's plan.
     pub(crate) fn tier(&self) -> usize {
-        self.level().map_or(0, |l| l.2.tier)
+        match &self.kind {
+            Hold::Table { grant, .. } => grant.tier(),
+            #[cfg(feature = "redis")]
+            Hold::Redis { .. } => 0,
+        }
     }
 }
 

@@ -159,9 +159,9 @@ where
         }
         if let Some(k) = &self.keyed {
             let decision = match k.extractor.extract(req) {
-                Some(key) => Some(k.limit.decide(Some(key), n, max_wait)),
+                Some(key) => Some(k.limit.decide(Some(key), n, max_wait, describe)),
                 None => match k.on_missing::<B>() {
-                    Ok(MissingKey::Shared) => Some(k.limit.decide(None, n, max_wait)),
+                    Ok(MissingKey::Shared) => Some(k.limit.decide(None, n, max_wait, describe)),
                     Ok(_) => None,
                     Err(rejected) => return Verdict::Reject(rejected),
                 },
