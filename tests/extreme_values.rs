@@ -167,3 +167,51 @@ fn a_window_after_an_hour_idle_on_a_1_ms_period() {
         });
     });
 }
+
+/// Plans of two extreme quotas, every pair of algorithms, in a `Bucket` and per key, and a
+/// key moved between two such plans back and forth.
+#[test]
+fn extreme_plans() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use tower_throttle::{KeyedBucket, Plan};
+
+    isolated("extreme_plans", || {
+        runtime().block_on(async {
+            let quotas = quotas();
+            for first in algorithms() {
+                for second in algorithms() {
+                    for (i, q1) in quotas.iter().enumerate() {
+                        for q2 in &quotas[i..] {
+                            let plan = Plan::new(*q1).algorithm(first).and(*q2).algorithm(second);
+                            let bucket = Bucket::new(plan.clone());
+                            costs(&bucket).await;
+                            bucket.set_quota(*q2);
+                            costs(&bucket).await;
+
+                            let other = Plan::new(*q2).algorithm(second).and(*q1);
+                            let moved = Arc::new(AtomicBool::new(false));
+                            let on_other = Arc::clone(&moved);
+                            let keys: KeyedBucket<u8> = KeyedBucket::builder(plan)
+                                .plan("other", other)
+                                .resolve(move |_| {
+                                    on_other.load(Ordering::Relaxed).then_some("other")
+                                })
+                                .build();
+                            for n in [0, 1, u32::MAX] {
+                                for _ in 0..2 {
+                                    let _ = keys.try_acquire(&7, n);
+                                    let _ = keys.snapshot(&7);
+                                    moved.fetch_xor(true, Ordering::Relaxed);
+                                }
+                                tokio::time::advance(Duration::from_secs(1)).await;
+                            }
+                            keys.set_quota(*q2);
+                            let _ = keys.try_acquire(&7, 1);
+                        }
+                    }
+                }
+            }
+        });
+    });
+}
