@@ -309,12 +309,18 @@ async fn a_global_ceiling_of_several_quotas_refuses_for_all_keys_and_charges_no_
         .global(global)
         .admitted_headers(true)
         .layer(ok());
-    for key in ["a", "b", "c"] {
+    for (key, left) in [("a", 2), ("b", 1), ("c", 0)] {
         let res = send(&mut svc, get("/", key)).await;
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(
             header(&res, "ratelimit-policy"),
             "\"per-key\";q=10;w=1, \"global-1s\";q=100;w=1, \"global-60s\";q=3;w=60"
+        );
+        // The tightest quota of the ceiling: the minute's, with fewer left.
+        let fields = header(&res, "ratelimit");
+        assert!(
+            fields.ends_with(&format!("\"global-60s\";r={left};t=60")),
+            "{fields}"
         );
     }
     let res = send(&mut svc, get("/", "d")).await;

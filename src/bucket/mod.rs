@@ -138,6 +138,11 @@ impl Bucket {
         self.shared.holding_back(n)
     }
 
+    /// For a plan of several quotas: the time until its tightest quota has one more token.
+    pub(crate) fn reset_in(&self) -> Option<Duration> {
+        self.shared.reset_in().map(Duration::from_nanos)
+    }
+
     /// The plan the bucket enforces, with its first quota as configured now
     /// ([`quota`](Self::quota)): that one is the rate a push-back lowers and
     /// [`set_quota`](Self::set_quota) changes.

@@ -451,6 +451,19 @@ impl Shared {
         }
     }
 
+    /// For a plan of several quotas: nanoseconds until its tightest quota has one more
+    /// token ([`Engine::reset_in`](crate::engine::Engine::reset_in)).
+    pub(crate) fn reset_in(&self) -> Option<u64> {
+        if self.plan.parts().len() == 1 {
+            return None;
+        }
+        let st = self.lock();
+        match &st.engine {
+            Kind::Window(w) => w.reset_in(self.clock.now_ns()),
+            Kind::Gcra(_) => None,
+        }
+    }
+
     pub(crate) fn level(&self) -> (View, u64, usize, Quota) {
         let mut st = self.lock();
         let now = self.clock.now_ns();

@@ -116,6 +116,14 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
         0
     }
 
+    /// For an engine of several quotas ([`Stack`]): nanoseconds from `now` until the tightest
+    /// quota has one more token (a window's: until it ends); `None` for one quota, whose
+    /// store says it from its own view.
+    #[inline]
+    fn reset_in(&self, _state: &Self::State, _now: u64) -> Option<u64> {
+        None
+    }
+
     /// Record in `admit`, right after it, what [`status`](Engine::status) needs beyond the
     /// engine's record of the state (an engine whose state does not fit in a record).
     #[inline]

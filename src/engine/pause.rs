@@ -87,6 +87,8 @@ pub(crate) trait Model: Send + fmt::Debug {
     fn set_quota(&mut self, quota: Quota, phase: Phase, now: u64);
     /// [`Engine::refused_by`].
     fn refused_by(&self, cost: u64, now: u64) -> usize;
+    /// [`Engine::reset_in`].
+    fn reset_in(&self, now: u64) -> Option<u64>;
 }
 
 /// An engine's state and the ramp after its last pause.
@@ -151,6 +153,10 @@ impl<E: Engine> Model for Paused<E> {
 
     fn refused_by(&self, cost: u64, now: u64) -> usize {
         self.engine.refused_by(&self.state, cost, now)
+    }
+
+    fn reset_in(&self, now: u64) -> Option<u64> {
+        self.engine.reset_in(&self.state, now)
     }
 
     fn set_quota(&mut self, quota: Quota, phase: Phase, now: u64) {

@@ -131,17 +131,22 @@ impl Stack {
         usize::try_from(admit.before[0]).unwrap_or(0)
     }
 
-    /// The quota that holds a refused cost back longest at `now`.
+    /// The quota that holds `cost` back longest at `now`; when every quota has room, the
+    /// tightest: the fewest tokens left, among those the longest until as if unused.
     fn refusing(&self, state: &Layers, cost: u64, now: u64) -> usize {
-        let waits = self
-            .ones
-            .iter()
-            .zip(state.states.iter())
-            .map(|(one, s)| on_one!(one, s, e, s => e.earliest(s, cost, now)));
-        waits
-            .enumerate()
-            .max_by_key(|&(i, at)| (at, std::cmp::Reverse(i)))
-            .map_or(0, |(i, _)| i)
+        let views =
+            self.ones.iter().zip(state.states.iter()).map(
+                |(one, s)| on_one!(one, s, e, s => (e.earliest(s, cost, now), e.view(s, now))),
+            );
+        let (mut part, mut worst) = (0, None);
+        for (i, (at, view)) in views.enumerate() {
+            // Later is worse; at the same instant, fewer left, then longer until unused.
+            let rank = (at, std::cmp::Reverse(view.available), view.full_in);
+            if worst.is_none_or(|w| rank > w) {
+                (part, worst) = (i, Some(rank));
+            }
+        }
+        part
     }
 
     /// The states of `layers`, to carry over to another plan.
@@ -281,6 +286,17 @@ impl Engine for Stack {
 
     fn refused_by(&self, state: &Layers, cost: u64, now: u64) -> usize {
         self.refusing(state, cost, now)
+    }
+
+    fn reset_in(&self, state: &Layers, now: u64) -> Option<u64> {
+        let part = self.refusing(state, 1, now);
+        let (one, s) = (self.ones.get(part)?, state.states.get(part)?);
+        let full_in = on_one!(one, s, e, s => e.view(s, now).full_in);
+        Some(match one {
+            // Until the next token lands: the part of the refill shorter than one interval.
+            One::Gcra(g) if full_in > 0 => (full_in - 1) % g.interval.max(1) + 1,
+            _ => full_in,
+        })
     }
 
     fn available(&self, state: &Layers, now: u64) -> u64 {

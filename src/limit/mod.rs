@@ -245,8 +245,15 @@ impl Limit {
             #[cfg(feature = "redis")]
             Store::Redis(_) => return None,
         };
+        let stacked = match &self.store {
+            Store::Bucket(b) => b.reset_in(),
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => None,
+        };
         let reset = if snap.available == 0 {
             snap.next_token_in
+        } else if let Some(reset) = stacked {
+            reset
         } else {
             // Until the next token lands: the part of the refill shorter than one interval.
             let interval = snap.quota.interval().as_nanos().max(1);
