@@ -10,6 +10,10 @@
 //! `-- refusal` runs one group alone: the latency of a refused acquire on a full sliding log
 //! of 100 000 entries beside a refused token-bucket acquire, alternating in the same run.
 //!
+//! `-- plans` runs another: a keyed check against a plan of three quotas (per second, per
+//! minute and per day, the last two in fixed windows) beside a keyed check against one
+//! quota and a `RedisBucket` decision, alternating in the same run.
+//!
 //! With `--features redis-cluster`, also keyed decisions (64 tasks, keys spread evenly)
 //! on a private 3-primary Redis Cluster started by the benchmark, next to the same on one
 //! primary, with each shard's share.
@@ -17,6 +21,7 @@
 //! ```text
 //! cargo bench --features redis --bench redis
 //! cargo bench --features redis --bench redis -- refusal
+//! cargo bench --features redis --bench redis -- plans
 //! cargo bench --features redis-cluster --bench redis
 //! TOWER_THROTTLE_REDIS_URL=redis://host:6379 cargo bench --features redis --bench redis
 //! ```
@@ -27,8 +32,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::ConnectionManager;
-use tower_throttle::redis::{FailurePolicy, RedisBucket};
-use tower_throttle::{Algorithm, Quota};
+use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisKeyed};
+use tower_throttle::{Algorithm, Plan, Quota};
+
+/// The scripts as the crate puts them together.
+#[path = "../src/redis/source.rs"]
+#[allow(dead_code)]
+mod source;
 
 #[cfg(feature = "redis-cluster")]
 #[path = "../tests/redis_support/cluster.rs"]
@@ -198,6 +208,73 @@ async fn algorithm_latency(prefix: &str) -> Vec<(&'static str, Stats, i64)> {
         .enumerate()
         .map(|(k, ((name, _), v))| (*name, stats(v), if k == 4 { entries } else { -1 }))
         .collect()
+}
+
+/// A keyed check (one key) against a plan of three quotas, against one quota, and a
+/// `RedisBucket` decision of one quota, in turn: every decision admits.
+async fn plans(prefix: &str) {
+    let keyed = |plan: Plan, name: &str| {
+        let prefix = format!("{prefix}-{name}");
+        async move {
+            RedisKeyed::builder(plan)
+                .url(url())
+                .key_prefix(prefix)
+                .timeout(Duration::from_secs(1))
+                .build()
+                .await
+                .unwrap_or_else(|e| panic!("the benchmark needs Redis at {}: {e}", url()))
+        }
+    };
+    let three = Plan::new(quota())
+        .and(Quota::per_minute(10_000_000))
+        .algorithm(Algorithm::FixedWindow)
+        .and(Quota::per_day(100_000))
+        .algorithm(Algorithm::FixedWindow);
+    let three = keyed(three, "three").await;
+    let one = keyed(Plan::new(quota()), "one").await;
+    let bucket = decision_bucket(prefix).await;
+    let mut samples: [Vec<Duration>; 3] = Default::default();
+    for i in 0..1_000 + ALGORITHM_SAMPLES {
+        for j in 0..3 {
+            // Rotate who goes first: the first of a round pays for the idle gap before it.
+            let k = (i + j) % 3;
+            let t0 = Instant::now();
+            match k {
+                0 => bucket.try_acquire(1).await.unwrap(),
+                1 => one.try_acquire("key", 1).await.unwrap(),
+                _ => three.try_acquire("key", 1).await.unwrap(),
+            }
+            if i >= 1_000 {
+                samples[k].push(t0.elapsed());
+            }
+        }
+    }
+    let [b, o, t] = samples.map(stats);
+    println!("\nplans on redis, sequential, {ALGORITHM_SAMPLES} samples each, alternating:");
+    println!(
+        "  {:<40} {:>9} {:>9} {:>9}",
+        "", "mean µs", "p50 µs", "p99 µs"
+    );
+    for (name, s) in [
+        ("RedisBucket::try_acquire, one quota", &b),
+        ("RedisKeyed::try_acquire, one quota", &o),
+        ("RedisKeyed::try_acquire, three quotas", &t),
+    ] {
+        println!(
+            "  {name:<40} {:>9.1} {:>9.1} {:>9.1}",
+            us(s.mean),
+            us(s.p50),
+            us(s.p99)
+        );
+    }
+    println!(
+        "  three quotas / one quota, keyed: {:.2}× (mean), {:.2}× (p50); / RedisBucket: \
+         {:.2}× (mean), {:.2}× (p50)   target ≤ 1.3×",
+        us(t.mean) / us(o.mean),
+        us(t.p50) / us(o.p50),
+        us(t.mean) / us(b.mean),
+        us(t.p50) / us(b.p50)
+    );
 }
 
 /// Entries in the full sliding log of the refusal group.
@@ -467,6 +544,14 @@ fn main() {
         "Redis backend benchmark against {}",
         host_port(&url).map_or("(url)".into(), |(h, p)| format!("{h}:{p}"))
     );
+    if std::env::args().any(|a| a == "plans") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(plans(&prefix));
+        return;
+    }
     if std::env::args().any(|a| a == "refusal") {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -602,12 +687,7 @@ fn main() {
     let sha = rt.block_on(async {
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut c = client.get_multiplexed_async_connection().await.unwrap();
-        let script = concat!(
-            "local TAG = ''\n",
-            include_str!("../src/redis/lua/common.lua"),
-            include_str!("../src/redis/lua/gcra/state.lua"),
-            include_str!("../src/redis/lua/gcra/acquire.lua")
-        );
+        let script = source::one(source::Family::Token, source::Verb::Acquire);
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(script)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis_support::cluster::Cluster;
 use redis_support::unique_prefix;
 use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind, RedisKeyed};
-use tower_throttle::{Denied, Quota};
+use tower_throttle::{Algorithm, Denied, Plan, Quota};
 
 /// A rate that never refills within a test: every count is exact.
 fn frozen(burst: u32) -> Quota {
@@ -44,7 +44,12 @@ fn keys_on_every_shard(
 async fn keyed_limits_on_every_shard_are_each_exact() {
     let cluster = Cluster::start();
     let prefix = unique_prefix("cluster-keyed");
-    let keyed = RedisKeyed::builder(frozen(5))
+    // A plan of two quotas: its state and the log's entries on the key's shard, decided in
+    // one script.
+    let plan = Plan::new(frozen(10))
+        .and(Quota::new(5, Duration::from_secs(3600)))
+        .algorithm(Algorithm::SlidingLog);
+    let keyed = RedisKeyed::builder(plan)
         .cluster(cluster.urls())
         .key_prefix(&prefix)
         .timeout(Duration::from_secs(1))
@@ -74,12 +79,14 @@ async fn keyed_limits_on_every_shard_are_each_exact() {
             .get_multiplexed_async_connection()
             .await
             .unwrap();
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(&redis_key)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        assert!(exists, "{redis_key} on node {node}");
+        for k in [redis_key.clone(), format!("{redis_key}:q2:log")] {
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(&k)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert!(exists, "{k} on node {node}");
+        }
     }
     let s = keyed.stats();
     assert_eq!((s.failures, s.fallbacks), (0, 0), "{s:?}");

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis_support::{raw, redis_url, unique_prefix};
-use tower_throttle::redis::{FailurePolicy, RedisBucket};
-use tower_throttle::Quota;
+use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisKeyed};
+use tower_throttle::{Algorithm, Plan, Quota};
 
 const WORKER_ENV: &str = "TOWER_THROTTLE_REDIS_WORKER";
 const PROCESSES: usize = 2;
@@ -60,6 +60,7 @@ fn worker_process_entry_point() {
         match mode.as_str() {
             "script" => run_script_worker(&prefix, start_us).await,
             "naive" => run_naive_worker(&prefix, start_us).await,
+            "plan" => run_plan_worker(&prefix, start_us).await,
             m => panic!("unknown worker mode {m}"),
         }
     });
@@ -114,15 +115,55 @@ async fn run_script_worker(prefix: &str, start_us: u64) -> Report {
         .build()
         .await
         .expect("worker connects");
+    waiters(start_us, move || {
+        let bucket = bucket.clone();
+        async move { bucket.acquire(1).await }
+    })
+    .await
+}
+
+/// The plan of the race on one key: the rate and burst above, and at most [`PLAN_CAP`] in
+/// any minute (the sliding log: no window boundary to fall inside the run).
+const PLAN_CAP: u64 = 200;
+
+fn race_plan() -> Plan {
+    Plan::new(Quota::per_second(RATE as u32).burst(BURST))
+        .and(Quota::new(PLAN_CAP as u32, Duration::from_secs(60)))
+        .algorithm(Algorithm::SlidingLog)
+}
+
+async fn run_plan_worker(prefix: &str, start_us: u64) -> Report {
+    let keyed = RedisKeyed::builder(race_plan())
+        .url(redis_url())
+        .key_prefix(prefix)
+        .failure_policy(FailurePolicy::Closed)
+        .timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("worker connects");
+    waiters(start_us, move || {
+        let keyed = keyed.clone();
+        async move { keyed.acquire("shared", 1).await }
+    })
+    .await
+}
+
+/// From the common start, [`TASKS_PER_PROCESS`] tasks that each wait for an admission
+/// (`acquire`) again and again until the run ends: what they were admitted.
+async fn waiters<F, Fut>(start_us: u64, acquire: F) -> Report
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), tower_throttle::Denied>> + Send,
+{
     let tally = Tally::new();
     until_unix(start_us).await;
     let deadline = tokio::time::Instant::now() + RUN;
     let tasks: Vec<_> = (0..TASKS_PER_PROCESS)
         .map(|_| {
-            let (bucket, tally) = (bucket.clone(), tally.clone());
+            let (acquire, tally) = (acquire.clone(), tally.clone());
             tokio::spawn(async move {
                 while tokio::time::Instant::now() < deadline {
-                    match tokio::time::timeout_at(deadline, bucket.acquire(1)).await {
+                    match tokio::time::timeout_at(deadline, acquire()).await {
                         Ok(Ok(())) => tally.admit(),
                         Ok(Err(_)) => {
                             tally.errors.fetch_add(1, Ordering::Relaxed);
@@ -262,4 +303,29 @@ fn processes_share_one_limit_and_a_naive_get_set_overshoots() {
         "the naive limiter should overshoot ({naive} ≤ {bound:.1}): the scenario is too gentle \
          to tell a racy limiter from an atomic one"
     );
+}
+
+#[test]
+fn processes_racing_on_one_key_of_a_plan_never_exceed_any_quota() {
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { raw(&redis_url()).await });
+    let (admitted, span) = run_processes("plan");
+    // The rate quota, over the span to the last admission, and the minute's cap (the run
+    // is shorter than a minute): the rate alone would allow more than the cap.
+    let rate_bound = f64::from(BURST) + RATE as f64 * span.as_secs_f64();
+    println!(
+        "plan: {admitted} admitted by {PROCESSES} processes × {TASKS_PER_PROCESS} tasks in \
+         {span:?}; rate bound {rate_bound:.1}, cap {PLAN_CAP}"
+    );
+    assert!(
+        f64::from(BURST) + RATE as f64 * RUN.as_secs_f64() > PLAN_CAP as f64,
+        "the scenario must reach the cap"
+    );
+    assert!(admitted <= PLAN_CAP, "the minute's cap broken: {admitted}");
+    assert!(
+        admitted as f64 <= rate_bound,
+        "the rate quota broken: {admitted} > {rate_bound:.1}"
+    );
+    assert!(admitted > 0);
 }

@@ -81,7 +81,7 @@ impl<K> KeyedLimit<K> {
         match &self.store {
             Store::Table(t) => t.plan_of(tier),
             #[cfg(feature = "redis")]
-            Store::Redis { redis, .. } => Plan::new(redis.quota()),
+            Store::Redis { redis, .. } => redis.plan_at(tier),
         }
     }
 }
@@ -147,11 +147,13 @@ impl<K: Hash + Eq + Clone> KeyedLimit<K> {
                 let id = key.as_ref().map_or(KEYLESS, name);
                 let max_wait = Duration::from_nanos(max_wait);
                 let (r, deciding) = (redis.clone(), redis.clone());
+                let tier = redis.tier_of(&id);
                 KeyDecision::Later(KeyTurn {
                     kind: TurnKind::Shared {
                         redis: r,
                         id,
                         n,
+                        tier,
                         deciding: Box::pin(async move {
                             deciding.try_acquire_within(id, n, max_wait).await
                         }),
@@ -179,6 +181,7 @@ enum Hold<K> {
         redis: RedisKeyed,
         id: KeyDigest,
         n: u32,
+        tier: usize,
     },
 }
 
@@ -196,7 +199,7 @@ impl<K: Hash + Eq> KeyHold<K> {
         match &self.kind {
             Hold::Table { table, key, grant } => table.refund(key.as_ref(), grant),
             #[cfg(feature = "redis")]
-            Hold::Redis { redis, id, n } => redis.release_detached(*id, *n),
+            Hold::Redis { redis, id, n, .. } => redis.release_detached(*id, *n),
         }
     }
 
@@ -218,7 +221,7 @@ impl<K: Hash + Eq> KeyHold<K> {
         match &self.kind {
             Hold::Table { grant, .. } => grant.tier(),
             #[cfg(feature = "redis")]
-            Hold::Redis { .. } => 0,
+            Hold::Redis { tier, .. } => *tier,
         }
     }
 }
@@ -228,6 +231,10 @@ impl<K: Hash + Eq> Drop for KeyHold<K> {
         self.refund();
     }
 }
+
+/// What Redis decides of a key: admitted, or refused by a quota of its plan.
+#[cfg(feature = "redis")]
+type Deciding = Result<(), (Denied, usize)>;
 
 /// A key's admission being waited for.
 pub(crate) struct KeyTurn<K: Hash + Eq> {
@@ -246,13 +253,17 @@ enum TurnKind<K: Hash + Eq> {
         redis: RedisKeyed,
         id: KeyDigest,
         n: u32,
-        deciding: Pin<Box<dyn Future<Output = Result<(), Denied>> + Send>>,
+        tier: usize,
+        deciding: Pin<Box<dyn Future<Output = Deciding> + Send>>,
     },
 }
 
 impl<K: Hash + Eq> KeyTurn<K> {
-    /// The admission, once it comes.
-    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<KeyHold<K>, Denied>> {
+    /// The admission, once it comes; a refusal with the plan and quota that refused.
+    pub(crate) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<KeyHold<K>, (Denied, Which)>> {
         match &mut self.kind {
             TurnKind::Due { hold, sleep } => {
                 std::task::ready!(sleep.as_mut().poll(cx));
@@ -263,14 +274,18 @@ impl<K: Hash + Eq> KeyTurn<K> {
                 redis,
                 id,
                 n,
+                tier,
                 deciding,
             } => {
-                std::task::ready!(deciding.as_mut().poll(cx))?;
+                let tier = *tier;
+                std::task::ready!(deciding.as_mut().poll(cx))
+                    .map_err(|(denied, part)| (denied, Which { tier, part }))?;
                 Poll::Ready(Ok(KeyHold {
                     kind: Hold::Redis {
                         redis: redis.clone(),
                         id: *id,
                         n: *n,
+                        tier,
                     },
                     armed: true,
                 }))

@@ -75,7 +75,7 @@ impl Limit {
         match &self.store {
             Store::Bucket(b) => b.plan(),
             #[cfg(feature = "redis")]
-            Store::Redis(r) => Plan::new(r.quota()),
+            Store::Redis(r) => r.plan(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! One call of a script: the scripts of a limit, the parameters in force, the timeout, the
 //! breaker and the counters.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::Value;
@@ -13,9 +14,9 @@ use super::conn::Conn;
 use super::error::{RedisError, RedisErrorKind};
 use super::failure::FailurePolicy;
 use super::params::{Params, Rates, Shape};
-use super::script::{parse_grant, Reply, Scripts};
+use super::script::{family, parse_grant, Reply, Scripts};
 use super::stats::{bump, Counters, RedisStats};
-use crate::{Algorithm, Denied, ExceedsBurst, Quota};
+use crate::{Algorithm, Denied, ExceedsBurst, Plan, Quota};
 
 /// A reply with the local instants around its round trip: the script ran in between.
 #[derive(Debug, Clone, Copy)]
@@ -23,9 +24,11 @@ pub(crate) struct Timed {
     pub(crate) reply: Reply,
     /// Tokens granted: 0 or 1, or for a lease up to its size.
     pub(crate) granted: u32,
-    /// Windows: the admission's instant on the Redis clock, µs (0: none said), which a
-    /// release of a booking names.
+    /// The admission's instant on the Redis clock, µs (0: none said), which a release of a
+    /// booking names.
     pub(crate) at_us: u64,
+    /// A plan's refusal: the quota that alone would wait longest (0 otherwise).
+    pub(crate) part: usize,
     pub(crate) sent: Instant,
     pub(crate) received: Instant,
 }
@@ -34,48 +37,126 @@ pub(crate) struct Timed {
 pub(crate) struct Backend {
     conn: Conn,
     scripts: Scripts,
+    /// The algorithm of the (first) quota.
     pub(crate) algorithm: Algorithm,
-    /// The arguments in force; see [`Params`].
+    /// The arguments of the (first) quota in force; see [`Params`]. A new quota and the rate
+    /// control act on it.
     rates: Rates,
+    /// A plan's other quotas, at their configured parameters.
+    rest: Box<[(Shape, Params)]>,
+    /// The plan as built (its first quota is the one in force in `rates`).
+    plan: Plan,
+    /// The base plan's parameters, per quota (algorithm, W, T, tau, E): what a plan's state
+    /// with no marker was written with (`lua/stack/parts.lua`). A keyed limit's default plan
+    /// as built, for all its plans.
+    base: Box<[[u64; 5]]>,
+    /// Whether calls run the plan scripts (`lua/stack/`): for a plan of several quotas, and
+    /// for every keyed limit (the marker in a key's state carries it across changes).
+    stacked: bool,
     pub(crate) options: Options,
-    breaker: Breaker,
-    pub(crate) counters: Counters,
+    /// Shared by the backends of one keyed limit's plans.
+    breaker: Arc<Breaker>,
+    pub(crate) counters: Arc<Counters>,
 }
 
 impl Backend {
-    /// Check the settings and connect (unless lazy), loading the scripts.
-    pub(crate) async fn connect(options: Options, quota: Quota) -> Result<Self, RedisError> {
+    /// Check the settings and connect (unless lazy), loading the scripts. A plan of one
+    /// quota runs the scripts of one quota unless `stacked`.
+    pub(crate) async fn connect(
+        options: Options,
+        plan: &Plan,
+        stacked: bool,
+    ) -> Result<Self, RedisError> {
         super::key::check_prefix(&options.prefix)?;
-        options.policy.local_quota(quota)?;
+        options.policy.local_quota(plan.quota())?;
         if options.timeout.is_zero() || options.connect_timeout.is_zero() {
             return Err(RedisError::config(
                 "redis timeouts must be longer than zero",
             ));
         }
-        let algorithm = options.algorithm;
-        let max_pause_us = u64::try_from(options.max_pause.as_micros()).unwrap_or(u64::MAX);
-        let shape = Shape::new(algorithm, quota, max_pause_us)?;
         let conn = Conn::of(&options).await?;
-        let backend = Backend {
-            conn,
-            scripts: Scripts::new(algorithm, options.lease.is_some()),
-            algorithm,
-            rates: Rates::new(shape),
-            breaker: Breaker::new(options.probe_interval),
-            counters: Counters::default(),
-            options,
+        let breaker = Arc::new(Breaker::new(options.probe_interval));
+        let base = base_of(plan, &options)?;
+        let backend = Backend::on(conn, options, plan, stacked, base, breaker, Arc::default())?;
+        backend.load().await?;
+        Ok(backend)
+    }
+
+    /// Another plan on this backend's connection, breaker and counters (a keyed limit's).
+    pub(crate) async fn sibling(&self, plan: &Plan) -> Result<Self, RedisError> {
+        let backend = Backend::on(
+            self.conn.clone(),
+            self.options.clone(),
+            plan,
+            true,
+            self.base.clone(),
+            Arc::clone(&self.breaker),
+            Arc::clone(&self.counters),
+        )?;
+        backend.load().await?;
+        Ok(backend)
+    }
+
+    fn on(
+        conn: Conn,
+        options: Options,
+        plan: &Plan,
+        stacked: bool,
+        base: Box<[[u64; 5]]>,
+        breaker: Arc<Breaker>,
+        counters: Arc<Counters>,
+    ) -> Result<Self, RedisError> {
+        let max_pause_us = u64::try_from(options.max_pause.as_micros()).unwrap_or(u64::MAX);
+        let parts = plan.parts();
+        let stacked = stacked || parts.len() > 1;
+        let algorithm = parts[0].algorithm;
+        if stacked && options.lease.is_some() {
+            return Err(RedisError::config(
+                "leases need a limit of one quota (a plan of several decides on all of them)",
+            ));
+        }
+        let rates = Rates::new(Shape::new(algorithm, parts[0].quota, max_pause_us)?);
+        let rest = parts[1..]
+            .iter()
+            .map(|part| {
+                let rates = Rates::new(Shape::new(part.algorithm, part.quota, max_pause_us)?);
+                Ok((rates.shape, rates.params()))
+            })
+            .collect::<Result<_, RedisError>>()?;
+        let scripts = if stacked {
+            let algorithms: Vec<Algorithm> = parts.iter().map(|p| p.algorithm).collect();
+            Scripts::plan(&algorithms)
+        } else {
+            Scripts::one(algorithm, options.lease.is_some())
         };
-        if !backend.options.lazy {
+        Ok(Backend {
+            conn,
+            scripts,
+            algorithm,
+            rates,
+            rest,
+            plan: plan.clone(),
+            base,
+            stacked,
+            breaker,
+            counters,
+            options,
+        })
+    }
+
+    /// Load the scripts (unless lazy), within the connect timeout.
+    async fn load(&self) -> Result<(), RedisError> {
+        if !self.options.lazy {
             let load = async {
-                let mut conn = backend.conn.clone();
-                backend.scripts.acquire.load_async(&mut conn).await?;
-                backend.scripts.pause.load_async(&mut conn).await?;
-                if let Some(lease) = &backend.scripts.lease {
+                let mut conn = self.conn.clone();
+                self.scripts.acquire.load_async(&mut conn).await?;
+                self.scripts.pause.load_async(&mut conn).await?;
+                if let Some(lease) = &self.scripts.lease {
                     lease.load_async(&mut conn).await?;
                 }
                 Ok::<_, ::redis::RedisError>(())
             };
-            match tokio::time::timeout(backend.options.connect_timeout, load).await {
+            match tokio::time::timeout(self.options.connect_timeout, load).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(RedisError::from_client(e)),
                 Err(_) => {
@@ -86,7 +167,7 @@ impl Backend {
                 }
             }
         }
-        Ok(backend)
+        Ok(())
     }
 
     /// A handle on the connection, for commands beside the scripts.
@@ -112,9 +193,17 @@ impl Backend {
         self.params().quota
     }
 
+    /// The plan, its first quota the one in force in this process.
+    pub(crate) fn plan(&self) -> Plan {
+        self.plan.with_first(self.quota())
+    }
+
     /// The largest cost of one request now.
     pub(crate) fn max_cost(&self) -> u32 {
-        self.params().max_cost
+        self.rest
+            .iter()
+            .map(|(_, p)| p.max_cost)
+            .fold(self.params().max_cost, u32::min)
     }
 
     /// Whether a request of `n` tokens can ever fit now.
@@ -160,9 +249,10 @@ impl Backend {
         }
     }
 
-    /// Whether the algorithm is the token or leaky bucket (the state is "full again at").
+    /// Whether the limit is one quota of the token or leaky bucket (the state is "full again
+    /// at").
     pub(crate) fn is_gcra(&self) -> bool {
-        self.algorithm.is_gcra()
+        !self.stacked && self.algorithm.is_gcra()
     }
 
     /// The longest pause honoured.
@@ -262,20 +352,24 @@ impl Backend {
         self.breaker.admit()?;
         bump(&self.counters.round_trips);
         let mut conn = self.conn.clone();
-        let log = format!("{key}:log");
-        let keys = [key, log.as_str()];
         // One read: every argument of this call is of one rate.
         let p = self.params();
-        let (all, len) = script_args(&p, &self.rates.shape, op);
-        let args = &all[..len];
-        let max_grant = if let Op::Lease { .. } = op {
-            u32::try_from(all[2]).unwrap_or(u32::MAX)
+        let (keys, args) = self.keys_and_args(key, &p, op);
+        let max_grant = if let Op::Lease { want, need, .. } = op {
+            want.min(p.burst).max(need)
         } else {
             1
         };
+        let reply_limit_us = self
+            .rest
+            .iter()
+            .map(|(_, p)| p.reply_limit_us)
+            .fold(p.reply_limit_us, u64::max);
         let mut call = script.prepare_invoke();
-        call.key(keys[0]).key(keys[1]);
-        for a in args {
+        for k in &keys {
+            call.key(k);
+        }
+        for a in &args {
             call.arg(a);
         }
         let sent = Instant::now();
@@ -289,7 +383,7 @@ impl Backend {
                         .arg(self.scripts.source_of(script))
                         .arg(keys.len())
                         .arg(&keys[..])
-                        .arg(args)
+                        .arg(&args[..])
                         .query_async::<Value>(&mut conn)
                         .await
                 }
@@ -300,12 +394,12 @@ impl Backend {
         let received = Instant::now();
         let result = match result {
             // The reply of a script run with `p`: bounded by `p`'s spans.
-            Ok(Ok(value)) => parse_grant(&value, p.reply_limit_us, max_grant),
+            Ok(Ok(value)) => parse_grant(&value, reply_limit_us, max_grant, self.rest.len() + 1),
             Ok(Err(e)) => Err(RedisError::from_client(e)),
             Err(_) => Err(RedisError::new(RedisErrorKind::Timeout, "redis timed out")),
         };
         match result {
-            Ok((reply, granted, at_us)) => {
+            Ok((reply, granted, at_us, part)) => {
                 if self.breaker.success() {
                     trace_event!(info, "redis answers again; decisions are shared again");
                 }
@@ -314,6 +408,7 @@ impl Backend {
                     reply,
                     granted,
                     at_us,
+                    part,
                     sent,
                     received,
                 })
@@ -324,6 +419,32 @@ impl Backend {
                 Err(e)
             }
         }
+    }
+
+    /// The keys and arguments of one call of `op` at `key` under `p`: the state's two keys
+    /// and `ARGV[1]`–`ARGV[14]` (`lua/common.lua`); for the plan scripts, the state, each
+    /// quota's sorted set, each quota's arguments in turn and the base plan's
+    /// (`lua/stack/parts.lua`), all under the hash tag of `key`.
+    fn keys_and_args(&self, key: &str, p: &Params, op: Op) -> (Vec<String>, Vec<u64>) {
+        let (all, len) = script_args(p, &self.rates.shape, op);
+        if !self.stacked {
+            return (
+                vec![key.to_owned(), format!("{key}:log")],
+                all[..len].to_vec(),
+            );
+        }
+        let mut keys = vec![key.to_owned(), format!("{key}:log")];
+        let mut args = all.to_vec();
+        // The marker says which parameters a state was written with: a re-read is exact,
+        // and made once (`lua/stack/parts.lua`), never carried by the call.
+        args[11..14].fill(0);
+        for (i, (shape, params)) in self.rest.iter().enumerate() {
+            keys.push(format!("{key}:q{}:log", i + 2));
+            args.extend_from_slice(&script_args(params, shape, op).0);
+        }
+        args.push(self.base.len() as u64);
+        args.extend(self.base.iter().flatten());
+        (keys, args)
     }
 
     fn failed(&self, e: &RedisError) {
@@ -349,6 +470,21 @@ impl std::fmt::Debug for Backend {
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
+}
+
+/// The parameters of `plan` as built, per quota, as the plan scripts name them: algorithm,
+/// W, T, tau and E (`lua/stack/parts.lua`), from the arguments a call sends.
+fn base_of(plan: &Plan, options: &Options) -> Result<Box<[[u64; 5]]>, RedisError> {
+    let max_pause_us = u64::try_from(options.max_pause.as_micros()).unwrap_or(u64::MAX);
+    plan.parts()
+        .iter()
+        .map(|part| {
+            let rates = Rates::new(Shape::new(part.algorithm, part.quota, max_pause_us)?);
+            let op = Op::Acquire { n: 1, book: false };
+            let (a, _) = script_args(&rates.params(), &rates.shape, op);
+            Ok([family(part.algorithm).code(), a[5], a[0], a[4], a[10]])
+        })
+        .collect()
 }
 
 /// Redis answered `NOSCRIPT`: it does not have the script (it was flushed).

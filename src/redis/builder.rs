@@ -6,12 +6,14 @@ use std::time::Duration;
 use super::config::Options;
 use super::error::RedisError;
 use super::failure::FailurePolicy;
+use super::keyed::Resolve;
 use super::{RedisBucket, RedisKeyed};
 use crate::adaptive::{Adaptive, Control, Mode};
+use crate::extract::KeyDigest;
 use crate::observe::Observer;
 #[cfg(doc)]
 use crate::Bucket;
-use crate::{Algorithm, Quota};
+use crate::{Algorithm, Plan};
 
 /// The settings both builders share, with their docs.
 macro_rules! shared_settings {
@@ -57,7 +59,8 @@ macro_rules! shared_settings {
         }
 
         /// How decisions are made: any [`Algorithm`], as for an in-process
-        /// [`Bucket`](crate::Bucket). Default [`Algorithm::TokenBucket`].
+        /// [`Bucket`](crate::Bucket); for a [`Plan`](crate::Plan), its first quota's.
+        /// Default the plan's ([`Algorithm::TokenBucket`] for a [`Quota`](crate::Quota)).
         ///
         /// Every process of a limit must use the same algorithm: a process with another one
         /// does not misread the key, it resets it to a fresh state of its own. The local
@@ -142,7 +145,7 @@ macro_rules! shared_settings {
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct RedisBucketBuilder {
-    quota: Quota,
+    plan: Plan,
     name: Option<String>,
     lease: Option<u32>,
     lease_period: Duration,
@@ -160,22 +163,31 @@ const MAX_LEASE_PERIOD: Duration = Duration::from_secs(3600);
 impl RedisBucket {
     /// The way to make a `RedisBucket`: a builder for the URL, key, failure policy, timeouts
     /// and more; [`build`](RedisBucketBuilder::build) connects.
-    pub fn builder(quota: Quota) -> RedisBucketBuilder {
-        RedisBucketBuilder::new(quota)
+    ///
+    /// A [`Plan`] of several quotas is decided as one: a request goes when every quota
+    /// has room, and is counted in all of them, in one script run on one key. The rate
+    /// control and [`set_quota`](RedisBucket::set_quota) act on the first quota; leases need
+    /// one quota.
+    pub fn builder(plan: impl Into<Plan>) -> RedisBucketBuilder {
+        RedisBucketBuilder::new(plan.into())
     }
 }
 
 impl RedisBucketBuilder {
-    fn new(quota: Quota) -> Self {
+    fn new(plan: Plan) -> Self {
+        let options = Options {
+            algorithm: plan.parts()[0].algorithm,
+            ..Options::default()
+        };
         RedisBucketBuilder {
-            quota,
+            plan,
             name: None,
             lease: None,
             lease_period: DEFAULT_LEASE_PERIOD,
             observer: None,
             mode: Mode::Converge,
             ramp: false,
-            options: Options::default(),
+            options,
         }
     }
 
@@ -290,7 +302,7 @@ impl RedisBucketBuilder {
             if self.options.algorithm != Algorithm::TokenBucket {
                 return Err(RedisError::config("leases need the token bucket algorithm"));
             }
-            if max == 0 || max > self.quota.burst_size() {
+            if max == 0 || max > self.plan.quota().burst_size() {
                 return Err(RedisError::config(
                     "a lease must hold 1 to burst tokens (lease ≤ the quota's burst)",
                 ));
@@ -308,8 +320,9 @@ impl RedisBucketBuilder {
             .ok_or(RedisError::config("redis bucket key not set"))?;
         let key = super::key::bucket_key(&self.options.prefix, name)?;
         let now = tokio::time::Instant::now();
-        let control = Control::new(self.quota, self.mode, self.ramp, true, now);
-        RedisBucket::from_parts(self.options, self.quota, key, self.observer, control).await
+        let plan = self.plan.with_algorithm(self.options.algorithm);
+        let control = Control::new(plan.quota(), self.mode, self.ramp, true, now);
+        RedisBucket::from_parts(self.options, plan, key, self.observer, control).await
     }
 }
 
@@ -332,7 +345,9 @@ impl RedisBucketBuilder {
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct RedisKeyedBuilder {
-    quota: Quota,
+    plan: Plan,
+    plans: Vec<(Box<str>, Plan)>,
+    resolve: Option<Resolve>,
     local_capacity: usize,
     options: Options,
 }
@@ -340,18 +355,60 @@ pub struct RedisKeyedBuilder {
 impl RedisKeyed {
     /// The way to make a `RedisKeyed`: a builder for the URL, key prefix, failure policy,
     /// timeouts and more; [`build`](RedisKeyedBuilder::build) connects.
-    pub fn builder(quota: Quota) -> RedisKeyedBuilder {
-        RedisKeyedBuilder::new(quota)
+    ///
+    /// `plan` is the default plan: a [`Quota`](crate::Quota), or a [`Plan`] of several
+    /// quotas decided as one, in one script run per request on the key's one Redis key.
+    /// Other plans, for the keys [`resolve`](RedisKeyedBuilder::resolve) names, come from
+    /// [`plan`](RedisKeyedBuilder::plan).
+    pub fn builder(plan: impl Into<Plan>) -> RedisKeyedBuilder {
+        RedisKeyedBuilder::new(plan.into())
     }
 }
 
 impl RedisKeyedBuilder {
-    fn new(quota: Quota) -> Self {
+    fn new(plan: Plan) -> Self {
+        let options = Options {
+            algorithm: plan.parts()[0].algorithm,
+            ..Options::default()
+        };
         RedisKeyedBuilder {
-            quota,
+            plan,
+            plans: Vec::new(),
+            resolve: None,
             local_capacity: 10_000,
-            options: Options::default(),
+            options,
         }
+    }
+
+    /// Another plan, `name`, for the keys [`resolve`](Self::resolve) gives that name. A
+    /// second plan of the same name replaces the first. Every process must know the same
+    /// plans by the same names.
+    pub fn plan(mut self, name: impl Into<Box<str>>, plan: impl Into<Plan>) -> Self {
+        let name = name.into();
+        self.plans.retain(|(n, _)| *n != name);
+        self.plans.push((name, plan.into()));
+        self
+    }
+
+    /// How to find a key's plan: the name of one given to [`plan`](Self::plan), or `None`
+    /// (or a name no plan has) for the default plan. Called on every decision, with the key
+    /// as the caller gave it (before it is digested), so keep it cheap: a lookup in a map
+    /// of API keys to plan names, say.
+    ///
+    /// A key whose plan changes takes the new plan on its next request, in every process:
+    /// each quota's state is carried into the new plan's quota at the same place, as
+    /// [`RedisKeyed::set_quota`] does (no burst, its progress kept). A quota whose algorithm
+    /// or window length changes starts afresh, as does a quota the old plan lacked.
+    ///
+    /// Keys are named by their digest ([`StableKey`](crate::extract::StableKey)), as
+    /// [`HeaderKey`](crate::extract::HeaderKey) keys requests: map the digests of the keys,
+    /// `KeyDigest::of_bytes(b"api-key")` or `"user-42".key_digest()`.
+    pub fn resolve<F>(mut self, resolve: F) -> Self
+    where
+        F: Fn(&KeyDigest) -> Option<&str> + Send + Sync + 'static,
+    {
+        self.resolve = Some(Resolve(Arc::new(resolve)));
+        self
     }
 
     shared_settings!();
@@ -381,6 +438,14 @@ impl RedisKeyedBuilder {
                  their keys",
             ));
         }
-        RedisKeyed::from_parts(self.options, self.quota, self.local_capacity).await
+        let plan = self.plan.with_algorithm(self.options.algorithm);
+        RedisKeyed::from_parts(
+            self.options,
+            plan,
+            self.plans,
+            self.resolve,
+            self.local_capacity,
+        )
+        .await
     }
 }

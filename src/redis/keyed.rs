@@ -14,7 +14,23 @@ use super::lane::Lanes;
 use super::stats::RedisStats;
 use super::told;
 use crate::extract::{KeyDigest, StableKey};
-use crate::{Algorithm, Bucket, Denied, Quota};
+use crate::{Algorithm, Bucket, Denied, Plan, Quota};
+
+/// The name of a key's plan, from its digest.
+type PlanName = dyn Fn(&KeyDigest) -> Option<&str> + Send + Sync;
+
+/// How a [`RedisKeyed`] finds a key's plan ([`resolve`](super::RedisKeyedBuilder::resolve)).
+#[derive(Clone)]
+pub(crate) struct Resolve(pub(crate) Arc<PlanName>);
+
+/// A plan other than the default: its name, the plan, and its backend.
+type Tier = (Box<str>, Plan, Arc<Backend>);
+
+impl fmt::Debug for Resolve {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Resolve(..)")
+    }
+}
 
 /// One limit per key, kept in Redis and shared by every process: the keyed variant of
 /// [`RedisBucket`](super::RedisBucket), with the same semantics for each key.
@@ -30,7 +46,11 @@ use crate::{Algorithm, Bucket, Denied, Quota};
 /// is full again (or its window no longer counts).
 ///
 /// Every [`Algorithm`] works, chosen with
-/// [`RedisKeyedBuilder::algorithm`](super::RedisKeyedBuilder::algorithm).
+/// [`RedisKeyedBuilder::algorithm`](super::RedisKeyedBuilder::algorithm). A
+/// [`Plan`] of several quotas, and a plan per key
+/// ([`plan`](super::RedisKeyedBuilder::plan), [`resolve`](super::RedisKeyedBuilder::resolve)),
+/// work as in a [`KeyedBucket`](crate::KeyedBucket), each decision one script run
+/// ([plans](crate::KeyedBucket#plans)).
 ///
 /// ```no_run
 /// use tower_throttle::redis::RedisKeyed;
@@ -60,7 +80,11 @@ pub struct RedisKeyed {
 }
 
 struct Inner {
+    /// The default plan's.
     backend: Arc<Backend>,
+    /// The other plans, by name, each on the default plan's connection.
+    tiers: Box<[Tier]>,
+    resolve: Option<Resolve>,
     lanes: Lanes,
     local: Option<LocalTable>,
     /// Listens for the pauses of the other processes (see [`told`](super::told)); stopped
@@ -87,18 +111,27 @@ impl told::Told for Inner {
 impl RedisKeyed {
     pub(crate) async fn from_parts(
         options: Options,
-        quota: Quota,
+        plan: Plan,
+        plans: Vec<(Box<str>, Plan)>,
+        resolve: Option<Resolve>,
         local_capacity: usize,
     ) -> Result<Self, RedisError> {
         let algorithm = options.algorithm;
         let local = options
             .policy
-            .local_quota(quota)?
+            .local_quota(plan.quota())?
             .map(|q| LocalTable::new(q, algorithm, local_capacity));
         let subscribe = told::Subscribe::of(&options);
-        let backend = Arc::new(Backend::connect(options, quota).await?);
+        let backend = Arc::new(Backend::connect(options, &plan, true).await?);
+        let mut tiers = Vec::with_capacity(plans.len());
+        for (name, plan) in plans {
+            let sibling = Arc::new(backend.sibling(&plan).await?);
+            tiers.push((name, plan, sibling));
+        }
         let inner = Arc::new(Inner {
             backend,
+            tiers: tiers.into(),
+            resolve,
             lanes: Lanes::default(),
             local,
             listener: told::Listener::new(),
@@ -108,20 +141,72 @@ impl RedisKeyed {
         Ok(RedisKeyed { inner })
     }
 
-    /// The quota of every key.
+    /// The first quota of the default plan, as [`set_quota`](Self::set_quota) left it.
     pub fn quota(&self) -> Quota {
         self.inner.backend.quota()
     }
 
-    /// The algorithm of every key (set by
-    /// [`algorithm`](super::RedisKeyedBuilder::algorithm); default
-    /// [`Algorithm::TokenBucket`]).
+    /// The default plan, its first quota as [`set_quota`](Self::set_quota) left it.
+    pub fn plan(&self) -> Plan {
+        self.inner.backend.plan()
+    }
+
+    /// The plan of `key`: the one [`resolve`](super::RedisKeyedBuilder::resolve) names, or
+    /// the default plan.
+    pub fn plan_of(&self, key: impl StableKey) -> Plan {
+        match self.tier(&key.key_digest()) {
+            Some(i) => self.inner.tiers[i].1.clone(),
+            None => self.plan(),
+        }
+    }
+
+    /// Every key of the default plan decides at `quota` (its first quota) from its next
+    /// request on, in this process. As [`Bucket::set_quota`]: a key's state is carried into
+    /// the new quota with no burst and its progress kept. The state in Redis records the
+    /// parameters it was written with, so each key is carried on its next request whichever
+    /// process makes it; every process should make the same change.
+    pub fn set_quota(&self, quota: Quota) {
+        self.inner.backend.set_quota(quota);
+    }
+
+    /// The plan of the key `id`: 0 for the default plan, else 1 + its place among the
+    /// others.
+    pub(crate) fn tier_of(&self, id: &KeyDigest) -> usize {
+        self.tier(id).map_or(0, |i| i + 1)
+    }
+
+    /// The plan [`tier_of`](Self::tier_of) numbers `tier`.
+    pub(crate) fn plan_at(&self, tier: usize) -> Plan {
+        match tier.checked_sub(1).and_then(|i| self.inner.tiers.get(i)) {
+            Some((_, plan, _)) => plan.clone(),
+            None => self.plan(),
+        }
+    }
+
+    /// The plan (an index into the tiers) `resolve` names for the key `id`, if any.
+    fn tier(&self, id: &KeyDigest) -> Option<usize> {
+        let inner = &*self.inner;
+        let name = (inner.resolve.as_ref()?.0)(id)?;
+        inner.tiers.iter().position(|(n, ..)| **n == *name)
+    }
+
+    /// The backend deciding for the key `id`: its plan's.
+    fn backend(&self, id: &KeyDigest) -> &Arc<Backend> {
+        match self.tier(id) {
+            Some(i) => &self.inner.tiers[i].2,
+            None => &self.inner.backend,
+        }
+    }
+
+    /// The algorithm of the default plan's first quota (set by
+    /// [`algorithm`](super::RedisKeyedBuilder::algorithm); default the plan's).
     pub fn algorithm(&self) -> Algorithm {
         self.inner.backend.algorithm
     }
 
-    /// The Redis key holding the state of `key`. (The sliding log also keeps its entries in a
-    /// sorted set at this key followed by `:log`.)
+    /// The Redis key holding the state of `key`, every quota of its plan. (A sliding log
+    /// also keeps its entries in a sorted set at this key followed by `:log`, or `:q2:log`,
+    /// `:q3:log`, … for the plan's later quotas.)
     pub fn redis_key(&self, key: impl StableKey) -> String {
         self.key_of(&key.key_digest())
     }
@@ -154,17 +239,29 @@ impl RedisKeyed {
     /// # Errors
     /// As [`RedisBucket::try_acquire`](super::RedisBucket::try_acquire).
     pub async fn try_acquire(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
+        self.try_acquire_id(key.key_digest(), n)
+            .await
+            .map_err(|(denied, _)| denied)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) for the key `id`, saying which quota of its plan
+    /// refused (0 when it cannot say).
+    pub(crate) async fn try_acquire_id(
+        &self,
+        id: KeyDigest,
+        n: u32,
+    ) -> Result<(), (Denied, usize)> {
         if n == 0 {
             return Ok(());
         }
-        let backend = &self.inner.backend;
-        backend.check(n)?;
-        let id = key.key_digest();
+        let backend = self.backend(&id);
+        backend.check(n).map_err(|e| (e.into(), 0))?;
         match backend.acquire(&self.key_of(&id), n).await {
-            Ok(t) => Ok(t.reply.decision()?),
+            Ok(t) => t.reply.decision().map_err(|e| (e.into(), t.part)),
             Err(e) => backend
                 .fallback()
-                .try_acquire(self.local(&id).as_ref(), n, e),
+                .try_acquire(self.local(&id).as_ref(), n, e)
+                .map_err(|e| (e, 0)),
         }
     }
 
@@ -178,8 +275,8 @@ impl RedisKeyed {
     /// # Errors
     /// [`Denied::Backend`] when Redis could not be reached.
     pub async fn release(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
-        let rkey = self.key_of(&key.key_digest());
-        self.inner.backend.give_back(&rkey, n).await
+        let id = key.key_digest();
+        self.backend(&id).give_back(&self.key_of(&id), n).await
     }
 
     /// Wait until `n` tokens of `key`'s limit are available, then take them.
@@ -202,7 +299,8 @@ impl RedisKeyed {
         let id = key.key_digest();
         // The key's hint, shared by this process's waiters for it while any waits.
         let entered = inner.lanes.enter(id);
-        match booking::book(&inner.backend, entered.lane(), &self.key_of(&id), n).await {
+        let backend = self.backend(&id);
+        match booking::book(backend, entered.lane(), &self.key_of(&id), n).await {
             Ok(_) => Ok(()),
             Err(Unbooked::Exceeds(e)) => Err(e.into()),
             Err(Unbooked::Failed(e)) => {
@@ -222,8 +320,8 @@ impl RedisKeyed {
     /// [`FailurePolicy::Closed`].
     pub async fn pause(&self, key: impl StableKey, cooldown: Duration) -> Result<(), Denied> {
         let inner = &*self.inner;
-        let backend = &inner.backend;
         let id = key.key_digest();
+        let backend = self.backend(&id);
         // The key's waiters in this process asleep on a booked instant book again once the
         // pause is in Redis.
         let entered = inner.lanes.enter(id);
@@ -247,7 +345,16 @@ impl fmt::Debug for RedisKeyed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisKeyed")
             .field("prefix", &self.inner.backend.options.prefix)
-            .field("quota", &self.inner.backend.quota())
+            .field("plan", &self.plan())
+            .field(
+                "plans",
+                &self
+                    .inner
+                    .tiers
+                    .iter()
+                    .map(|(n, p, _)| (n, p))
+                    .collect::<Vec<_>>(),
+            )
             .field("algorithm", &self.inner.backend.algorithm)
             .field("failure_policy", self.inner.backend.policy())
             .finish_non_exhaustive()

@@ -334,6 +334,7 @@ mod tests {
             },
             granted: 1,
             at_us: 0,
+            part: 0,
             sent,
             received: Instant::now(),
         });
@@ -379,6 +380,7 @@ mod tests {
                 },
                 granted: 0,
                 at_us: 0,
+                part: 0,
                 sent,
                 received: sent,
             },

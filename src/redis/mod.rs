@@ -56,6 +56,7 @@ mod observed;
 mod params;
 mod rate;
 mod script;
+mod source;
 mod stats;
 mod steer;
 mod told;

@@ -106,20 +106,21 @@ impl RedisBucket {
 
 impl RedisKeyed {
     /// Take `n` tokens of `key` now, or, when the refusal's wait is within `max_wait`, wait
-    /// for them until then (zero: never wait).
+    /// for them until then (zero: never wait). A refusal says which quota of the key's plan
+    /// refused.
     pub(crate) async fn try_acquire_within(
         &self,
         key: KeyDigest,
         n: u32,
         max_wait: Duration,
-    ) -> Result<(), Denied> {
-        match self.try_acquire(key, n).await {
-            Err(Denied::Throttled(t)) if !max_wait.is_zero() && t.wait() <= max_wait => {
+    ) -> Result<(), (Denied, usize)> {
+        match self.try_acquire_id(key, n).await {
+            Err((Denied::Throttled(t), part)) if !max_wait.is_zero() && t.wait() <= max_wait => {
                 let deadline = Instant::now() + max_wait;
                 match tokio::time::timeout_at(deadline, self.acquire(key, n)).await {
-                    Ok(result) => result,
+                    Ok(result) => result.map_err(|e| (e, part)),
                     // A pause intervened: the turn did not come within `max_wait`.
-                    Err(_) => Err(t.into()),
+                    Err(_) => Err((t.into(), part)),
                 }
             }
             other => other,

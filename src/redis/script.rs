@@ -1,16 +1,17 @@
 //! The Lua scripts: every decision is one atomic script run inside Redis.
 //!
 //! # Files
-//! Each script is `lua/common.lua` (arguments, Redis clock, the stored value, TTL helpers),
-//! then the algorithm's `lua/<algorithm>/state.lua` (parse, clamp, save, and the model's
-//! `earliest` / `restart_at`; after this process changed its parameters, the state re-read
-//! in the new ones, never holding more tokens than before: the token and leaky bucket's in
-//! their `state.lua`, the windows' in `lua/window/convert.lua`), then the operation:
-//! `acquire.lua`, `pause.lua` or `release.lua`. The token and leaky bucket share `lua/gcra/`, told apart by a tag; the
-//! windows share the operations in `lua/window/` (the log has its own acquire and release),
-//! and `lua/window/ramp.lua`, read before their state: the ramp they restart on after a pause
-//! (one token when it ends, then one per interval `T`, until the window's bound takes over),
-//! the same rule as the in-process windows.
+//! [`source`](super::source) puts each script together from `lua/`: per algorithm, its state
+//! (`lua/<algorithm>/state.lua`: parse, clamp, save; after this process changed its
+//! parameters, the state re-read in the new ones, never holding more tokens than before:
+//! the token and leaky bucket's in their `state.lua`, the windows' in
+//! `lua/window/convert.lua`) and its operations (`fits`, `take`, `keep`, `later`, `give`,
+//! `hold`), which `lua/acquire.lua`, `lua/pause.lua` and `lua/release.lua` use alike for
+//! every algorithm, and `lua/stack/*.lua` for a plan of several quotas. The token and leaky
+//! bucket share `lua/gcra/`, told apart by a tag; the windows share `lua/window/`, and
+//! `lua/window/ramp.lua`, read before their state: the ramp they restart on after a pause
+//! (one token when it ends, then one per interval `T`, until the window's bound takes
+//! over), the same rule as the in-process windows.
 //!
 //! # State, per algorithm (integers, µs of the Redis clock)
 //! | algorithm | `KEYS[1]` (string) | `KEYS[2]` (`<key>:log`) |
@@ -20,6 +21,12 @@
 //! | fixed window | `"F<w>:<count>"` (+ `":<pause>"`, + ramp) | — |
 //! | sliding window | `"S<w>:<prev>:<cur>"` (+ `":<pause>"`, + ramp, + `"Q<q>"`) | — |
 //! | sliding log | `"L<seq>:<total>"` (+ `":<pause>"`, + ramp) | sorted set: score = instant, member = `"<seq>:<tokens>"` |
+//!
+//! A plan (`lua/stack/`) keeps every quota's state in `KEYS[1]`, `"<state 1>|<state 2>|…"`,
+//! each sliding log's entries at `<key>:log`, `<key>:q2:log`, …, and, unless they are the
+//! base plan's (a keyed limit's default plan as built), the parameters the states were
+//! written with before a `#`: `"<sig>|<sig>|…#"`, one `"<algorithm>:<W>:<T>:<tau>:<E>"` per
+//! quota. Every keyed limit runs the plan scripts, one quota or several.
 //!
 //! `tat` is the instant the bucket is full again (GCRA); `total` the tokens of the log's
 //! entries (recounted when it disagrees with them); `w` a window index (`⌊now / W⌋`,
@@ -66,121 +73,91 @@ use std::time::Duration;
 use ::redis::Value;
 
 use super::error::{RedisError, RedisErrorKind};
+use super::source::{self, Family, Verb};
 use crate::{Algorithm, Throttled};
 
-/// One script's source: `TAG`, the shared prelude, then the pieces `lua/<piece>.lua`.
-macro_rules! source {
-    ($tag:literal, $($piece:literal),+) => {
-        concat!(
-            "local TAG = '",
-            $tag,
-            "'\n",
-            include_str!("lua/common.lua"),
-            $(include_str!(concat!("lua/", $piece, ".lua"))),+
-        )
-    };
+/// The pieces of Lua of `algorithm`.
+pub(crate) fn family(algorithm: Algorithm) -> Family {
+    match algorithm {
+        Algorithm::LeakyBucket { .. } => Family::Leaky,
+        Algorithm::FixedWindow => Family::Fixed,
+        Algorithm::SlidingWindow => Family::Sliding,
+        Algorithm::SlidingLog => Family::Log,
+        _ => Family::Token,
+    }
 }
 
-/// The sources of one algorithm: acquire, pause, release, each from `lua/<dir>/<op>.lua`.
+/// The scripts of one limit, hashed once: of one quota, or of a plan's quotas decided
+/// together (`lua/stack/`).
 ///
 /// - acquire: take `ARGV[3]` tokens if they fit (now, or with `ARGV[8]` = 1 booked within
-///   the booking horizon). Returns `{admitted 0|1, wait µs, full_in µs}`, and for the
-///   windows the admission's instant (µs) fourth, which a release of a booking names in
-///   `ARGV[8]`.
+///   the booking horizon). Returns `{admitted 0|1, wait µs, full_in µs, the admission's
+///   instant µs}` (the instant a release of a booking names; 0 when refused), and for a
+///   plan the quota that refused, fifth.
 /// - pause: pause for `ARGV[3]` µs (at most P). Returns `{1, pause_in µs, full_in µs}`.
 /// - release: give back `ARGV[3]` tokens. Returns `{1, 0, full_in µs}`.
 ///
 /// `full_in` is the time from the script's `now` until the state no longer matters: for the
-/// token and leaky bucket, until the bucket is full again. The windows read their state after
-/// the ramp they restart on after a pause (`lua/window/ramp.lua`).
-macro_rules! sources {
-    ($tag:literal, [$($state:literal),+], [$acquire:literal, $pause:literal, $release:literal]) => {
-        [
-            source!($tag, $($state,)+ $acquire),
-            source!($tag, $($state,)+ $pause),
-            source!($tag, $($state,)+ $release),
-        ]
-    };
-}
-
-/// The script sources of `algorithm`: acquire, pause, release.
-///
-/// The window models share their operations (`lua/window/`), written once against the
-/// functions every window `state.lua` defines (`earliest`, `restart_at`, `horizon`, `save`):
-/// the fixed and sliding windows all three, the sliding log its pause.
-pub(crate) fn sources(algorithm: Algorithm) -> [&'static str; 3] {
-    match algorithm {
-        Algorithm::TokenBucket => sources!(
-            "",
-            ["gcra/state"],
-            ["gcra/acquire", "gcra/pause", "gcra/release"]
-        ),
-        Algorithm::LeakyBucket { .. } => sources!(
-            "K",
-            ["gcra/state"],
-            ["gcra/acquire", "gcra/pause", "gcra/release"]
-        ),
-        Algorithm::FixedWindow => sources!(
-            "",
-            ["window/ramp", "fixed/state", "window/convert"],
-            ["window/acquire", "window/pause", "window/release"]
-        ),
-        Algorithm::SlidingWindow => sources!(
-            "",
-            ["window/ramp", "sliding/state", "window/convert"],
-            ["window/acquire", "window/pause", "window/release"]
-        ),
-        Algorithm::SlidingLog => sources!(
-            "",
-            ["window/ramp", "log/state", "window/convert"],
-            ["log/acquire", "window/pause", "log/release"]
-        ),
-    }
-}
-
-/// The token bucket's lease script: give back an expired lease's unused tokens, then take
-/// up to `ARGV[3]` tokens that fit now (at least `ARGV[9]`). Returns `{granted, wait µs,
-/// full_in µs}`.
-pub(crate) const LEASE_SOURCE: &str = source!("", "gcra/state", "gcra/lease");
-
-/// The scripts of one algorithm, hashed once.
+/// token and leaky bucket, until the bucket is full again.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) acquire: ::redis::Script,
     pub(crate) pause: ::redis::Script,
     pub(crate) release: ::redis::Script,
-    /// The token bucket's only, when leases are on.
+    /// The token bucket's lease script, when leases are on: give back an expired lease's
+    /// unused tokens, then take up to `ARGV[3]` tokens that fit now (at least `ARGV[9]`).
+    /// Returns `{granted, wait µs, full_in µs}`.
     pub(crate) lease: Option<::redis::Script>,
-    /// The sources of acquire, pause and release, for `EVAL` when `EVALSHA` cannot be relied
-    /// on (the script cache is being flushed).
-    sources: [&'static str; 3],
+    /// The sources of acquire, pause, release and lease, for `EVAL` when `EVALSHA` cannot
+    /// be relied on (the script cache is being flushed).
+    sources: [String; 4],
 }
 
 impl Scripts {
-    pub(crate) fn new(algorithm: Algorithm, lease: bool) -> Self {
-        let [acquire, pause, release] = sources(algorithm);
-        let lease = lease && algorithm == Algorithm::TokenBucket;
+    /// The scripts of one quota under `algorithm`, with the lease script if `lease` (token
+    /// bucket only).
+    pub(crate) fn one(algorithm: Algorithm, lease: bool) -> Self {
+        let family = family(algorithm);
+        let lease = lease && family == Family::Token;
+        Scripts::of(|verb| source::one(family, verb), lease.then(source::lease))
+    }
+
+    /// The scripts of a plan whose quotas run `algorithms`, in order: every call decides on
+    /// all of them, and keeps the plan's marker (`lua/stack/parts.lua`).
+    pub(crate) fn plan(algorithms: &[Algorithm]) -> Self {
+        let families: Vec<Family> = algorithms.iter().map(|&a| family(a)).collect();
+        Scripts::of(|verb| source::stack(&families, verb), None)
+    }
+
+    fn of(source: impl Fn(Verb) -> String, lease: Option<String>) -> Self {
+        let sources = [
+            source(Verb::Acquire),
+            source(Verb::Pause),
+            source(Verb::Release),
+            lease.clone().unwrap_or_default(),
+        ];
         Scripts {
-            acquire: ::redis::Script::new(acquire),
-            pause: ::redis::Script::new(pause),
-            release: ::redis::Script::new(release),
-            lease: lease.then(|| ::redis::Script::new(LEASE_SOURCE)),
-            sources: [acquire, pause, release],
+            acquire: ::redis::Script::new(&sources[0]),
+            pause: ::redis::Script::new(&sources[1]),
+            release: ::redis::Script::new(&sources[2]),
+            lease: lease.map(|l| ::redis::Script::new(&l)),
+            sources,
         }
     }
 
     /// The source of one of these scripts.
-    pub(crate) fn source_of(&self, script: &::redis::Script) -> &'static str {
+    pub(crate) fn source_of(&self, script: &::redis::Script) -> &str {
         let hash = script.get_hash();
-        if hash == self.acquire.get_hash() {
-            self.sources[0]
+        let i = if hash == self.acquire.get_hash() {
+            0
         } else if hash == self.pause.get_hash() {
-            self.sources[1]
+            1
         } else if hash == self.release.get_hash() {
-            self.sources[2]
+            2
         } else {
-            LEASE_SOURCE
-        }
+            3
+        };
+        &self.sources[i]
     }
 }
 
@@ -209,24 +186,26 @@ impl Reply {
 /// `limit_us` (the longest state the script can hold). Anything else is garbage.
 #[cfg(test)]
 pub(crate) fn parse_reply(value: &Value, limit_us: u64) -> Result<Reply, RedisError> {
-    parse_grant(value, limit_us, 1).map(|(reply, _, _)| reply)
+    parse_grant(value, limit_us, 1, 1).map(|(reply, ..)| reply)
 }
 
 /// Check a reply whose first integer is a number of tokens granted, `0..=max` (`max` = 1:
-/// admitted or not); with the count, and the admission's instant on the Redis clock (µs)
-/// when the reply has a fourth integer (a window's acquire: what a release of a booking
-/// names; 0 otherwise). Anything else is garbage.
+/// admitted or not); with the count, the admission's instant on the Redis clock (µs) when
+/// the reply has a fourth integer (an acquire's: what a release of a booking names; 0
+/// otherwise), and the quota that refused (`0..parts`) when it has a fifth (a plan's
+/// acquire; 0 otherwise). Anything else is garbage.
 pub(crate) fn parse_grant(
     value: &Value,
     limit_us: u64,
     max: u32,
-) -> Result<(Reply, u32, u64), RedisError> {
+    parts: usize,
+) -> Result<(Reply, u32, u64, usize), RedisError> {
     let garbage = || RedisError::new(RedisErrorKind::Garbage, "redis sent an unexpected reply");
     let Value::Array(items) = value else {
         return Err(garbage());
     };
-    let mut ints = [0u64; 4];
-    if items.len() != 3 && items.len() != 4 {
+    let mut ints = [0u64; 5];
+    if !(3..=5).contains(&items.len()) {
         return Err(garbage());
     }
     for (slot, item) in ints.iter_mut().zip(items) {
@@ -235,7 +214,8 @@ pub(crate) fn parse_grant(
             _ => return Err(garbage()),
         }
     }
-    let [admitted, wait, full_in, at] = ints;
+    let [admitted, wait, full_in, at, part] = ints;
+    let part = usize::try_from(part.saturating_sub(1)).unwrap_or(usize::MAX);
     // A refusal always has a wait (a zero would make a waiter ask again at once); an
     // instant stays exact in Lua's doubles.
     if admitted > u64::from(max)
@@ -243,6 +223,7 @@ pub(crate) fn parse_grant(
         || wait > limit_us
         || full_in > limit_us
         || at >= 1 << 53
+        || part >= parts.max(1)
     {
         return Err(garbage());
     }
@@ -252,7 +233,7 @@ pub(crate) fn parse_grant(
         full_in: Duration::from_micros(full_in),
     };
     // At most `max`, a u32.
-    Ok((reply, admitted as u32, at))
+    Ok((reply, admitted as u32, at, part))
 }
 
 #[cfg(test)]
@@ -297,6 +278,15 @@ mod tests {
                 Value::Int(0),
                 Value::Int(0),
                 Value::Int(0),
+                Value::Int(0),
+            ]),
+            // A refusal by a second quota, from a limit of one.
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5),
+                Value::Int(0),
+                Value::Int(0),
+                Value::Int(2),
             ]),
         ];
         let booked = Value::Array(vec![
@@ -306,7 +296,7 @@ mod tests {
             Value::Int(1_700_000_000_000_700),
         ]);
         assert_eq!(
-            parse_grant(&booked, 10_000, 1).unwrap().2,
+            parse_grant(&booked, 10_000, 1, 1).unwrap().2,
             1_700_000_000_000_700
         );
         for v in bad {

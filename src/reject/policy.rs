@@ -46,11 +46,6 @@ fn key_policy<K>(keyed: &KeyedLimit<K>, which: Which) -> (Arc<str>, Quota) {
         .unwrap_or_else(|| (Arc::from(PER_KEY), plan.quota()))
 }
 
-/// A refusal by the limit `name` of `quota`.
-pub(crate) fn refusal(name: &str, quota: &Quota, denied: Denied) -> Rejected {
-    Rejected::new(denied, Arc::from(name), *quota)
-}
-
 /// A refusal by `which` quota of a key's plan.
 pub(crate) fn key_refusal<K>(keyed: &KeyedLimit<K>, which: Which, denied: Denied) -> Rejected {
     let (name, quota) = key_policy(keyed, which);

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use super::fields::{Policies, Spec};
-use super::policy::{self, limit_refusal, limit_status, policies, refusal, GLOBAL, PER_KEY};
+use super::policy::{self, limit_refusal, limit_status, policies, GLOBAL};
 use super::rejected::{Rejected, Status};
 use crate::limit::{Decision, KeyHold, KeyTurn, KeyedLimit, Limit, Turn};
 use crate::observe::Observer;
@@ -160,8 +160,8 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     let t = turn.as_mut().expect("polled after completion");
                     match std::task::ready!(t.poll(cx)) {
                         Ok(h) => *hold = Some(h),
-                        Err(denied) => {
-                            break Err(refusal(PER_KEY, &keyed.quota(), denied));
+                        Err((denied, which)) => {
+                            break Err(policy::key_refusal(keyed, which, denied));
                         }
                     }
                 }

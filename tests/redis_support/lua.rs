@@ -4,7 +4,7 @@
 //!
 //! The scripts are the production ones (`src/redis/lua`, put together as the crate does)
 //! with two lines changed:
-//! - `now` is read from an extra argument (`ARGV[15]`) instead of `TIME`, so that the test
+//! - `now` is read from an extra, last argument (`ARGV[15]` for one quota) instead of `TIME`, so that the test
 //!   and Redis see the same instants;
 //! - every TTL is ten minutes: Redis expires keys in real time, which here runs apart from
 //!   the test's time, and the scripts never rely on expiry for a decision (a state past its
@@ -28,103 +28,25 @@ const CLOCK: &str = "local clock = redis.call('TIME')\n\
                      local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])";
 const TTL: &str = "local ms = math.ceil((horizon - now) / 1000)";
 
-/// One script's source as the crate builds it: `TAG`, the shared prelude, then the pieces.
-macro_rules! source {
-    ($tag:literal, $($piece:literal),+) => {
-        concat!(
-            "local TAG = '",
-            $tag,
-            "'\n",
-            include_str!("../../src/redis/lua/common.lua"),
-            $(include_str!(concat!("../../src/redis/lua/", $piece, ".lua"))),+
-        )
-    };
-}
+#[path = "../../src/redis/source.rs"]
+mod source;
 
-/// The sources of `algorithm`'s acquire, pause and release.
-fn sources(algorithm: Algorithm) -> [&'static str; 3] {
+use source::{Family, Verb};
+
+/// The pieces of Lua of `algorithm`.
+fn family(algorithm: Algorithm) -> Family {
     match algorithm {
-        Algorithm::TokenBucket => [
-            source!("", "gcra/state", "gcra/acquire"),
-            source!("", "gcra/state", "gcra/pause"),
-            source!("", "gcra/state", "gcra/release"),
-        ],
-        Algorithm::LeakyBucket { .. } => [
-            source!("K", "gcra/state", "gcra/acquire"),
-            source!("K", "gcra/state", "gcra/pause"),
-            source!("K", "gcra/state", "gcra/release"),
-        ],
-        Algorithm::FixedWindow => [
-            source!(
-                "",
-                "window/ramp",
-                "fixed/state",
-                "window/convert",
-                "window/acquire"
-            ),
-            source!(
-                "",
-                "window/ramp",
-                "fixed/state",
-                "window/convert",
-                "window/pause"
-            ),
-            source!(
-                "",
-                "window/ramp",
-                "fixed/state",
-                "window/convert",
-                "window/release"
-            ),
-        ],
-        Algorithm::SlidingWindow => [
-            source!(
-                "",
-                "window/ramp",
-                "sliding/state",
-                "window/convert",
-                "window/acquire"
-            ),
-            source!(
-                "",
-                "window/ramp",
-                "sliding/state",
-                "window/convert",
-                "window/pause"
-            ),
-            source!(
-                "",
-                "window/ramp",
-                "sliding/state",
-                "window/convert",
-                "window/release"
-            ),
-        ],
-        Algorithm::SlidingLog => [
-            source!(
-                "",
-                "window/ramp",
-                "log/state",
-                "window/convert",
-                "log/acquire"
-            ),
-            source!(
-                "",
-                "window/ramp",
-                "log/state",
-                "window/convert",
-                "window/pause"
-            ),
-            source!(
-                "",
-                "window/ramp",
-                "log/state",
-                "window/convert",
-                "log/release"
-            ),
-        ],
+        Algorithm::TokenBucket => Family::Token,
+        Algorithm::LeakyBucket { .. } => Family::Leaky,
+        Algorithm::FixedWindow => Family::Fixed,
+        Algorithm::SlidingWindow => Family::Sliding,
+        Algorithm::SlidingLog => Family::Log,
         other => panic!("no scripts for {other:?}"),
     }
+}
+
+fn verb(op: usize) -> Verb {
+    [Verb::Acquire, Verb::Pause, Verb::Release][op]
 }
 
 /// A script, with its source for `EVAL`.
@@ -134,15 +56,37 @@ pub struct Lua {
 }
 
 /// The production script of `algorithm` and operation `op` ([`ACQUIRE`], [`PAUSE`],
-/// [`RELEASE`]), with the clock taken from `ARGV[15]` and ten-minute TTLs.
+/// [`RELEASE`]), with the clock taken from the last argument (`ARGV[15]`) and ten-minute
+/// TTLs.
 pub fn script(algorithm: Algorithm, op: usize) -> Lua {
-    let source = sources(algorithm)[op];
+    testable(source::one(family(algorithm), verb(op)))
+}
+
+/// The production script of operation `op` on a plan whose quotas run `algorithms`, in
+/// order: each quota's 14 arguments in turn, the base plan's ([`base_args`]), then the
+/// clock; the keys of [`plan_keys`].
+pub fn plan_script(algorithms: &[Algorithm], op: usize) -> Lua {
+    let families: Vec<Family> = algorithms.iter().map(|&a| family(a)).collect();
+    testable(source::stack(&families, verb(op)))
+}
+
+/// The keys of a plan of `parts` quotas at `key`, as the crate names them: the state, then
+/// each quota's sorted set.
+pub fn plan_keys(key: &str, parts: usize) -> Vec<String> {
+    let mut keys = vec![key.to_owned(), format!("{key}:log")];
+    for i in 2..=parts {
+        keys.push(format!("{key}:q{i}:log"));
+    }
+    keys
+}
+
+fn testable(source: String) -> Lua {
     assert!(
         source.contains(CLOCK) && source.contains(TTL),
         "the scripts changed"
     );
     let source = source
-        .replace(CLOCK, "local now = tonumber(ARGV[15])")
+        .replace(CLOCK, "local now = tonumber(ARGV[#ARGV])")
         .replace(TTL, "local ms = 600000");
     Lua {
         script: Script::new(&source),
@@ -153,6 +97,23 @@ pub fn script(algorithm: Algorithm, op: usize) -> Lua {
 /// The acquire, pause and release scripts of `algorithm`.
 pub fn scripts(algorithm: Algorithm) -> [Lua; 3] {
     [ACQUIRE, PAUSE, RELEASE].map(|op| script(algorithm, op))
+}
+
+/// The base plan's arguments of the plan scripts (`lua/stack/parts.lua`): the number of its
+/// quotas, then each one's algorithm, W, T, tau and E, as the crate sends them.
+pub fn base_args(plan: &[(Algorithm, Quota)]) -> Vec<u64> {
+    let mut out = vec![plan.len() as u64];
+    for &(algorithm, quota) in plan {
+        let a = Args::of(algorithm, quota);
+        out.extend([
+            family(algorithm).code(),
+            a.window,
+            a.interval,
+            a.tolerance,
+            a.effective,
+        ]);
+    }
+    out
 }
 
 /// A duration in whole µs, rounded up, at least 1: as the crate sends it.
@@ -240,10 +201,21 @@ pub fn invoke(
     key: &str,
     args: impl IntoIterator<Item = u64>,
 ) -> Vec<Value> {
-    let keys = [key.to_owned(), format!("{key}:log")];
+    invoke_keys(conn, lua, &[key.to_owned(), format!("{key}:log")], args)
+}
+
+/// Call `lua` on `keys` with `args`: the items of its reply.
+pub fn invoke_keys(
+    conn: &mut redis::Connection,
+    lua: &Lua,
+    keys: &[String],
+    args: impl IntoIterator<Item = u64>,
+) -> Vec<Value> {
     let args: Vec<u64> = args.into_iter().collect();
     let mut call = lua.script.prepare_invoke();
-    call.key(&keys[0]).key(&keys[1]);
+    for k in keys {
+        call.key(k);
+    }
     for a in &args {
         call.arg(a);
     }
@@ -252,7 +224,7 @@ pub fn invoke(
             redis::cmd("EVAL")
                 .arg(&lua.source)
                 .arg(keys.len())
-                .arg(&keys[..])
+                .arg(keys)
                 .arg(&args)
                 .query(conn)
         }

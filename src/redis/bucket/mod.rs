@@ -21,7 +21,7 @@ use super::told;
 use crate::adaptive::Control;
 use crate::bucket::{Steered, Steering};
 use crate::observe::Observer;
-use crate::{Algorithm, Bucket, Denied, Quota, Throttled};
+use crate::{Algorithm, Bucket, Denied, Plan, Quota, Throttled};
 
 mod leased;
 
@@ -93,7 +93,7 @@ pub(super) struct Inner {
 impl RedisBucket {
     pub(crate) async fn from_parts(
         options: Options,
-        quota: Quota,
+        plan: Plan,
         key: String,
         observer: Option<Arc<dyn Observer>>,
         control: Control,
@@ -101,11 +101,11 @@ impl RedisBucket {
         let algorithm = options.algorithm;
         let local = options
             .policy
-            .local_quota(quota)?
+            .local_quota(plan.quota())?
             .map(|q| LocalBucket::new(q, algorithm));
         let lease = options.lease.map(|(max, period)| Lease::new(max, period));
         let subscribe = told::Subscribe::of(&options);
-        let backend = Arc::new(Backend::connect(options, quota).await?);
+        let backend = Arc::new(Backend::connect(options, &plan, false).await?);
         let inner = Arc::new(Inner {
             backend,
             key,
@@ -141,6 +141,11 @@ impl RedisBucket {
     /// ([`set_quota`](Self::set_quota)).
     pub fn quota(&self) -> Quota {
         self.inner.backend.quota()
+    }
+
+    /// The plan: the one it was built with, its first quota [`quota`](Self::quota).
+    pub fn plan(&self) -> Plan {
+        self.inner.backend.plan()
     }
 
     /// Change the quota of this live limit, without rebuilding it.

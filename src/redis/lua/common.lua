@@ -20,6 +20,10 @@
 --   rate): the interval and tolerance (token and leaky bucket), E (windows); absent or 0:
 --   none. The state is re-read in the parameters of this call first, never holding more
 --   tokens than it held in those (`lua/gcra/state.lua`, `lua/window/convert.lua`).
+-- ARGV.marked (a plan's quota only, `lua/stack/parts.lua`): FT, Ftau and FE come from the
+--   plan's marker, written in the same run as the state: they are exactly the parameters
+--   the state was written with, so the re-read needs none of the care a state re-read
+--   twice would (`lua/gcra/state.lua`).
 -- Integers only, all below 2^53 (exact in Lua's doubles); the caller checks it.
 local T = tonumber(ARGV[1])
 local B = tonumber(ARGV[2])
@@ -35,16 +39,19 @@ local E = tonumber(ARGV[11] or ARGV[7])
 local FT = tonumber(ARGV[12] or '0')
 local Ftau = tonumber(ARGV[13] or '0')
 local FE = tonumber(ARGV[14] or '0')
+local MARKED = ARGV.marked == true
 if not (T and B and x and P and tau and W and L and book and need and back and E and FT
   and Ftau and FE) or T < 1 or B < 1 or x < 0 or P < 0 or tau < T or W < 1 or L < 1
   or need < 0 or back < 0 or E < 1 or E > L or FT < 0 or FE < 0 or (FT > 0 and Ftau < FT)
   then
   return redis.error_reply('ERR tower-throttle: bad arguments')
 end
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+-- STORE (a plan's quota, `lua/stack/parts.lua`): the plan keeps every quota's state in one
+-- value at KEYS[1], read and written once per run: `raw` comes from it, `put` and `drop`
+-- go to it, and it repairs the TTL for all its quotas. Else (nil) the state is KEYS[1].
 local key = KEYS[1]
-local raw = redis.call('GET', key)
+local raw
+if STORE then raw = STORE.raw else raw = redis.call('GET', key) end
 local function fmt(i) return string.format('%d', i) end
 -- The TTL of a state that matters until `horizon`: whole ms, rounded up, at least 1.
 local function ttl_ms(horizon)
@@ -54,12 +61,19 @@ local function ttl_ms(horizon)
 end
 -- Every write carries its TTL.
 local function put(value, horizon)
+  if STORE then return STORE.put(value) end
   redis.call('SET', key, value, 'PX', fmt(ttl_ms(horizon)))
+end
+-- No state is the same state as this one: forget it.
+local function drop()
+  if STORE then return STORE.put(nil) end
+  redis.call('DEL', key)
 end
 -- Whether a refusal must write anyway: to persist a clamp (`dirty`), or to repair a missing
 -- or too-long TTL.
 local function must_repair(dirty, horizon)
   if dirty then return true end
+  if STORE then return false end
   local ttl = redis.call('PTTL', key)
   return ttl < 0 or ttl > ttl_ms(horizon) + 1
 end

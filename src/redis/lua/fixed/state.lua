@@ -86,3 +86,7 @@ end
 local function restart_at(e)
   return (math.floor((e + W - 1) / W) + 1) * W
 end
+-- A raise of the tokens per window that must add `extra` at `t` (`lua/window/convert.lua`).
+local function respread(extra, t)
+  admit(extra, t)
+end

@@ -35,12 +35,13 @@ if pause > now then base = pause end
 -- and a debt (instants booked ahead) is kept in tokens: `(Ftau − ahead) / FT` tokens,
 -- `ahead` = tat − base, put `(Ftau − ahead) · T / FT` µs below base + tau (rounded to hold
 -- no more).
--- The state is shared, and says not which parameters wrote it: a state re-read twice (by a
--- call racing with the first one after the change, or by another process that changed
--- after this one wrote it) must not gain tokens. So the re-read moves tat later freely
--- (fewer tokens), but earlier only while the state holds no token at this call's
--- parameters, and never below none (base + tau): it holds the fewer of the tokens re-read
--- and those the state leaves at this call's parameters (none when it owes).
+-- Unless MARKED (the plan's marker says which parameters wrote the state), the state says
+-- not which parameters wrote it: a state re-read twice (by a call racing with the first
+-- one after the change, or by another process that changed after this one wrote it) must
+-- not gain tokens. So the re-read moves tat later freely (fewer tokens), but earlier only
+-- while the state holds no token at this call's parameters, and never below none
+-- (base + tau): it holds the fewer of the tokens re-read and those the state leaves at
+-- this call's parameters (none when it owes).
 -- (A value beyond 2^53 is garbage: the clamp alone handles it.)
 local converted = false
 if FT > 0 and tat < 9007199254740992 then
@@ -69,7 +70,15 @@ if FT > 0 and tat < 9007199254740992 then
   else
     target = cbase + tau + scaled(ahead - Ftau, false)
   end
-  local to = math.max(target, math.min(tat, cbase + tau))
+  local to = target
+  if MARKED then
+    -- Turns booked before the change keep their order: nothing goes before the last
+    -- instant booked (at most tat − Ftau), as in process.
+    local booked = tat - Ftau
+    if booked > now then to = math.max(to, booked + tau - math.min(T, tau)) end
+  else
+    to = math.max(target, math.min(tat, cbase + tau))
+  end
   if to ~= tat then
     tat = to
     converted = true
@@ -93,7 +102,7 @@ end
 local function save(t, p)
   -- Full again (a release gave back everything): no state is the same state.
   if horizon(t, p) <= now then
-    redis.call('DEL', key)
+    drop()
     return
   end
   local value

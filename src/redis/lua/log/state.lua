@@ -152,3 +152,7 @@ end
 local function restart_at(e)
   return e + W
 end
+-- A raise of the tokens per window that must add `extra` at `t` (`lua/window/convert.lua`).
+local function respread(extra, t)
+  admit(extra, t)
+end

@@ -33,7 +33,7 @@ if raw then
 end
 -- Clamp what no legitimate state can be: a pause ends within P, no window after the one
 -- the state reaches (`reach`: the booking horizon, or the end of the pause) holds tokens,
--- no booking lies further ahead, no window more than L.
+-- no booking lies further ahead, the current window no more than L.
 if pause > now + P then pause = now + P; dirty = true end
 if pause <= now then pause = 0 end
 local base = math.max(now, pause)
@@ -51,7 +51,9 @@ if q <= now then q = 0 end
 if q > 0 then stray_set() end
 if ramp_clamp(pause) then dirty = true end
 if c > L then c = L; dirty = true end
-if p > L then p = L; dirty = true end
+-- (The window before may hold more: a raise re-spreads what it carries over what is left of
+-- the current window, `respread`. It counts only while the current window lasts.)
+if p > L * W then p = L * W; dirty = true end
 -- Move the state to the window of now when it is older (nothing is lost that still counts).
 if w < cw then
   if w == cw - 1 then p = c else p = 0 end
@@ -182,4 +184,21 @@ end
 -- it). The ramp hands over a window after `e`, to the estimate.
 local function restart_at(e)
   return e + W
+end
+-- A raise of the tokens per window that must add `extra` at `t` (`lua/window/convert.lua`),
+-- as the in-process window does: what the estimate counts at `t` then (at most E) is split
+-- as it was, the current window's own tokens staying in it, and the share carried from the
+-- window before carried again, fading out by the end of the current window (folded into
+-- the current window, it would count in full until its end, then be carried once more).
+local function respread(extra, t)
+  local v = math.floor(t / W)
+  if v ~= w then admit(extra, t); return end
+  local left = (v + 1) * W - t
+  local used = math.min(math.ceil(p * left / W) + c + extra, E)
+  local own = math.min(c, used)
+  local carried = used - own
+  c, p = own, 0
+  if carried > 0 then
+    if left > 0 and w > 0 then p = math.ceil(carried * W / left) else c = c + carried end
+  end
 end

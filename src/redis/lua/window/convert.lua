@@ -9,7 +9,8 @@ if FE > 0 and FE < E then
   local t = math.max(base, tail())
   local extra = room(E, t) - room(FE, t)
   if extra > 0 then
-    admit(extra, t)
+    if MARKED then respread(extra, t) else admit(extra, t) end
     save()
   end
 end
+-- MARKED (a plan's quota): the raise as in process, `respread` (each window `state.lua`).

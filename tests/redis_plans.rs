@@ -1,0 +1,303 @@
+//! Plans on a real Redis: several quotas decided as one (a refusal by one charges none), a
+//! plan per key and live changes of it (no burst, nothing lost), `set_quota` on every key,
+//! a Redis global ceiling of several quotas, and the rejecting layer's fields for them.
+//!
+//! The quotas are slow (a token every several seconds) and windows have no phase (the
+//! sliding log): nothing here depends on where the Redis clock's second or window falls,
+//! and a test that runs long only finds a little more refilled, which the bounds allow.
+#![cfg(feature = "redis")]
+
+mod redis_support;
+mod support;
+
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use http::StatusCode;
+use redis::AsyncCommands;
+use redis_support::{raw, redis_url, unique_prefix};
+use support::server::{get, ok, send, Res};
+use tower_layer::Layer;
+use tower_throttle::extract::HeaderKey;
+use tower_throttle::extract::{KeyDigest, StableKey};
+use tower_throttle::redis::{RedisBucket, RedisKeyed};
+use tower_throttle::reject::Rejected;
+use tower_throttle::{Algorithm, Denied, Plan, Quota, RejectLayer};
+
+/// A token every 30 s, two at once.
+fn slow(burst: u32) -> Quota {
+    Quota::new(burst, Duration::from_secs(30 * u64::from(burst))).burst(burst)
+}
+
+/// `first`, and `count` per hour, exact (the sliding log).
+fn and_hourly(first: Quota, count: u32) -> Plan {
+    Plan::new(first)
+        .and(Quota::new(count, Duration::from_secs(3600)))
+        .algorithm(Algorithm::SlidingLog)
+}
+
+fn wait_of(result: Result<(), Denied>) -> Duration {
+    match result {
+        Err(Denied::Throttled(t)) => t.wait(),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// What a plan of two quotas, the second a sliding log, stores at `key`: its state and the
+/// log's entries.
+async fn states(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> (String, Vec<String>) {
+    let state: String = conn.get(key).await.unwrap();
+    let entries: Vec<String> = conn.zrange(format!("{key}:q2:log"), 0, -1).await.unwrap();
+    (state, entries)
+}
+
+async fn keyed(prefix: &str, plan: impl Into<Plan>) -> RedisKeyed {
+    RedisKeyed::builder(plan)
+        .url(redis_url())
+        .key_prefix(prefix)
+        .build()
+        .await
+        .expect("connects")
+}
+
+#[tokio::test]
+async fn a_refusal_by_one_quota_charges_none() {
+    let mut conn = raw(&redis_url()).await;
+    // Two at once then one per 30 s, and three per hour.
+    let limit = keyed(&unique_prefix("plan-atomic"), and_hourly(slow(2), 3)).await;
+
+    // The per-second quota refuses: the hourly one is not charged.
+    limit.try_acquire("a", 2).await.unwrap();
+    let before = states(&mut conn, &limit.redis_key("a")).await;
+    let wait = wait_of(limit.try_acquire("a", 1).await);
+    assert!(wait > Duration::from_secs(20), "{wait:?}");
+    assert_eq!(states(&mut conn, &limit.redis_key("a")).await, before);
+
+    // The hourly quota refuses: the first is not charged.
+    let fast = Quota::new(10, Duration::from_secs(1)).burst(10);
+    let limit_b = keyed(&unique_prefix("plan-atomic-b"), and_hourly(fast, 3)).await;
+    limit_b.try_acquire("b", 3).await.unwrap();
+    let before = states(&mut conn, &limit_b.redis_key("b")).await;
+    let wait = wait_of(limit_b.try_acquire("b", 1).await);
+    assert!(
+        wait > Duration::from_secs(3000),
+        "{wait:?}: the hourly quota refuses"
+    );
+    assert_eq!(states(&mut conn, &limit_b.redis_key("b")).await, before);
+
+    // A cost above the smallest quota never fits.
+    assert!(matches!(
+        limit_b.try_acquire("c", 4).await,
+        Err(Denied::ExceedsBurst(_))
+    ));
+}
+
+/// A keyed limit with a free plan (the default) and a pro one, and the digests on pro.
+async fn tiered(
+    prefix: &str,
+    free: Quota,
+    pro: Quota,
+) -> (RedisKeyed, Arc<RwLock<HashSet<KeyDigest>>>) {
+    let on_pro = Arc::new(RwLock::new(HashSet::new()));
+    let read = Arc::clone(&on_pro);
+    let limit = RedisKeyed::builder(and_hourly(free, 100))
+        .plan("pro", and_hourly(pro, 1000))
+        .resolve(move |id| read.read().unwrap().contains(id).then_some("pro"))
+        .url(redis_url())
+        .key_prefix(prefix)
+        .build()
+        .await
+        .expect("connects");
+    (limit, on_pro)
+}
+
+#[tokio::test]
+async fn each_key_has_its_plan_and_a_change_carries_its_state() {
+    // Free: two at once, then one per 30 s. Pro: six at once, then one per 5 s.
+    let pro = Quota::new(6, Duration::from_secs(30)).burst(6);
+    let (limit, on_pro) = tiered(&unique_prefix("plan-tiers"), slow(2), pro).await;
+    on_pro.write().unwrap().insert("p".key_digest());
+    assert_eq!(limit.plan_of("p").quota(), pro);
+    assert_eq!(limit.plan_of("f").quota(), slow(2));
+
+    // Each key on its own plan.
+    limit.try_acquire("p", 6).await.unwrap();
+    wait_of(limit.try_acquire("p", 1).await);
+    limit.try_acquire("f", 2).await.unwrap();
+    wait_of(limit.try_acquire("f", 1).await);
+    // A key on the default plan as built keeps no marker in its state; one on another plan
+    // says which parameters wrote it.
+    let mut conn = raw(&redis_url()).await;
+    let f: String = conn.get(limit.redis_key("f")).await.unwrap();
+    let p: String = conn.get(limit.redis_key("p")).await.unwrap();
+    assert!(!f.contains('#'), "{f}");
+    assert!(p.starts_with("T:"), "{p}");
+
+    // Raised to pro with nothing left: no burst; the new rate from now (a token within 5 s,
+    // not 30).
+    on_pro.write().unwrap().insert("f".key_digest());
+    let wait = wait_of(limit.try_acquire("f", 1).await);
+    assert!(
+        wait <= Duration::from_secs(5),
+        "{wait:?}: the raised rate applies"
+    );
+
+    // Lowered to free with five of pro's six left: it keeps at most two (free's burst).
+    on_pro.write().unwrap().insert("l".key_digest());
+    limit.try_acquire("l", 1).await.unwrap();
+    on_pro.write().unwrap().remove(&"l".key_digest());
+    let mut admitted = 0;
+    let wait = loop {
+        match limit.try_acquire("l", 1).await {
+            Ok(()) => admitted += 1,
+            refused => break wait_of(refused),
+        }
+    };
+    assert!(
+        (1..=2).contains(&admitted),
+        "{admitted} admitted after the change"
+    );
+    assert!(wait <= Duration::from_secs(30), "{wait:?}: free's rate");
+}
+
+#[tokio::test]
+async fn set_quota_changes_every_key_of_the_default_plan_with_no_burst() {
+    let limit = keyed(&unique_prefix("plan-set-quota"), and_hourly(slow(2), 100)).await;
+    limit.try_acquire("a", 2).await.unwrap();
+    wait_of(limit.try_acquire("a", 1).await);
+    let raised = Quota::new(6, Duration::from_secs(30)).burst(6);
+    limit.set_quota(raised);
+    assert_eq!(limit.quota(), raised);
+    // Nothing left before: nothing at once now, and the new rate's next token.
+    let wait = wait_of(limit.try_acquire("a", 1).await);
+    assert!(wait <= Duration::from_secs(5), "{wait:?}");
+    // A key never seen has the new burst.
+    limit.try_acquire("b", 6).await.unwrap();
+    // Lowered again: "b" had nothing left, so nothing now either, at the slow rate.
+    limit.set_quota(slow(2));
+    let wait = wait_of(limit.try_acquire("b", 1).await);
+    assert!(wait > Duration::from_secs(20), "{wait:?}");
+}
+
+#[tokio::test]
+async fn a_redis_bucket_of_several_quotas_waits_for_every_one() {
+    let plan = and_hourly(Quota::new(10, Duration::from_secs(1)).burst(10), 4);
+    let bucket = RedisBucket::builder(plan.clone())
+        .url(redis_url())
+        .key_prefix(unique_prefix("plan-bucket"))
+        .key("ceiling")
+        .build()
+        .await
+        .expect("connects");
+    assert_eq!(bucket.plan(), plan);
+    bucket.try_acquire(3).await.unwrap();
+    bucket.acquire(1).await.unwrap();
+    let wait = wait_of(bucket.try_acquire(1).await);
+    assert!(
+        wait > Duration::from_secs(3000),
+        "{wait:?}: the hourly quota refuses"
+    );
+    // A lease needs one quota.
+    let leased = RedisBucket::builder(plan)
+        .url(redis_url())
+        .key_prefix(unique_prefix("plan-lease"))
+        .key("ceiling")
+        .lease(2)
+        .build()
+        .await;
+    assert!(leased.is_err());
+}
+
+fn header(res: &Res, name: &str) -> String {
+    res.headers()
+        .get_all(name)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[tokio::test]
+async fn the_rejecting_layer_states_the_plan_of_each_key_and_names_the_quota_that_refused() {
+    let free = Plan::new(slow(2))
+        .named("burst")
+        .and(Quota::new(3, Duration::from_secs(3600)))
+        .algorithm(Algorithm::SlidingLog)
+        .named("hourly");
+    let pro = Plan::new(Quota::new(20, Duration::from_secs(3600)).burst(20)).named("pro");
+    let pro_key = KeyDigest::of_bytes(b"pro-key");
+    let limit = RedisKeyed::builder(free)
+        .plan("pro", pro)
+        .resolve(move |id| (*id == pro_key).then_some("pro"))
+        .url(redis_url())
+        .key_prefix(unique_prefix("plan-reject"))
+        .build()
+        .await
+        .expect("connects");
+    let mut svc = RejectLayer::keyed(limit, HeaderKey::x_api_key())
+        .cost(|req: &http::Request<String>| if req.uri().path() == "/search" { 2 } else { 1 })
+        .layer(ok());
+
+    // A search costs 2 of each: the burst refuses the next request, and is named.
+    let res = send(&mut svc, get("/search", "free-key")).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = send(&mut svc, get("/", "free-key")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&res, "ratelimit-policy"),
+        "\"burst\";q=2;w=60, \"hourly\";q=3;w=3600"
+    );
+    assert_eq!(
+        res.extensions().get::<Rejected>().unwrap().policy(),
+        Some("burst")
+    );
+
+    // Another free key: the hour's three go first, then the hourly quota refuses.
+    for path in ["/", "/"] {
+        assert_eq!(
+            send(&mut svc, get(path, "other")).await.status(),
+            StatusCode::OK
+        );
+    }
+    let res = send(&mut svc, get("/search", "other")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        res.extensions().get::<Rejected>().unwrap().policy(),
+        Some("hourly")
+    );
+    let retry: u64 = header(&res, "retry-after").parse().unwrap();
+    assert!(retry > 3000, "{retry}");
+
+    // The pro key has its own plan, and its fields say so.
+    for _ in 0..10 {
+        assert_eq!(
+            send(&mut svc, get("/search", "pro-key")).await.status(),
+            StatusCode::OK
+        );
+    }
+    let res = send(&mut svc, get("/", "pro-key")).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&res, "ratelimit-policy"), "\"pro\";q=20;w=3600");
+    assert_eq!(
+        res.extensions().get::<Rejected>().unwrap().policy(),
+        Some("pro")
+    );
+}
+
+#[tokio::test]
+async fn a_release_gives_back_to_every_quota_and_a_pause_holds_them_all() {
+    let limit = keyed(&unique_prefix("plan-release"), and_hourly(slow(2), 3)).await;
+    limit.try_acquire("a", 2).await.unwrap();
+    limit.release("a", 2).await.unwrap();
+    // Both quotas have their two back: the hour's third and the burst's two.
+    limit.try_acquire("a", 2).await.unwrap();
+    wait_of(limit.try_acquire("a", 1).await);
+
+    let fast = Quota::new(100, Duration::from_secs(1)).burst(100);
+    let limit = keyed(&unique_prefix("plan-pause"), and_hourly(fast, 100)).await;
+    limit.pause("b", Duration::from_secs(60)).await.unwrap();
+    let wait = wait_of(limit.try_acquire("b", 1).await);
+    assert!(wait > Duration::from_secs(50), "{wait:?}: paused");
+    limit.try_acquire("c", 1).await.unwrap();
+}
