@@ -301,3 +301,36 @@ async fn a_release_gives_back_to_every_quota_and_a_pause_holds_them_all() {
     assert!(wait > Duration::from_secs(50), "{wait:?}: paused");
     limit.try_acquire("c", 1).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_redis_ceiling_of_several_quotas_names_the_quota_that_refused() {
+    let ceiling = |plan: Plan| async move {
+        RedisBucket::builder(plan)
+            .url(redis_url())
+            .key_prefix(unique_prefix("plan-ceiling"))
+            .key("global")
+            .build()
+            .await
+            .expect("connects")
+    };
+    let fast = Quota::new(10, Duration::from_secs(1)).burst(10);
+    for (plan, allowed, named) in [
+        (and_hourly(slow(2), 100), 2, "global-60s"),
+        (and_hourly(fast, 3), 3, "global-3600s"),
+    ] {
+        let per_key = tower_throttle::KeyedBucket::new(Quota::per_second(100));
+        let mut svc = RejectLayer::keyed(per_key, HeaderKey::x_api_key())
+            .global(ceiling(plan).await)
+            .layer(ok());
+        for i in 0..allowed {
+            let res = send(&mut svc, get("/", &format!("k{i}"))).await;
+            assert_eq!(res.status(), StatusCode::OK);
+        }
+        let res = send(&mut svc, get("/", "last")).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            res.extensions().get::<Rejected>().unwrap().policy(),
+            Some(named)
+        );
+    }
+}

@@ -79,12 +79,13 @@ impl Limit {
         }
     }
 
-    /// Which quota of the plan holds `n` tokens back longest now.
+    /// Which quota of the plan holds `n` tokens back longest now (in Redis: the one that
+    /// refused last).
     pub(crate) fn holding_back(&self, n: u32) -> usize {
         match &self.store {
             Store::Bucket(b) => b.holding_back(n),
             #[cfg(feature = "redis")]
-            Store::Redis(_) => 0,
+            Store::Redis(r) => r.refused_by(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! One call of a script: the scripts of a limit, the parameters in force, the timeout, the
 //! breaker and the counters.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +54,8 @@ pub(crate) struct Backend {
     /// Whether calls run the plan scripts (`lua/stack/`): for a plan of several quotas, and
     /// for every keyed limit (the marker in a key's state carries it across changes).
     stacked: bool,
+    /// The quota of the plan that refused last.
+    refused_by: AtomicUsize,
     pub(crate) options: Options,
     /// Shared by the backends of one keyed limit's plans.
     breaker: Arc<Breaker>,
@@ -138,6 +141,7 @@ impl Backend {
             plan: plan.clone(),
             base,
             stacked,
+            refused_by: AtomicUsize::new(0),
             breaker,
             counters,
             options,
@@ -196,6 +200,12 @@ impl Backend {
     /// The plan, its first quota the one in force in this process.
     pub(crate) fn plan(&self) -> Plan {
         self.plan.with_first(self.quota())
+    }
+
+    /// The quota of the plan that refused last (of a limit's own requests, a refusal just
+    /// made).
+    pub(crate) fn refused_by(&self) -> usize {
+        self.refused_by.load(Ordering::Relaxed)
     }
 
     /// The largest cost of one request now.
@@ -404,6 +414,9 @@ impl Backend {
                     trace_event!(info, "redis answers again; decisions are shared again");
                 }
                 self.rates.answered(&p);
+                if !reply.admitted {
+                    self.refused_by.store(part, Ordering::Relaxed);
+                }
                 Ok(Timed {
                     reply,
                     granted,

@@ -140,4 +140,9 @@ impl RedisBucket {
     pub(crate) fn check(&self, n: u32) -> Result<(), crate::ExceedsBurst> {
         self.backend().check(n)
     }
+
+    /// The quota of the plan that refused last.
+    pub(crate) fn refused_by(&self) -> usize {
+        self.backend().refused_by()
+    }
 }
