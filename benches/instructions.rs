@@ -31,6 +31,10 @@ use tower::{Service, ServiceExt};
 use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::{Algorithm, Bucket, Plan, Quota, RateLimit};
 
+#[path = "support/keys.rs"]
+mod support;
+use support::keys;
+
 const DEFAULT_N: u64 = 200_000;
 const WARM_UP: u64 = 10_000;
 
@@ -62,17 +66,6 @@ fn ours_3_quotas() -> KeyedBucket<u64> {
         .and(Quota::per_day(BURST))
         .algorithm(Algorithm::FixedWindow);
     KeyedBucket::builder(plan).max_keys(4_000_000).build()
-}
-
-/// `n` keys in the keyed bench's fixed pseudo-random order.
-fn keys(n: u64) -> Vec<u64> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    (0..n)
-        .map(|_| {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            x >> 1
-        })
-        .collect()
 }
 
 /// `single_thread/ours_try_acquire`: no runtime, tokio's clock.

@@ -25,6 +25,10 @@ use criterion::{BenchmarkId, Criterion};
 use tower_throttle::keyed::KeyedBucket;
 use tower_throttle::{Algorithm, Plan, Quota};
 
+#[path = "support/keys.rs"]
+mod support;
+use support::keys;
+
 const CHILD: &str = "KEYED_BENCH_CHILD";
 const MEMORY_KEYS: u64 = 1_000_000;
 
@@ -60,17 +64,6 @@ fn governor() -> governor::DefaultKeyedRateLimiter<u64> {
         .expect("non-zero period")
         .allow_burst(NonZeroU32::new(BURST).expect("non-zero burst"));
     governor::RateLimiter::keyed(quota)
-}
-
-/// `n` keys in a fixed pseudo-random order (a full-period LCG over a power of two, masked).
-fn keys(n: u64) -> Vec<u64> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    (0..n)
-        .map(|_| {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            x >> 1
-        })
-        .collect()
 }
 
 fn check(c: &mut Criterion) {
