@@ -31,7 +31,7 @@ use tower_throttle::{Algorithm, Denied, KeyedBucket, Plan, Quota};
 mod lua;
 mod redis_support;
 
-use lua::{base_args, connection, int, invoke_keys, plan_keys, plan_script, Args, Rng, ACQUIRE};
+use lua::{connection, int, invoke_keys, marker, plan_keys, plan_script, Args, Rng, ACQUIRE};
 
 const ALL: [Algorithm; 5] = [
     Algorithm::TokenBucket,
@@ -72,15 +72,18 @@ fn plan(algorithms: [Algorithm; 2], raised: bool) -> Plan {
 }
 
 /// The scripts' arguments of a request of `n` tokens at `now_us`.
-fn args(algorithms: [Algorithm; 2], raised: bool, n: u64, now_us: u64) -> Vec<u64> {
-    let mut all = Vec::with_capacity(29);
-    for (algorithm, quota) in algorithms.into_iter().zip(quotas(raised)) {
-        all.extend_from_slice(&Args::of(algorithm, quota).call(n, 0, now_us)[..14]);
+fn args(algorithms: [Algorithm; 2], raised: bool, n: u64, now_us: u64) -> Vec<String> {
+    let mut all = Vec::with_capacity(31);
+    let plan: Vec<_> = algorithms.into_iter().zip(quotas(raised)).collect();
+    for &(algorithm, quota) in &plan {
+        let call = Args::of(algorithm, quota).call(n, 0, now_us);
+        all.extend(call[..14].iter().map(u64::to_string));
     }
+    all.push(marker(&plan));
     // The base plan: the one before the raise (its keys carry no marker).
     let base: Vec<_> = algorithms.into_iter().zip(quotas(false)).collect();
-    all.extend(base_args(&base));
-    all.push(now_us);
+    all.push(marker(&base));
+    all.push(now_us.to_string());
     all
 }
 

@@ -16,6 +16,7 @@ use super::error::{RedisError, RedisErrorKind};
 use super::failure::FailurePolicy;
 use super::params::{Params, Rates, Shape};
 use super::script::{family, parse_grant, Reply, Scripts};
+use super::source;
 use super::stats::{bump, Counters, RedisStats};
 use crate::{Algorithm, Denied, ExceedsBurst, Plan, Quota};
 
@@ -47,10 +48,9 @@ pub(crate) struct Backend {
     rest: Box<[(Shape, Params)]>,
     /// The plan as built (its first quota is the one in force in `rates`).
     plan: Plan,
-    /// The base plan's parameters, per quota (algorithm, W, T, tau, E): what a plan's state
-    /// with no marker was written with (`lua/stack/parts.lua`). A keyed limit's default plan
-    /// as built, for all its plans.
-    base: Box<[[u64; 5]]>,
+    /// The base plan's marker: what a plan's state with no marker was written with
+    /// (`lua/stack/parts.lua`). A keyed limit's default plan as built, for all its plans.
+    base: Arc<str>,
     /// Whether calls run the plan scripts (`lua/stack/`): for a plan of several quotas, and
     /// for every keyed limit (the marker in a key's state carries it across changes).
     stacked: bool,
@@ -92,7 +92,7 @@ impl Backend {
             self.options.clone(),
             plan,
             true,
-            self.base.clone(),
+            Arc::clone(&self.base),
             Arc::clone(&self.breaker),
             Arc::clone(&self.counters),
         )?;
@@ -105,7 +105,7 @@ impl Backend {
         options: Options,
         plan: &Plan,
         stacked: bool,
-        base: Box<[[u64; 5]]>,
+        base: Arc<str>,
         breaker: Arc<Breaker>,
         counters: Arc<Counters>,
     ) -> Result<Self, RedisError> {
@@ -364,7 +364,9 @@ impl Backend {
         let mut conn = self.conn.clone();
         // One read: every argument of this call is of one rate.
         let p = self.params();
-        let (keys, args) = self.keys_and_args(key, &p, op);
+        let (keys, args, marker) = self.keys_and_args(key, &p, op);
+        // The plan scripts' markers: this call's and the base plan's.
+        let markers = marker.as_deref().map(|m| [m, &*self.base]);
         let max_grant = if let Op::Lease { want, need, .. } = op {
             want.min(p.burst).max(need)
         } else {
@@ -382,6 +384,9 @@ impl Backend {
         for a in &args {
             call.arg(a);
         }
+        for m in markers.iter().flatten() {
+            call.arg(m);
+        }
         let sent = Instant::now();
         // `invoke_async` loads a script Redis lacks and calls it again; when another client
         // flushed the cache in between, the script goes in whole (`EVAL`), which needs no
@@ -394,6 +399,7 @@ impl Backend {
                         .arg(keys.len())
                         .arg(&keys[..])
                         .arg(&args[..])
+                        .arg(markers.as_ref().map_or(&[][..], |m| &m[..]))
                         .query_async::<Value>(&mut conn)
                         .await
                 }
@@ -436,28 +442,32 @@ impl Backend {
 
     /// The keys and arguments of one call of `op` at `key` under `p`: the state's two keys
     /// and `ARGV[1]`–`ARGV[14]` (`lua/common.lua`); for the plan scripts, the state, each
-    /// quota's sorted set, each quota's arguments in turn and the base plan's
-    /// (`lua/stack/parts.lua`), all under the hash tag of `key`.
-    fn keys_and_args(&self, key: &str, p: &Params, op: Op) -> (Vec<String>, Vec<u64>) {
+    /// quota's sorted set and each quota's arguments in turn, all under the hash tag of
+    /// `key`, and this call's marker (`lua/stack/parts.lua`).
+    fn keys_and_args(
+        &self,
+        key: &str,
+        p: &Params,
+        op: Op,
+    ) -> (Vec<String>, Vec<u64>, Option<String>) {
         let (all, len) = script_args(p, &self.rates.shape, op);
-        if !self.stacked {
-            return (
-                vec![key.to_owned(), format!("{key}:log")],
-                all[..len].to_vec(),
-            );
-        }
         let mut keys = vec![key.to_owned(), format!("{key}:log")];
+        if !self.stacked {
+            return (keys, all[..len].to_vec(), None);
+        }
         let mut args = all.to_vec();
         // The marker says which parameters a state was written with: a re-read is exact,
         // and made once (`lua/stack/parts.lua`), never carried by the call.
         args[11..14].fill(0);
+        let mut quotas = vec![(family(self.algorithm), all)];
         for (i, (shape, params)) in self.rest.iter().enumerate() {
             keys.push(format!("{key}:q{}:log", i + 2));
-            args.extend_from_slice(&script_args(params, shape, op).0);
+            let (a, _) = script_args(params, shape, op);
+            args.extend_from_slice(&a);
+            quotas.push((family(shape.algorithm), a));
         }
-        args.push(self.base.len() as u64);
-        args.extend(self.base.iter().flatten());
-        (keys, args)
+        let marker = source::marker(quotas.iter().map(|(f, a)| (*f, a)));
+        (keys, args, Some(marker))
     }
 
     fn failed(&self, e: &RedisError) {
@@ -485,19 +495,20 @@ impl std::fmt::Debug for Backend {
     }
 }
 
-/// The parameters of `plan` as built, per quota, as the plan scripts name them: algorithm,
-/// W, T, tau and E (`lua/stack/parts.lua`), from the arguments a call sends.
-fn base_of(plan: &Plan, options: &Options) -> Result<Box<[[u64; 5]]>, RedisError> {
+/// The marker of `plan` as built (`lua/stack/parts.lua`).
+fn base_of(plan: &Plan, options: &Options) -> Result<Arc<str>, RedisError> {
     let max_pause_us = u64::try_from(options.max_pause.as_micros()).unwrap_or(u64::MAX);
-    plan.parts()
+    let quotas = plan
+        .parts()
         .iter()
         .map(|part| {
             let rates = Rates::new(Shape::new(part.algorithm, part.quota, max_pause_us)?);
             let op = Op::Acquire { n: 1, book: false };
             let (a, _) = script_args(&rates.params(), &rates.shape, op);
-            Ok([family(part.algorithm).code(), a[5], a[0], a[4], a[10]])
+            Ok((family(part.algorithm), a))
         })
-        .collect()
+        .collect::<Result<Vec<_>, RedisError>>()?;
+    Ok(source::marker(quotas.iter().map(|(f, a)| (*f, a))).into())
 }
 
 /// Redis answered `NOSCRIPT`: it does not have the script (it was flushed).

@@ -96,17 +96,6 @@ impl Family {
         }
     }
 
-    /// Its number among the base plan's arguments (`lua/stack/parts.lua`: `LETTERS`).
-    pub(crate) fn code(self) -> u64 {
-        match self {
-            Family::Token => 1,
-            Family::Leaky => 2,
-            Family::Fixed => 3,
-            Family::Sliding => 4,
-            Family::Log => 5,
-        }
-    }
-
     fn body(self) -> &'static str {
         match self {
             Family::Token | Family::Leaky => GCRA,
@@ -146,7 +135,10 @@ pub(crate) fn lease() -> String {
 }
 
 fn prelude(family: Family) -> String {
-    format!("local TAG = '{}'\nlocal STORE = nil\n", family.tag())
+    format!(
+        "local TAG = '{}'\nlocal STORE, O, RE = nil, 0, nil\n",
+        family.tag()
+    )
 }
 
 /// The script of `verb` on a plan of quotas of `families`, in order, decided together.
@@ -160,7 +152,7 @@ pub(crate) fn stack(families: &[Family], verb: Verb) -> String {
         }
         made.push(family);
         source.push_str(&format!(
-            "local function part_{}(TAG, KEYS, ARGV, STORE)\n",
+            "local function part_{}(TAG, KEYS, O, STORE, RE)\n",
             family.letter()
         ));
         source.push_str(family.body());
@@ -174,12 +166,21 @@ pub(crate) fn stack(families: &[Family], verb: Verb) -> String {
             .join(", ")
     };
     source.push_str(&format!(
-        "local MAKE = {{{}}}\nlocal TAGS = {{{}}}\nlocal SIGS = {{{}}}\n",
+        "local MAKE = {{{}}}\nlocal TAGS = {{{}}}\n",
         list(&|f| format!("part_{}", f.letter())),
         list(&|f| format!("'{}'", f.tag())),
-        list(&|f| format!("'{}'", f.letter())),
     ));
     source.push_str(lua!("stack/parts"));
     source.push_str(verb.stack());
     source
+}
+
+/// A plan's marker (`lua/stack/parts.lua`): per quota, its algorithm and the parameters its
+/// state is kept in, read off the quota's call arguments (`lua/common.lua`: W, T, tau, E).
+pub(crate) fn marker<'a>(quotas: impl IntoIterator<Item = (Family, &'a [u64; 14])>) -> String {
+    let sigs: Vec<String> = quotas
+        .into_iter()
+        .map(|(f, a)| format!("{}:{}:{}:{}:{}", f.letter(), a[5], a[0], a[4], a[10]))
+        .collect();
+    sigs.join("|")
 }

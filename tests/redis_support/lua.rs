@@ -63,8 +63,8 @@ pub fn script(algorithm: Algorithm, op: usize) -> Lua {
 }
 
 /// The production script of operation `op` on a plan whose quotas run `algorithms`, in
-/// order: each quota's 14 arguments in turn, the base plan's ([`base_args`]), then the
-/// clock; the keys of [`plan_keys`].
+/// order: each quota's 14 arguments in turn, this call's and the base plan's markers
+/// ([`marker`]), then the clock; the keys of [`plan_keys`].
 pub fn plan_script(algorithms: &[Algorithm], op: usize) -> Lua {
     let families: Vec<Family> = algorithms.iter().map(|&a| family(a)).collect();
     testable(source::stack(&families, verb(op)))
@@ -99,21 +99,20 @@ pub fn scripts(algorithm: Algorithm) -> [Lua; 3] {
     [ACQUIRE, PAUSE, RELEASE].map(|op| script(algorithm, op))
 }
 
-/// The base plan's arguments of the plan scripts (`lua/stack/parts.lua`): the number of its
-/// quotas, then each one's algorithm, W, T, tau and E, as the crate sends them.
-pub fn base_args(plan: &[(Algorithm, Quota)]) -> Vec<u64> {
-    let mut out = vec![plan.len() as u64];
-    for &(algorithm, quota) in plan {
-        let a = Args::of(algorithm, quota);
-        out.extend([
-            family(algorithm).code(),
-            a.window,
-            a.interval,
-            a.tolerance,
-            a.effective,
-        ]);
-    }
-    out
+/// The marker of a plan (`lua/stack/parts.lua`), as the crate sends it.
+pub fn marker(plan: &[(Algorithm, Quota)]) -> String {
+    let args: Vec<[u64; 14]> = plan
+        .iter()
+        .map(|&(algorithm, quota)| {
+            let call = Args::of(algorithm, quota).call(1, 0, 0);
+            call[..14].try_into().expect("14 arguments")
+        })
+        .collect();
+    source::marker(
+        plan.iter()
+            .zip(&args)
+            .map(|(&(a, _), args)| (family(a), args)),
+    )
 }
 
 /// A duration in whole µs, rounded up, at least 1: as the crate sends it.
@@ -205,13 +204,13 @@ pub fn invoke(
 }
 
 /// Call `lua` on `keys` with `args`: the items of its reply.
-pub fn invoke_keys(
+pub fn invoke_keys<A: redis::ToRedisArgs>(
     conn: &mut redis::Connection,
     lua: &Lua,
     keys: &[String],
-    args: impl IntoIterator<Item = u64>,
+    args: impl IntoIterator<Item = A>,
 ) -> Vec<Value> {
-    let args: Vec<u64> = args.into_iter().collect();
+    let args: Vec<A> = args.into_iter().collect();
     let mut call = lua.script.prepare_invoke();
     for k in keys {
         call.key(k);

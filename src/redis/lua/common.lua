@@ -1,4 +1,5 @@
 -- tower-throttle: what every script shares (arguments, Redis clock, the stored value, TTLs).
+-- In a plan's script, a quota's arguments begin at ARGV[O + 1] (O = 0 for one quota).
 -- KEYS[1] = the limit's key, a string; KEYS[2] = the same key + ':log' (a sorted set, used
 -- by the sliding log only; both carry the same {hash tag}).
 -- ARGV[1] = T, emission interval, µs (>= 1)     ARGV[2] = B, burst (>= 1)
@@ -20,26 +21,27 @@
 --   rate): the interval and tolerance (token and leaky bucket), E (windows); absent or 0:
 --   none. The state is re-read in the parameters of this call first, never holding more
 --   tokens than it held in those (`lua/gcra/state.lua`, `lua/window/convert.lua`).
--- ARGV.marked (a plan's quota only, `lua/stack/parts.lua`): FT, Ftau and FE come from the
---   plan's marker, written in the same run as the state: they are exactly the parameters
---   the state was written with, so the re-read needs none of the care a state re-read
---   twice would (`lua/gcra/state.lua`).
+-- RE (a plan's quota only, `lua/stack/parts.lua`): {FT, Ftau, FE} from the plan's marker,
+--   written in the same run as the state: exactly the parameters the state was written
+--   with, so the re-read needs none of the care a state re-read twice would
+--   (`lua/gcra/state.lua`). Else nil.
 -- Integers only, all below 2^53 (exact in Lua's doubles); the caller checks it.
-local T = tonumber(ARGV[1])
-local B = tonumber(ARGV[2])
-local x = tonumber(ARGV[3])
-local P = tonumber(ARGV[4])
-local tau = tonumber(ARGV[5])
-local W = tonumber(ARGV[6])
-local L = tonumber(ARGV[7])
-local book = tonumber(ARGV[8] or '0')
-local need = tonumber(ARGV[9] or '0')
-local back = tonumber(ARGV[10] or '0')
-local E = tonumber(ARGV[11] or ARGV[7])
-local FT = tonumber(ARGV[12] or '0')
-local Ftau = tonumber(ARGV[13] or '0')
-local FE = tonumber(ARGV[14] or '0')
-local MARKED = ARGV.marked == true
+local T = tonumber(ARGV[O + 1])
+local B = tonumber(ARGV[O + 2])
+local x = tonumber(ARGV[O + 3])
+local P = tonumber(ARGV[O + 4])
+local tau = tonumber(ARGV[O + 5])
+local W = tonumber(ARGV[O + 6])
+local L = tonumber(ARGV[O + 7])
+local book = tonumber(ARGV[O + 8] or '0')
+local need = tonumber(ARGV[O + 9] or '0')
+local back = tonumber(ARGV[O + 10] or '0')
+local E = tonumber(ARGV[O + 11] or ARGV[O + 7])
+local FT = tonumber(ARGV[O + 12] or '0')
+local Ftau = tonumber(ARGV[O + 13] or '0')
+local FE = tonumber(ARGV[O + 14] or '0')
+local MARKED = RE ~= nil
+if MARKED then FT, Ftau, FE = RE[1], RE[2], RE[3] end
 if not (T and B and x and P and tau and W and L and book and need and back and E and FT
   and Ftau and FE) or T < 1 or B < 1 or x < 0 or P < 0 or tau < T or W < 1 or L < 1
   or need < 0 or back < 0 or E < 1 or E > L or FT < 0 or FE < 0 or (FT > 0 and Ftau < FT)

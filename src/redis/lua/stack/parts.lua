@@ -1,51 +1,34 @@
 -- A plan of several quotas, decided in one run. The script defines, before this file, one
 -- maker per algorithm (`part_<letter>`: `lua/common.lua`, the algorithm's state and
--- operations in a function of its own keys, arguments and store), and MAKE, TAGS, SIGS:
--- each quota's maker, state tag and algorithm letter (T token, K leaky, F fixed, S sliding,
--- L log).
+-- operations in a function of its own keys, arguments and store), and MAKE, TAGS: each
+-- quota's maker and state tag.
 -- KEYS[1] = the plan's state, one string; KEYS[1 + i] = quota i's sorted set (its `:log`).
--- ARGV = each quota's 14 arguments in turn (`lua/common.lua`), then the base plan: the
--- number of its quotas, then five integers per quota: its algorithm (1 T, 2 K, 3 F, 4 S,
--- 5 L), W, T, tau and E. Every key carries the same {hash tag}: one slot.
+-- ARGV = each quota's 14 arguments in turn (`lua/common.lua`), then two markers: this
+-- call's and the base plan's (a keyed limit's default plan as built). A marker is
+-- "<sig>|<sig>|…", one per quota, sig = "<algorithm>:<W>:<T>:<tau>:<E>" of the arguments
+-- the quota's state is kept in. Every key carries the same {hash tag}: one slot.
 -- The state is "[<marker>#]<state 1>|<state 2>|…", each quota's as its algorithm writes it
 -- alone (empty: none), with the TTL of the one that lasts longest (a state past its own
 -- horizon reads as none by arithmetic alone). The marker says which parameters the states
--- were written with, "<sig>|<sig>|…", sig = "<algorithm>:<W>:<T>:<tau>:<E>"; no marker: the
--- base plan's (a keyed limit's default plan as built), so a key that keeps to it costs what
--- one quota's state costs. A state written under other parameters (the key's plan changed,
--- or the plan's quota) is re-read in this call's first, as a change of quota does
--- (`lua/gcra/state.lua`, `lua/window/convert.lua`, `marked`: exactly as in process): no
--- burst, fractional progress kept. A quota whose algorithm or window changed starts afresh
--- (a state laid out in other windows cannot be read in these), as does one the marker lacks
--- or names in a way that does not parse.
+-- were written with; none: the base plan's, so a key that keeps to it costs what one
+-- quota's state costs. A state written under other parameters (the key's plan changed, or
+-- the plan's quota) is re-read in this call's first, as a change of quota does
+-- (`lua/gcra/state.lua`, `lua/window/convert.lua`, `RE`: exactly as in process): no burst,
+-- fractional progress kept. A quota whose algorithm or window changed starts afresh (a
+-- state laid out in other windows cannot be read in these), as does one the marker names
+-- in a way that does not parse.
 local K = #MAKE
-local LETTERS = {'T', 'K', 'F', 'S', 'L'}
-local args, sigs = {}, {}
-for i = 1, K do
-  local a = {}
-  for j = 1, 14 do a[j] = ARGV[(i - 1) * 14 + j] end
-  args[i] = a
-  sigs[i] = string.format('%s:%s:%s:%s:%s', SIGS[i], a[6], a[1], a[5], a[11])
-end
-local base = {}
-local o = K * 14 + 1
-for j = 1, tonumber(ARGV[o]) do
-  local p = o + 5 * (j - 1)
-  local letter = LETTERS[tonumber(ARGV[p + 1])] or '?'
-  base[j] = string.format('%s:%s:%s:%s:%s', letter, ARGV[p + 2], ARGV[p + 3], ARGV[p + 4],
-    ARGV[p + 5])
-end
-local current, based = table.concat(sigs, '|'), table.concat(base, '|')
+local current, based = ARGV[K * 14 + 1], ARGV[K * 14 + 2]
 local stored = redis.call('GET', KEYS[1])
-local raws, old = {}, {}
+local raws, old = {}, nil
 if stored then
   local body = stored
   local h = string.find(stored, '#', 1, true)
   if h then
-    for s in string.gmatch(string.sub(stored, 1, h - 1), '[^|]+') do old[#old + 1] = s end
+    old = string.sub(stored, 1, h - 1)
     body = string.sub(stored, h + 1)
   elseif current ~= based then
-    old = base
+    old = based
   end
   local i = 1
   for v in string.gmatch(body .. '|', '([^|]*)|') do
@@ -53,20 +36,28 @@ if stored then
     i = i + 1
   end
 end
+local function sigs_of(marker)
+  local t = {}
+  for s in string.gmatch(marker, '[^|]+') do t[#t + 1] = s end
+  return t
+end
+-- The states written under other parameters than this call's: each one's sig, else none.
+local olds, sigs = {}, {}
+if old and old ~= current then olds, sigs = sigs_of(old), sigs_of(current) end
 -- Each quota's state, as its `put` leaves it (false: none), and whether any changed.
 local values, wrote = {}, false
 local parts = {}
 for i = 1, K do
-  local a, prev = args[i], old[i]
+  local prev, re = olds[i], nil
   if prev and prev ~= sigs[i] then
     wrote = true
     local f, w, t, ta, e = string.match(prev, '^(%u):(%d+):(%d+):(%d+):(%d+)$')
+    local sf, sw = string.match(sigs[i], '^(%u):(%d+):')
     t, ta, e = tonumber(t), tonumber(ta), tonumber(e)
-    local gcra = SIGS[i] == 'T' or SIGS[i] == 'K'
-    if f == SIGS[i] and (gcra or w == a[6]) and t and t >= 1 and ta >= t and e >= 1
+    local gcra = sf == 'T' or sf == 'K'
+    if f == sf and (gcra or w == sw) and t and t >= 1 and ta >= t and e >= 1
       and ta < 9007199254740992 and e < 9007199254740992 then
-      a[12], a[13], a[14] = t, ta, e
-      a.marked = true
+      re = {t, ta, e}
     else
       raws[i] = nil
       redis.call('DEL', KEYS[1 + i])
@@ -78,7 +69,7 @@ for i = 1, K do
     values[i] = value or false
     wrote = true
   end
-  local p = MAKE[i](TAGS[i], {KEYS[1], KEYS[1 + i]}, a, store)
+  local p = MAKE[i](TAGS[i], {KEYS[1], KEYS[1 + i]}, (i - 1) * 14, store, re)
   if p.err then return p end
   parts[i] = p
 end
