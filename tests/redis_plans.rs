@@ -11,6 +11,7 @@ mod redis_support;
 mod support;
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -282,6 +283,52 @@ async fn the_rejecting_layer_states_the_plan_of_each_key_and_names_the_quota_tha
     assert_eq!(
         res.extensions().get::<Rejected>().unwrap().policy(),
         Some("pro")
+    );
+}
+
+#[tokio::test]
+async fn the_rejecting_layer_asks_the_resolver_once_per_request_and_decides_on_the_plan_it_states()
+{
+    // A resolver that changes its mind on every call: pro, then the default plan, then pro…
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let limit = RedisKeyed::builder(Plan::new(slow(1)).named("free"))
+        .plan(
+            "pro",
+            Plan::new(Quota::new(20, Duration::from_secs(3600)).burst(20)).named("pro"),
+        )
+        .resolve(move |_| (counted.fetch_add(1, Ordering::Relaxed) % 2 == 0).then_some("pro"))
+        .url(redis_url())
+        .key_prefix(unique_prefix("plan-once"))
+        .build()
+        .await
+        .expect("connects");
+    let mut svc = RejectLayer::keyed(limit, HeaderKey::x_api_key()).layer(ok());
+    // Every request changes the key's plan, carrying its state (no burst): after the first
+    // two, no token is left on either plan.
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let res = send(&mut svc, get("/", "key")).await;
+        statuses.push(res.status().as_u16());
+        if res.status() == StatusCode::TOO_MANY_REQUESTS {
+            // Refused on the plan this request's resolution named, and described as it.
+            let (name, policy) = if i % 2 == 0 {
+                ("pro", "\"pro\";q=20;w=3600")
+            } else {
+                ("free", "\"free\";q=1;w=30")
+            };
+            assert_eq!(header(&res, "ratelimit-policy"), policy, "request {i}");
+            assert_eq!(
+                res.extensions().get::<Rejected>().unwrap().policy(),
+                Some(name)
+            );
+        }
+    }
+    assert_eq!(statuses, [200, 200, 429, 429, 429, 429]);
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        6,
+        "one resolution per request"
     );
 }
 

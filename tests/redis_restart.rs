@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use redis_support::{free_port, raw, PrivateRedis};
 use tokio::time::Instant;
+use tower_throttle::extract::StableKey;
 use tower_throttle::redis::{FailurePolicy, RedisBucket, RedisErrorKind, RedisKeyed};
 use tower_throttle::{Denied, Quota};
 
@@ -278,4 +279,44 @@ async fn a_waiter_dropped_during_its_round_trip_takes_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+fn wait_of(r: Result<(), Denied>) -> Duration {
+    match r {
+        Err(Denied::Throttled(t)) => t.wait(),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_down_each_key_falls_back_on_its_own_plan() {
+    let mut server = PrivateRedis::start(free_port());
+    // Free keys: 10 a minute; the pro key: 1,000 a second. Locally, half of each.
+    let keyed = RedisKeyed::builder(Quota::per_minute(10).burst(2))
+        .plan("pro", Quota::per_second(1000).burst(100))
+        .resolve(|id| (*id == "pro".key_digest()).then_some("pro"))
+        .url(server.url())
+        .key_prefix("restart-plans")
+        .failure_policy(FailurePolicy::Local { fraction: 0.5 })
+        .timeout(TIMEOUT)
+        .probe_interval(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    server.stop();
+    // A fallback bucket starts empty, its first token due at once; the next is an interval
+    // of its own plan's local share away: 12 s for a free key, 2 ms for the pro key.
+    for key in ["free", "pro"] {
+        let first = timed("keyed try_acquire", keyed.try_acquire(key, 1)).await;
+        assert!(first.is_ok(), "{key}: {first:?}");
+    }
+    let free = wait_of(timed("keyed try_acquire", keyed.try_acquire("free", 1)).await);
+    assert!(free > Duration::from_secs(10), "{free:?}");
+    let pro = timed("keyed try_acquire", keyed.try_acquire("pro", 1)).await;
+    if let Err(Denied::Throttled(t)) = &pro {
+        assert!(t.wait() <= Duration::from_millis(2), "{pro:?}");
+    } else {
+        assert!(pro.is_ok(), "{pro:?}");
+    }
+    assert!(keyed.stats().fallbacks >= 4, "{:?}", keyed.stats());
 }

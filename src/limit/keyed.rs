@@ -155,7 +155,7 @@ impl<K: Hash + Eq + Clone> KeyedLimit<K> {
                         n,
                         tier,
                         deciding: Box::pin(async move {
-                            deciding.try_acquire_within(id, n, max_wait).await
+                            deciding.try_acquire_within(id, tier, n, max_wait).await
                         }),
                     },
                 })
@@ -199,7 +199,7 @@ impl<K: Hash + Eq> KeyHold<K> {
         match &self.kind {
             Hold::Table { table, key, grant } => table.refund(key.as_ref(), grant),
             #[cfg(feature = "redis")]
-            Hold::Redis { redis, id, n, .. } => redis.release_detached(*id, *n),
+            Hold::Redis { redis, id, n, tier } => redis.release_detached(*id, *tier, *n),
         }
     }
 

@@ -195,35 +195,56 @@ const EVICT_AMONG: usize = 64;
 /// throttle the keys that come after it. A key evicted starts over empty, like every
 /// fallback bucket: it never gains a burst.
 ///
-/// Each key's bucket is a [`Bucket`] of the limit's algorithm: unlike a
-/// [`KeyedBucket`](crate::KeyedBucket), it can wait (`acquire`) and be paused per key, which
-/// the fallback of [`RedisKeyed`](super::RedisKeyed) needs.
+/// Each key's bucket is a [`Bucket`] of its plan's first quota and algorithm (the local
+/// share of it): unlike a [`KeyedBucket`](crate::KeyedBucket), it can wait (`acquire`) and
+/// be paused per key, which the fallback of [`RedisKeyed`](super::RedisKeyed) needs. A key
+/// whose plan changed starts over, empty, on its new plan.
 #[derive(Debug)]
 pub(crate) struct LocalTable {
-    quota: Quota,
-    algorithm: Algorithm,
-    /// What a fresh bucket has available: a bucket back at this holds nothing to keep.
-    full: u32,
+    /// Per plan, numbered as [`RedisKeyed::tier_of`](super::RedisKeyed::tier_of) does.
+    plans: Box<[Local]>,
     capacity: usize,
     inner: Mutex<Table>,
     /// The run of failures the buckets belong to.
     run: Run,
 }
 
+/// The fallback of the keys of one plan.
+#[derive(Debug)]
+struct Local {
+    quota: Quota,
+    algorithm: Algorithm,
+    /// What a fresh bucket has available: a bucket back at this holds nothing to keep.
+    full: u32,
+}
+
 #[derive(Debug)]
 struct Table {
-    buckets: HashMap<KeyDigest, Bucket>,
+    /// Each key's plan and bucket.
+    buckets: HashMap<KeyDigest, (usize, Bucket)>,
     last_sweep: Option<Instant>,
 }
 
 impl LocalTable {
-    pub(crate) fn new(quota: Quota, algorithm: Algorithm, capacity: usize) -> Self {
-        let fresh = Bucket::builder(quota).algorithm(algorithm).build();
+    /// A table whose keys of plan `i` get buckets of `plans[i]` (at least one plan).
+    pub(crate) fn new(
+        plans: impl IntoIterator<Item = (Quota, Algorithm)>,
+        capacity: usize,
+    ) -> Self {
+        let plans = plans
+            .into_iter()
+            .map(|(quota, algorithm)| {
+                let fresh = Bucket::builder(quota).algorithm(algorithm).build();
+                Local {
+                    quota,
+                    algorithm,
+                    full: fresh.snapshot().available,
+                }
+            })
+            .collect();
         LocalTable {
             run: Run::default(),
-            quota,
-            algorithm,
-            full: fresh.snapshot().available,
+            plans,
             capacity: capacity.max(1),
             inner: Mutex::new(Table {
                 buckets: HashMap::new(),
@@ -236,20 +257,27 @@ impl LocalTable {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The fallback bucket of a key during the run of failures numbered `outage`: every key
-    /// starts over, empty, when a new run begins (no fresh burst per outage).
-    pub(crate) fn fallback(&self, id: &KeyDigest, outage: u64) -> Bucket {
+    /// The fallback bucket of a key on plan `tier` during the run of failures numbered
+    /// `outage`: every key starts over, empty, when a new run begins (no fresh burst per
+    /// outage).
+    pub(crate) fn fallback(&self, id: &KeyDigest, tier: usize, outage: u64) -> Bucket {
         if self.run.began(outage) {
             self.lock().buckets.clear();
         }
-        self.bucket(id)
+        self.bucket(id, tier)
     }
 
-    /// The fallback bucket of a key; a new one is created empty.
-    pub(crate) fn bucket(&self, id: &KeyDigest) -> Bucket {
+    /// The fallback bucket of a key on plan `tier` (the first plan when there is no such
+    /// plan); a new one is created empty.
+    pub(crate) fn bucket(&self, id: &KeyDigest, tier: usize) -> Bucket {
+        let tier = if tier < self.plans.len() { tier } else { 0 };
         let mut t = self.lock();
-        if let Some(b) = t.buckets.get(id) {
-            return b.clone();
+        match t.buckets.get(id) {
+            Some((on, b)) if *on == tier => return b.clone(),
+            Some(_) => {
+                t.buckets.remove(id);
+            }
+            None => {}
         }
         if t.buckets.len() >= self.capacity {
             let now = Instant::now();
@@ -258,17 +286,17 @@ impl LocalTable {
                 .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1));
             if due {
                 t.last_sweep = Some(now);
-                let full = self.full;
-                t.buckets.retain(|_, b| {
+                let plans = &self.plans;
+                t.buckets.retain(|_, (tier, b)| {
                     let s = b.snapshot();
-                    s.available < full || s.waiting > 0 || s.paused_until.is_some()
+                    s.available < plans[*tier].full || s.waiting > 0 || s.paused_until.is_some()
                 });
             }
             if t.buckets.len() >= self.capacity {
                 let fullest = t
                     .buckets
                     .iter()
-                    .map(|(id, b)| (id, b.snapshot()))
+                    .map(|(id, (_, b))| (id, b.snapshot()))
                     .filter(|(_, s)| s.waiting == 0)
                     .take(EVICT_AMONG)
                     .max_by_key(|(_, s)| s.available)
@@ -280,13 +308,14 @@ impl LocalTable {
                 }
             }
         }
-        let b = Bucket::builder(self.quota)
-            .algorithm(self.algorithm)
+        let plan = &self.plans[tier];
+        let b = Bucket::builder(plan.quota)
+            .algorithm(plan.algorithm)
             .build();
         // Decisions fall back here only while the store fails: a fresh burst would be more
         // than the key's share of the limit.
         b.pause(Duration::ZERO);
-        t.buckets.insert(*id, b.clone());
+        t.buckets.insert(*id, (tier, b.clone()));
         b
     }
 
@@ -303,10 +332,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn fallback_buckets_start_empty_and_a_new_outage_starts_every_key_over() {
-        let table = LocalTable::new(Quota::per_second(10).burst(5), Algorithm::TokenBucket, 8);
+        let table = LocalTable::new(
+            [(Quota::per_second(10).burst(5), Algorithm::TokenBucket)],
+            8,
+        );
         let id = KeyDigest::from_bytes([7; 16]);
         // Empty, its first token due now (as at the end of a pause): no fresh burst.
-        let a = table.fallback(&id, 1);
+        let a = table.fallback(&id, 0, 1);
         assert_eq!(a.snapshot().available, 1, "no fresh burst");
         a.try_acquire(1).unwrap();
         assert!(a.try_acquire(1).is_err());
@@ -314,14 +346,37 @@ mod tests {
         a.try_acquire(1).unwrap();
         assert!(a.try_acquire(1).is_err(), "one token per 100 ms");
         // Same run of failures: the same bucket.
-        assert!(table.fallback(&id, 1).same_bucket(&a));
+        assert!(table.fallback(&id, 0, 1).same_bucket(&a));
         // The bucket refills while Redis answers again…
         tokio::time::advance(Duration::from_secs(5)).await;
         assert_eq!(a.snapshot().available, 5);
         // …but a new run of failures starts the key over, empty.
-        let b = table.fallback(&id, 2);
+        let b = table.fallback(&id, 0, 2);
         assert!(!b.same_bucket(&a));
         assert_eq!(b.snapshot().available, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_key_falls_back_on_its_plan_and_a_change_of_plan_starts_it_over() {
+        let free = (Quota::per_second(1).burst(1), Algorithm::TokenBucket);
+        let pro = (Quota::per_second(100).burst(50), Algorithm::FixedWindow);
+        let table = LocalTable::new([free, pro], 8);
+        let id = KeyDigest::from_bytes([9; 16]);
+        let a = table.fallback(&id, 1, 1);
+        assert_eq!(a.quota(), pro.0);
+        assert_eq!(a.algorithm(), Algorithm::FixedWindow);
+        a.try_acquire(1).unwrap();
+        assert!(table.fallback(&id, 1, 1).same_bucket(&a));
+        // The key's plan changed: a bucket of the new plan, empty.
+        let b = table.fallback(&id, 0, 1);
+        assert!(!b.same_bucket(&a));
+        assert_eq!(b.quota(), free.0);
+        assert_eq!(b.snapshot().available, 1, "no fresh burst");
+        // A plan the table does not know: the first.
+        assert_eq!(
+            table.bucket(&KeyDigest::from_bytes([3; 16]), 7).quota(),
+            free.0
+        );
     }
 
     #[test]
@@ -343,19 +398,19 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn table_is_bounded_and_sweeps_only_full_buckets() {
-        let table = LocalTable::new(Quota::per_second(1).burst(1), Algorithm::TokenBucket, 2);
-        let a = table.bucket(&KeyDigest::from_bytes([1; 16]));
+        let table = LocalTable::new([(Quota::per_second(1).burst(1), Algorithm::TokenBucket)], 2);
+        let a = table.bucket(&KeyDigest::from_bytes([1; 16]), 0);
         a.try_acquire(1).unwrap();
-        let _b = table.bucket(&KeyDigest::from_bytes([2; 16]));
+        let _b = table.bucket(&KeyDigest::from_bytes([2; 16]), 0);
         assert_eq!(table.len(), 2);
         // Full: `b` is full again (sweepable), `a` is not.
-        let c = table.bucket(&KeyDigest::from_bytes([3; 16]));
+        let c = table.bucket(&KeyDigest::from_bytes([3; 16]), 0);
         assert_eq!(table.len(), 2);
         assert!(table
-            .bucket(&KeyDigest::from_bytes([1; 16]))
+            .bucket(&KeyDigest::from_bytes([1; 16]), 0)
             .same_bucket(&a));
         assert!(table
-            .bucket(&KeyDigest::from_bytes([3; 16]))
+            .bucket(&KeyDigest::from_bytes([3; 16]), 0)
             .same_bucket(&c));
         c.try_acquire(1).unwrap();
         assert_eq!(table.len(), 2);
@@ -364,20 +419,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_table_evicts_the_bucket_holding_the_most() {
         let key = |k: u8| KeyDigest::from_bytes([k; 16]);
-        let table = LocalTable::new(Quota::per_second(1).burst(2), Algorithm::TokenBucket, 2);
-        let a = table.bucket(&key(1));
+        let table = LocalTable::new([(Quota::per_second(1).burst(2), Algorithm::TokenBucket)], 2);
+        let a = table.bucket(&key(1), 0);
         a.try_acquire(1).unwrap(); // a holds none, b one of two: neither is full
-        let b = table.bucket(&key(2));
+        let b = table.bucket(&key(2), 0);
         tokio::time::advance(Duration::from_millis(500)).await;
         // Nothing sweepable: `b`, holding the most, makes room, and the new key gets a
         // bucket of its own.
-        let c = table.bucket(&key(3));
+        let c = table.bucket(&key(3), 0);
         assert_eq!(table.len(), 2);
-        assert!(table.bucket(&key(1)).same_bucket(&a));
-        assert!(table.bucket(&key(3)).same_bucket(&c));
+        assert!(table.bucket(&key(1), 0).same_bucket(&a));
+        assert!(table.bucket(&key(3), 0).same_bucket(&c));
         assert!(!c.same_bucket(&a) && !c.same_bucket(&b));
         // `b` starts over empty when it comes back: no burst.
-        let b2 = table.bucket(&key(2));
+        let b2 = table.bucket(&key(2), 0);
         assert!(!b2.same_bucket(&b));
         assert_eq!(b2.snapshot().available, 1);
     }

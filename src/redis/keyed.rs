@@ -116,11 +116,20 @@ impl RedisKeyed {
         resolve: Option<Resolve>,
         local_capacity: usize,
     ) -> Result<Self, RedisError> {
-        let algorithm = options.algorithm;
-        let local = options
-            .policy
-            .local_quota(plan.quota())?
-            .map(|q| LocalTable::new(q, algorithm, local_capacity));
+        // The local fallback: each plan's first quota (the default plan's, as the options
+        // say), its local share.
+        let firsts = std::iter::once((plan.quota(), options.algorithm)).chain(
+            plans
+                .iter()
+                .map(|(_, p)| (p.quota(), p.parts()[0].algorithm)),
+        );
+        let mut locals = Vec::with_capacity(plans.len() + 1);
+        for (quota, algorithm) in firsts {
+            if let Some(q) = options.policy.local_quota(quota)? {
+                locals.push((q, algorithm));
+            }
+        }
+        let local = (!locals.is_empty()).then(|| LocalTable::new(locals, local_capacity));
         let subscribe = told::Subscribe::of(&options);
         let backend = Arc::new(Backend::connect(options, &plan, true).await?);
         let mut tiers = Vec::with_capacity(plans.len());
@@ -154,10 +163,7 @@ impl RedisKeyed {
     /// The plan of `key`: the one [`resolve`](super::RedisKeyedBuilder::resolve) names, or
     /// the default plan.
     pub fn plan_of(&self, key: impl StableKey) -> Plan {
-        match self.tier(&key.key_digest()) {
-            Some(i) => self.inner.tiers[i].1.clone(),
-            None => self.plan(),
-        }
+        self.plan_at(self.tier_of(&key.key_digest()))
     }
 
     /// Every key of the default plan decides at `quota` (its first quota) from its next
@@ -170,9 +176,18 @@ impl RedisKeyed {
     }
 
     /// The plan of the key `id`: 0 for the default plan, else 1 + its place among the
-    /// others.
+    /// others. Asked once per request: a decision, its fields and a give-back all go to the
+    /// plan it names.
     pub(crate) fn tier_of(&self, id: &KeyDigest) -> usize {
-        self.tier(id).map_or(0, |i| i + 1)
+        let inner = &*self.inner;
+        let Some(name) = inner.resolve.as_ref().and_then(|r| (r.0)(id)) else {
+            return 0;
+        };
+        inner
+            .tiers
+            .iter()
+            .position(|(n, ..)| **n == *name)
+            .map_or(0, |i| i + 1)
     }
 
     /// The plan [`tier_of`](Self::tier_of) numbers `tier`.
@@ -183,17 +198,10 @@ impl RedisKeyed {
         }
     }
 
-    /// The plan (an index into the tiers) `resolve` names for the key `id`, if any.
-    fn tier(&self, id: &KeyDigest) -> Option<usize> {
-        let inner = &*self.inner;
-        let name = (inner.resolve.as_ref()?.0)(id)?;
-        inner.tiers.iter().position(|(n, ..)| **n == *name)
-    }
-
-    /// The backend deciding for the key `id`: its plan's.
-    fn backend(&self, id: &KeyDigest) -> &Arc<Backend> {
-        match self.tier(id) {
-            Some(i) => &self.inner.tiers[i].2,
+    /// The backend deciding on the plan [`tier_of`](Self::tier_of) numbers `tier`.
+    fn backend_at(&self, tier: usize) -> &Arc<Backend> {
+        match tier.checked_sub(1).and_then(|i| self.inner.tiers.get(i)) {
+            Some((.., backend)) => backend,
             None => &self.inner.backend,
         }
     }
@@ -226,12 +234,15 @@ impl RedisKeyed {
         keyed_key(&self.inner.backend.options.prefix, id)
     }
 
-    /// The local fallback's bucket of the key whose digest is `id`, if the policy has one
-    /// (see [`LocalTable::fallback`]).
-    fn local(&self, id: &KeyDigest) -> Option<Bucket> {
+    /// The local fallback's bucket of the key whose digest is `id`, on the plan `tier`, if
+    /// the policy has one (see [`LocalTable::fallback`]).
+    fn local(&self, id: &KeyDigest, tier: usize) -> Option<Bucket> {
         let inner = &*self.inner;
         let outage = inner.backend.outages();
-        inner.local.as_ref().map(|local| local.fallback(id, outage))
+        inner
+            .local
+            .as_ref()
+            .map(|local| local.fallback(id, tier, outage))
     }
 
     /// Take `n` tokens of `key`'s limit now, or say how long until they fit. One round trip.
@@ -239,28 +250,30 @@ impl RedisKeyed {
     /// # Errors
     /// As [`RedisBucket::try_acquire`](super::RedisBucket::try_acquire).
     pub async fn try_acquire(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
-        self.try_acquire_id(key.key_digest(), n)
+        let id = key.key_digest();
+        self.try_acquire_at(id, self.tier_of(&id), n)
             .await
             .map_err(|(denied, _)| denied)
     }
 
-    /// [`try_acquire`](Self::try_acquire) for the key `id`, saying which quota of its plan
-    /// refused (0 when it cannot say).
-    pub(crate) async fn try_acquire_id(
+    /// [`try_acquire`](Self::try_acquire) for the key `id` on the plan `tier`, saying which
+    /// quota of the plan refused (0 when it cannot say).
+    pub(crate) async fn try_acquire_at(
         &self,
         id: KeyDigest,
+        tier: usize,
         n: u32,
     ) -> Result<(), (Denied, usize)> {
         if n == 0 {
             return Ok(());
         }
-        let backend = self.backend(&id);
+        let backend = self.backend_at(tier);
         backend.check(n).map_err(|e| (e.into(), 0))?;
         match backend.acquire(&self.key_of(&id), n).await {
             Ok(t) => t.reply.decision().map_err(|e| (e.into(), t.part)),
             Err(e) => backend
                 .fallback()
-                .try_acquire(self.local(&id).as_ref(), n, e)
+                .try_acquire(self.local(&id, tier).as_ref(), n, e)
                 .map_err(|e| (e, 0)),
         }
     }
@@ -276,7 +289,17 @@ impl RedisKeyed {
     /// [`Denied::Backend`] when Redis could not be reached.
     pub async fn release(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
         let id = key.key_digest();
-        self.backend(&id).give_back(&self.key_of(&id), n).await
+        self.release_at(id, self.tier_of(&id), n).await
+    }
+
+    /// [`release`](Self::release) for the key `id` on the plan `tier`.
+    pub(crate) async fn release_at(
+        &self,
+        id: KeyDigest,
+        tier: usize,
+        n: u32,
+    ) -> Result<(), Denied> {
+        self.backend_at(tier).give_back(&self.key_of(&id), n).await
     }
 
     /// Wait until `n` tokens of `key`'s limit are available, then take them.
@@ -292,19 +315,29 @@ impl RedisKeyed {
     /// # Errors
     /// As [`RedisBucket::acquire`](super::RedisBucket::acquire).
     pub async fn acquire(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
+        let id = key.key_digest();
+        self.acquire_at(id, self.tier_of(&id), n).await
+    }
+
+    /// [`acquire`](Self::acquire) for the key `id` on the plan `tier`.
+    pub(crate) async fn acquire_at(
+        &self,
+        id: KeyDigest,
+        tier: usize,
+        n: u32,
+    ) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());
         }
         let inner = &*self.inner;
-        let id = key.key_digest();
         // The key's hint, shared by this process's waiters for it while any waits.
         let entered = inner.lanes.enter(id);
-        let backend = self.backend(&id);
+        let backend = self.backend_at(tier);
         match booking::book(backend, entered.lane(), &self.key_of(&id), n).await {
             Ok(_) => Ok(()),
             Err(Unbooked::Exceeds(e)) => Err(e.into()),
             Err(Unbooked::Failed(e)) => {
-                let local = self.local(&id);
+                let local = self.local(&id, tier);
                 inner.backend.fallback().acquire(local.as_ref(), n, e).await
             }
         }
@@ -321,14 +354,15 @@ impl RedisKeyed {
     pub async fn pause(&self, key: impl StableKey, cooldown: Duration) -> Result<(), Denied> {
         let inner = &*self.inner;
         let id = key.key_digest();
-        let backend = self.backend(&id);
+        let tier = self.tier_of(&id);
+        let backend = self.backend_at(tier);
         // The key's waiters in this process asleep on a booked instant book again once the
         // pause is in Redis.
         let entered = inner.lanes.enter(id);
         let lane = entered.lane();
         let cooldown = booking::hold(backend, lane, cooldown);
         if let Some(local) = &inner.local {
-            local.bucket(&id).pause(cooldown);
+            local.bucket(&id, tier).pause(cooldown);
         }
         lane.pause_made();
         let digest = id.to_string();

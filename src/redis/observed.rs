@@ -105,19 +105,20 @@ impl RedisBucket {
 }
 
 impl RedisKeyed {
-    /// Take `n` tokens of `key` now, or, when the refusal's wait is within `max_wait`, wait
-    /// for them until then (zero: never wait). A refusal says which quota of the key's plan
-    /// refused.
+    /// Take `n` tokens of `key` on the plan `tier` now, or, when the refusal's wait is
+    /// within `max_wait`, wait for them until then (zero: never wait). A refusal says which
+    /// quota of the plan refused.
     pub(crate) async fn try_acquire_within(
         &self,
         key: KeyDigest,
+        tier: usize,
         n: u32,
         max_wait: Duration,
     ) -> Result<(), (Denied, usize)> {
-        match self.try_acquire_id(key, n).await {
+        match self.try_acquire_at(key, tier, n).await {
             Err((Denied::Throttled(t), part)) if !max_wait.is_zero() && t.wait() <= max_wait => {
                 let deadline = Instant::now() + max_wait;
-                match tokio::time::timeout_at(deadline, self.acquire(key, n)).await {
+                match tokio::time::timeout_at(deadline, self.acquire_at(key, tier, n)).await {
                     Ok(result) => result.map_err(|e| (e, part)),
                     // A pause intervened: the turn did not come within `max_wait`.
                     Err(_) => Err((t.into(), part)),
@@ -127,11 +128,11 @@ impl RedisKeyed {
         }
     }
 
-    /// Give back `n` tokens of an admission of `key` that another limit refused, in the
-    /// background.
-    pub(crate) fn release_detached(&self, key: KeyDigest, n: u32) {
+    /// Give back `n` tokens of an admission of `key` on the plan `tier` that another limit
+    /// refused, in the background.
+    pub(crate) fn release_detached(&self, key: KeyDigest, tier: usize, n: u32) {
         let this = self.clone();
-        detach(async move { this.release(key, n).await });
+        detach(async move { this.release_at(key, tier, n).await });
     }
 }
 
