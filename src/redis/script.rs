@@ -1,17 +1,10 @@
 //! The Lua scripts: every decision is one atomic script run inside Redis.
 //!
 //! # Files
-//! [`source`](super::source) puts each script together from `lua/`: per algorithm, its state
-//! (`lua/<algorithm>/state.lua`: parse, clamp, save; after this process changed its
-//! parameters, the state re-read in the new ones, never holding more tokens than before:
-//! the token and leaky bucket's in their `state.lua`, the windows' in
-//! `lua/window/convert.lua`) and its operations (`fits`, `take`, `keep`, `later`, `give`,
-//! `hold`), which `lua/acquire.lua`, `lua/pause.lua` and `lua/release.lua` use alike for
-//! every algorithm, and `lua/stack/*.lua` for a plan of several quotas. The token and leaky
-//! bucket share `lua/gcra/`, told apart by a tag; the windows share `lua/window/`, and
-//! `lua/window/ramp.lua`, read before their state: the ramp they restart on after a pause
-//! (one token when it ends, then one per interval `T`, until the window's bound takes
-//! over), the same rule as the in-process windows.
+//! [`source`](super::source) puts each script together from `lua/`: each algorithm's state
+//! and operations written once (`lua/<algorithm>/`; the token and leaky bucket share
+//! `lua/gcra/`, told apart by a tag, the windows share `lua/window/`), then the operation on
+//! one quota (`lua/acquire.lua`, …) or on a plan of several (`lua/stack/`).
 //!
 //! # State, per algorithm (integers, µs of the Redis clock)
 //! | algorithm | `KEYS[1]` (string) | `KEYS[2]` (`<key>:log`) |

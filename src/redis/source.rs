@@ -1,15 +1,16 @@
 //! The scripts' sources, put together from the pieces in `lua/`.
 //!
-//! Each algorithm is one body: `lua/common.lua` (arguments, the stored value, TTLs), its
-//! state (`lua/<algorithm>/state.lua`: parse, clamp, save; the windows after
-//! `lua/window/ramp.lua` and before `lua/window/convert.lua`), and its operations, the
-//! functions every operation names (`fits`, `take`, `keep`, `later`, `give`, `hold`: in
-//! `lua/gcra/ops.lua`, or `lua/window/ops.lua` with `lua/window/refund.lua` or
-//! `lua/log/refund.lua`). A script of one quota is `lua/clock.lua`, the body, then the
-//! operation (`lua/acquire.lua`, `lua/pause.lua`, `lua/release.lua`). A script of a plan
-//! wraps each algorithm's body in a function of its own keys and arguments, makes one per
-//! quota (`lua/stack/parts.lua`), then runs the operation on all of them together
-//! (`lua/stack/<operation>.lua`).
+//! Every script begins with `lua/clock.lua` and `lua/common.lua` (the call's arguments, a
+//! quota `q`: its parameters, keys and stored value; writes and TTLs). Each algorithm's
+//! functions take a quota first, and are made once per run, however many quotas use them:
+//! its state (`lua/<algorithm>/state.lua`: parse, clamp, save; the windows after
+//! `lua/window/ramp.lua` and before `lua/window/convert.lua`), and its operations (`load`,
+//! `fits`, `take`, `keep`, `later`, `give`, `hold`: in `lua/gcra/ops.lua`, or
+//! `lua/window/ops.lua` with `lua/window/refund.lua` or `lua/log/refund.lua`). A script of
+//! one quota then loads it (`lua/one.lua`) and runs the operation (`lua/acquire.lua`,
+//! `lua/pause.lua`, `lua/release.lua`, `lua/lease.lua`); a script of a plan loads each of
+//! its quotas from the plan's one value (`lua/stack/parts.lua`) and runs the operation on
+//! all of them together (`lua/stack/<operation>.lua`).
 //!
 //! Depends on nothing but `std`: the differential tests put the scripts together with it too.
 
@@ -46,9 +47,9 @@ macro_rules! lua {
 }
 
 const CLOCK: &str = lua!("clock");
-const GCRA: &str = lua!("common", "gcra/state", "gcra/ops");
+const COMMON: &str = lua!("common");
+const GCRA: &str = lua!("gcra/state", "gcra/ops", "gcra/lease");
 const FIXED: &str = lua!(
-    "common",
     "window/ramp",
     "fixed/state",
     "window/convert",
@@ -56,7 +57,6 @@ const FIXED: &str = lua!(
     "window/refund"
 );
 const SLIDING: &str = lua!(
-    "common",
     "window/ramp",
     "sliding/state",
     "window/convert",
@@ -64,7 +64,6 @@ const SLIDING: &str = lua!(
     "window/refund"
 );
 const LOG: &str = lua!(
-    "common",
     "window/ramp",
     "log/state",
     "window/convert",
@@ -72,9 +71,9 @@ const LOG: &str = lua!(
     "log/refund"
 );
 
-/// What a quota's maker returns: its operations (`lua/stack/parts.lua`).
-const PART: &str = "return {fits = fits, take = take, keep = keep, later = later, \
-                    give = give, hold = hold, cap = CAP, ahead = AHEAD}\nend\n";
+/// What an algorithm's functions are known by outside it.
+const OPS: &str = "load = load, fits = fits, take = take, keep = keep, later = later, \
+                   give = give, hold = hold";
 
 impl Family {
     /// The tag its stored values begin with (the token and leaky bucket share a layout).
@@ -96,13 +95,29 @@ impl Family {
         }
     }
 
-    fn body(self) -> &'static str {
+    /// The name of its functions' table in a script (the token and leaky bucket share
+    /// theirs).
+    fn name(self) -> &'static str {
         match self {
-            Family::Token | Family::Leaky => GCRA,
-            Family::Fixed => FIXED,
-            Family::Sliding => SLIDING,
-            Family::Log => LOG,
+            Family::Token | Family::Leaky => "algo_gcra",
+            Family::Fixed => "algo_fixed",
+            Family::Sliding => "algo_sliding",
+            Family::Log => "algo_log",
         }
+    }
+
+    /// Its functions, made once per run, as a table of the operations.
+    fn algo(self) -> String {
+        let (body, extra) = match self {
+            Family::Token | Family::Leaky => (GCRA, ", lease = lease"),
+            Family::Fixed => (FIXED, ""),
+            Family::Sliding => (SLIDING, ""),
+            Family::Log => (LOG, ""),
+        };
+        format!(
+            "local {} = (function()\n{body}return {{{OPS}{extra}}}\nend)()\n",
+            self.name()
+        )
     }
 }
 
@@ -126,37 +141,30 @@ impl Verb {
 
 /// The script of `verb` on one quota of `family`. `KEYS` and `ARGV` as `lua/common.lua` says.
 pub(crate) fn one(family: Family, verb: Verb) -> String {
-    [&prelude(family), CLOCK, family.body(), verb.one()].concat()
+    [&single(family), verb.one()].concat()
 }
 
 /// The token bucket's lease script (`lua/gcra/lease.lua`).
 pub(crate) fn lease() -> String {
-    [&prelude(Family::Token), CLOCK, GCRA, lua!("gcra/lease")].concat()
+    [&single(Family::Token), lua!("lease")].concat()
 }
 
-fn prelude(family: Family) -> String {
-    format!(
-        "local TAG = '{}'\nlocal STORE, O, RE = nil, 0, nil\n",
-        family.tag()
-    )
+/// A script of one quota of `family`, up to its operation (`lua/one.lua`).
+fn single(family: Family) -> String {
+    let names = format!("local algo, TAG = {}, '{}'\n", family.name(), family.tag());
+    [CLOCK, COMMON, &family.algo(), &names, lua!("one")].concat()
 }
 
 /// The script of `verb` on a plan of quotas of `families`, in order, decided together.
 /// `KEYS` and `ARGV` as `lua/stack/parts.lua` says.
 pub(crate) fn stack(families: &[Family], verb: Verb) -> String {
-    let mut source = String::from(CLOCK);
-    let mut made: Vec<Family> = Vec::new();
+    let mut source = [CLOCK, COMMON].concat();
+    let mut made = Vec::new();
     for &family in families {
-        if made.contains(&family) {
-            continue;
+        if !made.contains(&family.name()) {
+            made.push(family.name());
+            source.push_str(&family.algo());
         }
-        made.push(family);
-        source.push_str(&format!(
-            "local function part_{}(TAG, KEYS, O, STORE, RE)\n",
-            family.letter()
-        ));
-        source.push_str(family.body());
-        source.push_str(PART);
     }
     let list = |f: &dyn Fn(Family) -> String| {
         families
@@ -166,8 +174,8 @@ pub(crate) fn stack(families: &[Family], verb: Verb) -> String {
             .join(", ")
     };
     source.push_str(&format!(
-        "local MAKE = {{{}}}\nlocal TAGS = {{{}}}\n",
-        list(&|f| format!("part_{}", f.letter())),
+        "local ALGOS = {{{}}}\nlocal TAGS = {{{}}}\n",
+        list(&|f| f.name().to_owned()),
         list(&|f| format!("'{}'", f.tag())),
     ));
     source.push_str(lua!("stack/parts"));

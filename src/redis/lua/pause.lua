@@ -3,5 +3,5 @@
 -- Returns {1, µs until the pause ends, µs until the state no longer matters}.
 local d = x
 if d > P then d = P end
-local ends = hold(d)
-return {1, ends - now, later() - now}
+local ends = algo.hold(q, d)
+return {1, ends - now, algo.later(q) - now}

@@ -1,8 +1,8 @@
--- release: give back n = ARGV[3] tokens (1..CAP) of an admission that was not used: the one
+-- release: give back n = ARGV[3] tokens (1..cap) of an admission that was not used: the one
 -- booked for the instant ARGV[8] (when > 0: a waiter that went away before it), else one
 -- made now (another limit refused it right after). See each algorithm's `give`.
 -- Returns {1, 0, µs until the state no longer matters}.
 local n = x
-if n < 1 or n > CAP then return redis.error_reply('ERR tower-throttle: bad arguments') end
-give(n, book)
-return {1, 0, later() - now}
+if n < 1 or n > q.cap then return redis.error_reply('ERR tower-throttle: bad arguments') end
+algo.give(q, n, book)
+return {1, 0, algo.later(q) - now}

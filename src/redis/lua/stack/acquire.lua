@@ -3,32 +3,30 @@
 -- or in none; with `book` (ARGV[8]), within the shortest booking horizon of the quotas.
 -- Returns `lua/acquire.lua`'s reply, then the quota (1..K) that alone would wait longest
 -- (the first of those that wait as long; 0 when admitted).
-local n = tonumber(ARGV[3])
+local n = x
 local ahead = nil
 for i = 1, K do
-  local p = parts[i]
-  if n < 1 or n > p.cap then return redis.error_reply('ERR tower-throttle: bad arguments') end
-  if ahead == nil or p.ahead < ahead then ahead = p.ahead end
+  local q = parts[i]
+  if n < 1 or n > q.cap then return redis.error_reply('ERR tower-throttle: bad arguments') end
+  if ahead == nil or q.ahead < ahead then ahead = q.ahead end
 end
 local at = now
 for _ = 1, 4 do
   local next = at
-  for i = 1, K do next = math.max(next, parts[i].fits(n, at)) end
+  for i = 1, K do next = math.max(next, ALGOS[i].fits(parts[i], n, at)) end
   if next == at then break end
   at = next
 end
 local limit = 0
-if tonumber(ARGV[8]) == 1 then limit = ahead end
+if book == 1 then limit = ahead end
 if at - now > limit then
   local part, longest = 1, 0
   for i = 1, K do
-    parts[i].keep()
-    local wait = parts[i].fits(n, now) - now
+    ALGOS[i].keep(parts[i])
+    local wait = ALGOS[i].fits(parts[i], n, now) - now
     if wait > longest then part, longest = i, wait end
   end
-  commit()
-  return {0, at - now, later() - now, 0, part}
+  return {0, at - now, commit() - now, 0, part}
 end
-for i = 1, K do parts[i].take(n, at) end
-commit()
-return {1, at - now, later() - now, at, 0}
+for i = 1, K do ALGOS[i].take(parts[i], n, at) end
+return {1, at - now, commit() - now, at, 0}
