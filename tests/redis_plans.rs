@@ -381,3 +381,117 @@ async fn a_redis_ceiling_of_several_quotas_names_the_quota_that_refused() {
         );
     }
 }
+
+/// The admissions of one token of `key`'s plan of two quotas, in the order they were
+/// booked: the instant (µs, Redis clock) each log entry holds. (A raised hourly count adds
+/// an entry of what the raise would add to the window in progress: not an admission.)
+async fn admissions(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<u64> {
+    let entries: Vec<(String, f64)> = conn
+        .zrange_withscores(format!("{key}:q2:log"), 0, -1)
+        .await
+        .unwrap();
+    let mut booked: Vec<(u64, u64)> = entries
+        .into_iter()
+        .filter_map(|(member, at)| {
+            let (seq, tokens) = member.split_once(':').unwrap();
+            (tokens == "1").then(|| (seq.parse().unwrap(), at as u64))
+        })
+        .collect();
+    booked.sort_unstable();
+    booked.into_iter().map(|(_, at)| at).collect()
+}
+
+/// Wait (real time: the bookings are made by Redis) until `key` holds `count` admissions.
+async fn until_booked(conn: &mut redis::aio::MultiplexedConnection, key: &str, count: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let held = admissions(conn, key).await.len();
+        if held == count {
+            return;
+        }
+        assert!(held < count, "{held} admissions, expected {count}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{held} of {count} booked"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Four waiters booked one by one on one plan, then `k` moved to the other and a fifth
+/// asking: each admission's instant in Redis, in the order they asked, with Redis' clock
+/// read just before and just after the change (µs).
+async fn waiters_across_a_change(raise: bool) -> (Vec<u64>, u64, u64) {
+    // Free: one per 250 ms; pro: one per 50 ms. One at a time.
+    let free = Quota::new(4, Duration::from_secs(1)).burst(1);
+    let pro = Quota::new(20, Duration::from_secs(1)).burst(1);
+    let (limit, on_pro) = tiered(&unique_prefix("plan-waiters"), free, pro).await;
+    if !raise {
+        on_pro.write().unwrap().insert("k".key_digest());
+    }
+    let mut conn = raw(&redis_url()).await;
+    let key = limit.redis_key("k");
+
+    // Each waiter booked in Redis before the next asks; the time each is let through.
+    let start = tokio::time::Instant::now();
+    let ask = |limit: RedisKeyed| {
+        tokio::spawn(async move { limit.acquire("k", 1).await.map(|()| start.elapsed()) })
+    };
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        waiters.push(ask(limit.clone()));
+        until_booked(&mut conn, &key, i + 1).await;
+    }
+    let before = redis_support::redis_now_us(&mut conn).await;
+    if raise {
+        on_pro.write().unwrap().insert("k".key_digest());
+    } else {
+        on_pro.write().unwrap().remove(&"k".key_digest());
+    }
+    waiters.push(ask(limit.clone()));
+    until_booked(&mut conn, &key, 5).await;
+    let after = redis_support::redis_now_us(&mut conn).await;
+
+    // Nobody lost; none let through before its turn.
+    let at = admissions(&mut conn, &key).await;
+    for (i, waiter) in waiters.into_iter().enumerate() {
+        let done = waiter.await.unwrap().expect("admitted");
+        let turn = Duration::from_micros(at[i] - at[0]);
+        assert!(
+            done + Duration::from_millis(2) >= turn,
+            "waiter {i} let through at {done:?}, its turn {turn:?} after the first's"
+        );
+    }
+    // Booked in the order they asked, on the first plan's spacing, and the fifth after
+    // every turn booked before the change.
+    let spacing = if raise { 250_000 } else { 50_000 };
+    for pair in at[..4].windows(2) {
+        assert!(pair[1] >= pair[0] + spacing, "{at:?}");
+    }
+    assert!(at[4] >= at[3], "{at:?}");
+    (at, before, after)
+}
+
+#[tokio::test]
+async fn a_plan_raised_with_waiters_queued_keeps_their_turns_and_gives_the_new_rate_after() {
+    let (at, _, after) = waiters_across_a_change(true).await;
+    // At pro's rate: no later than the last turn booked or the change, not 250 ms after.
+    assert!(
+        at[4] <= at[3].max(after),
+        "{at:?}: the fifth at {}, the change read by {after}",
+        at[4]
+    );
+}
+
+#[tokio::test]
+async fn a_plan_lowered_with_waiters_queued_keeps_their_turns_and_what_the_key_owes() {
+    let (at, before, after) = waiters_across_a_change(false).await;
+    // What the key owes at the change is kept at free's rate: each 50 ms of pro's turns
+    // still ahead costs 250 ms of free's, and then the empty bucket one token (250 ms).
+    let owed = at[3].saturating_sub(after);
+    assert!(
+        at[4] + 1_000 >= before + 250_000 + 5 * owed,
+        "{at:?}: the fifth at {}, the change between {before} and {after}",
+        at[4]
+    );
+}
