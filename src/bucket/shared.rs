@@ -20,7 +20,7 @@ use super::waiter::Waiter;
 use super::{Algorithm, ExceedsBurst, QueueFull};
 use crate::clock::{Align, Clock};
 use crate::engine::gcra::Gcra;
-use crate::engine::{Engine as _, Log, Model, Paused, Phase, Stack, View, Windows};
+use crate::engine::{Engine as _, Log, Model, Paused, Phase, Stack, Windows};
 use crate::observe::Observer;
 use crate::{Plan, Quota};
 
@@ -440,69 +440,5 @@ impl Shared {
     /// [`set_quota`](Self::set_quota) does.
     pub(crate) fn set_rate(&self, quota: Quota) {
         self.enforce(quota, true);
-    }
-
-    /// Which quota of the plan holds `tokens` back longest now (`0` for a plan of one).
-    pub(crate) fn holding_back(&self, tokens: u32) -> usize {
-        let st = self.lock();
-        match &st.engine {
-            Kind::Window(w) => w.refused_by(u64::from(tokens), self.clock.now_ns()),
-            Kind::Gcra(_) => 0,
-        }
-    }
-
-    /// For a plan of several quotas: nanoseconds until its tightest quota has one more
-    /// token ([`Engine::reset_in`](crate::engine::Engine::reset_in)).
-    pub(crate) fn reset_in(&self) -> Option<u64> {
-        if self.plan.parts().len() == 1 {
-            return None;
-        }
-        let st = self.lock();
-        match &st.engine {
-            Kind::Window(w) => w.reset_in(self.clock.now_ns()),
-            Kind::Gcra(_) => None,
-        }
-    }
-
-    pub(crate) fn level(&self) -> (View, u64, usize, Quota) {
-        let mut st = self.lock();
-        let now = self.clock.now_ns();
-        let paused = self.paused_until.load(Ordering::Acquire);
-        let queued = st.queue.len();
-        let quota = st.quota;
-        let not_before = now.max(st.tail).max(paused);
-        let slack = self.slack(&st);
-        let ahead = st.queue.tokens();
-        let mut level = match &mut st.engine {
-            Kind::Gcra(g) => {
-                let mut tat = self.cell.tat();
-                if ahead > 0 {
-                    // Once those in line have gone.
-                    g.commit(&mut tat, ahead, now);
-                }
-                g.view(&tat, now)
-            }
-            Kind::Window(w) => {
-                w.forget(now.saturating_sub(slack));
-                let view = w.view(now);
-                View {
-                    available: if not_before > now { 0 } else { view.available },
-                    next_in: 0,
-                    full_in: view.full_in.max(not_before - now),
-                }
-            }
-        };
-        if let Kind::Window(_) = st.engine {
-            level.next_in = self.predict(&mut st, 1, 0, now) - now;
-            if let (Kind::Window(w), true) = (&st.engine, level.next_in > 0) {
-                if w.ramping(now) {
-                    level.available = 0;
-                }
-            }
-        }
-        if queued > 0 {
-            level.available = 0;
-        }
-        (level, paused.saturating_sub(now), queued, quota)
     }
 }

@@ -1,10 +1,14 @@
-//! [`Snapshot`]: a read-only view of a [`Bucket`].
+//! [`Snapshot`]: a read-only view of a [`Bucket`], and what the shared state says of itself.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use std::sync::atomic::Ordering;
+
+use super::shared::{Kind, Shared};
 use super::Bucket;
+use crate::engine::{Engine as _, View};
 use crate::Quota;
 
 /// A read-only view of a [`Bucket`], from [`Bucket::snapshot`].
@@ -43,5 +47,73 @@ impl Bucket {
             paused_until: (paused_in > 0).then(|| now + Duration::from_nanos(paused_in)),
             waiting,
         }
+    }
+}
+
+impl Shared {
+    /// Which quota of the plan holds `tokens` back longest now (`0` for a plan of one).
+    pub(crate) fn holding_back(&self, tokens: u32) -> usize {
+        let st = self.lock();
+        match &st.engine {
+            Kind::Window(w) => w.refused_by(u64::from(tokens), self.clock.now_ns()),
+            Kind::Gcra(_) => 0,
+        }
+    }
+
+    /// For a plan of several quotas: nanoseconds until its tightest quota has one more
+    /// token ([`Engine::reset_in`](crate::engine::Engine::reset_in)).
+    pub(crate) fn reset_in(&self) -> Option<u64> {
+        if self.plan.parts().len() == 1 {
+            return None;
+        }
+        let st = self.lock();
+        match &st.engine {
+            Kind::Window(w) => w.reset_in(self.clock.now_ns()),
+            Kind::Gcra(_) => None,
+        }
+    }
+
+    /// The engine's view now, the time left of a pause, the requests in line and the quota
+    /// enforced.
+    pub(super) fn level(&self) -> (View, u64, usize, Quota) {
+        let mut st = self.lock();
+        let now = self.clock.now_ns();
+        let paused = self.paused_until.load(Ordering::Acquire);
+        let queued = st.queue.len();
+        let quota = st.quota;
+        let not_before = now.max(st.tail).max(paused);
+        let slack = self.slack(&st);
+        let ahead = st.queue.tokens();
+        let mut level = match &mut st.engine {
+            Kind::Gcra(g) => {
+                let mut tat = self.cell.tat();
+                if ahead > 0 {
+                    // Once those in line have gone.
+                    g.commit(&mut tat, ahead, now);
+                }
+                g.view(&tat, now)
+            }
+            Kind::Window(w) => {
+                w.forget(now.saturating_sub(slack));
+                let view = w.view(now);
+                View {
+                    available: if not_before > now { 0 } else { view.available },
+                    next_in: 0,
+                    full_in: view.full_in.max(not_before - now),
+                }
+            }
+        };
+        if let Kind::Window(_) = st.engine {
+            level.next_in = self.predict(&mut st, 1, 0, now) - now;
+            if let (Kind::Window(w), true) = (&st.engine, level.next_in > 0) {
+                if w.ramping(now) {
+                    level.available = 0;
+                }
+            }
+        }
+        if queued > 0 {
+            level.available = 0;
+        }
+        (level, paused.saturating_sub(now), queued, quota)
     }
 }

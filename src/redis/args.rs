@@ -1,7 +1,12 @@
 //! The script arguments `ARGV[1]`–`ARGV[14]` of one call (see `lua/common.lua`): what a call
 //! does, under the parameters in force.
 
-use super::params::{Convert, Params, Shape};
+use super::config::Options;
+use super::error::RedisError;
+use super::params::{Convert, Params, Rates, Shape};
+use super::script::family;
+use super::source;
+use crate::Plan;
 
 /// What a script call does, for the arguments it needs.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +68,58 @@ pub(crate) fn script_args(p: &Params, shape: &Shape, op: Op) -> ([u64; 14], usiz
         11
     };
     (all, len)
+}
+
+/// The keys and arguments of one call of `op` at `key` under `p` (the first quota's
+/// parameters in force; `rest`: a plan's other quotas): the state's two keys and
+/// `ARGV[1]`–`ARGV[14]`; for the plan scripts (`stacked`), the state, each quota's sorted
+/// set and each quota's arguments in turn, all under the hash tag of `key`, and this call's
+/// marker (`lua/stack/parts.lua`).
+pub(crate) fn call_args(
+    key: &str,
+    p: &Params,
+    shape: &Shape,
+    rest: &[(Shape, Params)],
+    stacked: bool,
+    op: Op,
+) -> (Vec<String>, Vec<u64>, Option<String>) {
+    let (all, len) = script_args(p, shape, op);
+    let mut keys = vec![key.to_owned(), format!("{key}:log")];
+    if !stacked {
+        return (keys, all[..len].to_vec(), None);
+    }
+    let mut args = all.to_vec();
+    // The marker says which parameters a state was written with: a re-read is exact, and
+    // made once (`lua/stack/parts.lua`), never carried by the call.
+    args[11..14].fill(0);
+    let mut quotas = vec![(family(shape.algorithm), all)];
+    for (i, (shape, params)) in rest.iter().enumerate() {
+        keys.push(format!("{key}:q{}:log", i + 2));
+        let (a, _) = script_args(params, shape, op);
+        args.extend_from_slice(&a);
+        quotas.push((family(shape.algorithm), a));
+    }
+    let marker = source::marker(quotas.iter().map(|(f, a)| (*f, a)));
+    (keys, args, Some(marker))
+}
+
+/// The marker of `plan` as built (`lua/stack/parts.lua`).
+pub(crate) fn base_marker(
+    plan: &Plan,
+    options: &Options,
+) -> Result<std::sync::Arc<str>, RedisError> {
+    let max_pause_us = u64::try_from(options.max_pause.as_micros()).unwrap_or(u64::MAX);
+    let quotas = plan
+        .parts()
+        .iter()
+        .map(|part| {
+            let rates = Rates::new(Shape::new(part.algorithm, part.quota, max_pause_us)?);
+            let op = Op::Acquire { n: 1, book: false };
+            let (a, _) = script_args(&rates.params(), &rates.shape, op);
+            Ok((family(part.algorithm), a))
+        })
+        .collect::<Result<Vec<_>, RedisError>>()?;
+    Ok(source::marker(quotas.iter().map(|(f, a)| (*f, a))).into())
 }
 
 #[cfg(test)]

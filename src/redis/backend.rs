@@ -8,15 +8,14 @@ use std::time::Duration;
 use ::redis::Value;
 use tokio::time::Instant;
 
-use super::args::{script_args, Op};
+use super::args::{base_marker, call_args, Op};
 use super::breaker::Breaker;
 use super::config::Options;
 use super::conn::Conn;
 use super::error::{RedisError, RedisErrorKind};
 use super::failure::FailurePolicy;
 use super::params::{Params, Rates, Shape};
-use super::script::{family, parse_grant, Reply, Scripts};
-use super::source;
+use super::script::{parse_grant, Reply, Scripts};
 use super::stats::{bump, Counters, RedisStats};
 use crate::{Algorithm, Denied, ExceedsBurst, Plan, Quota};
 
@@ -79,7 +78,7 @@ impl Backend {
         }
         let conn = Conn::of(&options).await?;
         let breaker = Arc::new(Breaker::new(options.probe_interval));
-        let base = base_of(plan, &options)?;
+        let base = base_marker(plan, &options)?;
         let backend = Backend::on(conn, options, plan, stacked, base, breaker, Arc::default())?;
         backend.load().await?;
         Ok(backend)
@@ -364,7 +363,8 @@ impl Backend {
         let mut conn = self.conn.clone();
         // One read: every argument of this call is of one rate.
         let p = self.params();
-        let (keys, args, marker) = self.keys_and_args(key, &p, op);
+        let (keys, args, marker) =
+            call_args(key, &p, &self.rates.shape, &self.rest, self.stacked, op);
         // The plan scripts' markers: this call's and the base plan's.
         let markers = marker.as_deref().map(|m| [m, &*self.base]);
         let max_grant = if let Op::Lease { want, need, .. } = op {
@@ -440,36 +440,6 @@ impl Backend {
         }
     }
 
-    /// The keys and arguments of one call of `op` at `key` under `p`: the state's two keys
-    /// and `ARGV[1]`–`ARGV[14]` (`lua/common.lua`); for the plan scripts, the state, each
-    /// quota's sorted set and each quota's arguments in turn, all under the hash tag of
-    /// `key`, and this call's marker (`lua/stack/parts.lua`).
-    fn keys_and_args(
-        &self,
-        key: &str,
-        p: &Params,
-        op: Op,
-    ) -> (Vec<String>, Vec<u64>, Option<String>) {
-        let (all, len) = script_args(p, &self.rates.shape, op);
-        let mut keys = vec![key.to_owned(), format!("{key}:log")];
-        if !self.stacked {
-            return (keys, all[..len].to_vec(), None);
-        }
-        let mut args = all.to_vec();
-        // The marker says which parameters a state was written with: a re-read is exact,
-        // and made once (`lua/stack/parts.lua`), never carried by the call.
-        args[11..14].fill(0);
-        let mut quotas = vec![(family(self.algorithm), all)];
-        for (i, (shape, params)) in self.rest.iter().enumerate() {
-            keys.push(format!("{key}:q{}:log", i + 2));
-            let (a, _) = script_args(params, shape, op);
-            args.extend_from_slice(&a);
-            quotas.push((family(shape.algorithm), a));
-        }
-        let marker = source::marker(quotas.iter().map(|(f, a)| (*f, a)));
-        (keys, args, Some(marker))
-    }
-
     fn failed(&self, e: &RedisError) {
         if e.is_key_specific() {
             trace_event!(warn, error = %e, "redis rate limit key unusable; failure policy applies");
@@ -493,22 +463,6 @@ impl std::fmt::Debug for Backend {
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
-}
-
-/// The marker of `plan` as built (`lua/stack/parts.lua`).
-fn base_of(plan: &Plan, options: &Options) -> Result<Arc<str>, RedisError> {
-    let max_pause_us = u64::try_from(options.max_pause.as_micros()).unwrap_or(u64::MAX);
-    let quotas = plan
-        .parts()
-        .iter()
-        .map(|part| {
-            let rates = Rates::new(Shape::new(part.algorithm, part.quota, max_pause_us)?);
-            let op = Op::Acquire { n: 1, book: false };
-            let (a, _) = script_args(&rates.params(), &rates.shape, op);
-            Ok((family(part.algorithm), a))
-        })
-        .collect::<Result<Vec<_>, RedisError>>()?;
-    Ok(source::marker(quotas.iter().map(|(f, a)| (*f, a))).into())
 }
 
 /// Redis answered `NOSCRIPT`: it does not have the script (it was flushed).
