@@ -11,6 +11,7 @@
 //! anonymous bucket of the per-key quota. `benches/load/run.sh` puts it under `wrk`.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
@@ -60,8 +61,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = args().map_err(|e| {
         format!("{e}\nusage: axum_server [--addr 127.0.0.1:3000] [--per-key 10] [--global 1000]")
     })?;
-    let per_key = Quota::try_per_second(args.per_key)?;
-    let global = Quota::try_per_second(args.global)?;
+    let per_key = Quota::try_new(args.per_key, Duration::from_secs(1))?;
+    let global = Quota::try_new(args.global, Duration::from_secs(1))?;
     let listener = tokio::net::TcpListener::bind(args.addr).await?;
     println!(
         "listening on http://{} ({} per second per x-api-key, {} per second in all)",

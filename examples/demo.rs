@@ -237,13 +237,14 @@ async fn main() {
             .expect("local URL"),
     };
     let rate = o.rate.unwrap_or(DEFAULT_RATE);
-    let quota = match Quota::try_per_second(rate).and_then(|q| q.try_burst(o.burst)) {
-        Ok(q) => q,
-        Err(e) => {
-            eprintln!("--rate/--burst: {e}");
-            std::process::exit(2);
-        }
-    };
+    let quota =
+        match Quota::try_new(rate, Duration::from_secs(1)).and_then(|q| q.try_burst(o.burst)) {
+            Ok(q) => q,
+            Err(e) => {
+                eprintln!("--rate/--burst: {e}");
+                std::process::exit(2);
+            }
+        };
     let bucket = match (o.adaptive, o.rate) {
         (false, _) => Bucket::new(quota),
         (true, None) => Bucket::adaptive(Adaptive::new()),

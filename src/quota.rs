@@ -27,7 +27,7 @@ use std::time::Duration;
 /// assert_eq!(q.interval(), Duration::from_millis(750));
 ///
 /// // Bad input is a clear error, not a later panic.
-/// assert!(Quota::try_per_second(0).is_err());
+/// assert!(Quota::try_new(0, Duration::from_secs(1)).is_err());
 /// ```
 ///
 /// Fractional emission intervals are rounded **up** to the next nanosecond, so a quota never
@@ -112,7 +112,7 @@ impl Quota {
     /// `n` tokens per second, burst `n`.
     ///
     /// # Panics
-    /// When `n` is zero; see [`Quota::try_per_second`].
+    /// When `n` is zero; see [`Quota::try_new`].
     pub fn per_second(n: u32) -> Self {
         Self::new(n, Duration::from_secs(1))
     }
@@ -120,7 +120,7 @@ impl Quota {
     /// `n` tokens per minute, burst `n`.
     ///
     /// # Panics
-    /// When `n` is zero; see [`Quota::try_per_minute`].
+    /// When `n` is zero; see [`Quota::try_new`].
     pub fn per_minute(n: u32) -> Self {
         Self::new(n, Duration::from_secs(60))
     }
@@ -128,7 +128,7 @@ impl Quota {
     /// `n` tokens per hour, burst `n`.
     ///
     /// # Panics
-    /// When `n` is zero; see [`Quota::try_per_hour`].
+    /// When `n` is zero; see [`Quota::try_new`].
     pub fn per_hour(n: u32) -> Self {
         Self::new(n, Duration::from_secs(3600))
     }
@@ -151,7 +151,7 @@ impl Quota {
     /// `n` tokens per day (86,400 s), burst `n`.
     ///
     /// # Panics
-    /// When `n` is zero; see [`Quota::try_per_day`].
+    /// When `n` is zero; see [`Quota::try_new`].
     pub fn per_day(n: u32) -> Self {
         Self::new(n, Duration::from_secs(86_400))
     }
@@ -159,51 +159,9 @@ impl Quota {
     /// One token every `period`, burst 1.
     ///
     /// # Panics
-    /// When `period` is zero or longer than about 584 years; see [`Quota::try_with_period`].
+    /// When `period` is zero or longer than about 584 years; see [`Quota::try_new`].
     pub fn with_period(period: Duration) -> Self {
-        unwrap_or_panic(Self::try_with_period(period))
-    }
-
-    /// `n` tokens per second, burst `n`; an error when `n` is zero.
-    ///
-    /// # Errors
-    /// [`QuotaError::ZeroRate`].
-    pub fn try_per_second(n: u32) -> Result<Self, QuotaError> {
-        Self::try_new(n, Duration::from_secs(1))
-    }
-
-    /// `n` tokens per minute, burst `n`; an error when `n` is zero.
-    ///
-    /// # Errors
-    /// [`QuotaError::ZeroRate`].
-    pub fn try_per_minute(n: u32) -> Result<Self, QuotaError> {
-        Self::try_new(n, Duration::from_secs(60))
-    }
-
-    /// `n` tokens per hour, burst `n`; an error when `n` is zero.
-    ///
-    /// # Errors
-    /// [`QuotaError::ZeroRate`].
-    pub fn try_per_hour(n: u32) -> Result<Self, QuotaError> {
-        Self::try_new(n, Duration::from_secs(3600))
-    }
-
-    /// `n` tokens per day (86,400 s), burst `n`; an error when `n` is zero.
-    ///
-    /// # Errors
-    /// [`QuotaError::ZeroRate`].
-    pub fn try_per_day(n: u32) -> Result<Self, QuotaError> {
-        Self::try_new(n, Duration::from_secs(86_400))
-    }
-
-    /// One token every `period`, burst 1.
-    ///
-    /// # Errors
-    /// [`QuotaError::ZeroPeriod`] or [`QuotaError::Overflow`].
-    pub fn try_with_period(period: Duration) -> Result<Self, QuotaError> {
-        let mut q = Self::try_new(1, period)?;
-        q.burst = 1;
-        Ok(q)
+        Self::new(1, period)
     }
 
     /// Sets the burst capacity: the most tokens the bucket holds.
@@ -319,19 +277,19 @@ mod tests {
 
     #[test]
     fn zero_and_overflow_are_errors() {
-        assert_eq!(Quota::try_per_second(0), Err(QuotaError::ZeroRate));
         assert_eq!(
-            Quota::try_with_period(Duration::ZERO),
+            Quota::try_new(0, Duration::from_secs(1)),
+            Err(QuotaError::ZeroRate)
+        );
+        assert_eq!(
+            Quota::try_new(1, Duration::ZERO),
             Err(QuotaError::ZeroPeriod)
         );
         assert_eq!(
             Quota::per_second(1).try_burst(0),
             Err(QuotaError::ZeroBurst)
         );
-        assert_eq!(
-            Quota::try_with_period(Duration::MAX),
-            Err(QuotaError::Overflow)
-        );
+        assert_eq!(Quota::try_new(1, Duration::MAX), Err(QuotaError::Overflow));
         assert_eq!(
             Quota::per_hour(1).try_burst(u32::MAX),
             Err(QuotaError::Overflow)
