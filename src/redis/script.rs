@@ -175,13 +175,6 @@ impl Reply {
     }
 }
 
-/// Check a reply: three non-negative integers, the first 0 or 1, times no larger than
-/// `limit_us` (the longest state the script can hold). Anything else is garbage.
-#[cfg(test)]
-pub(crate) fn parse_reply(value: &Value, limit_us: u64) -> Result<Reply, RedisError> {
-    parse_grant(value, limit_us, 1, 1).map(|(reply, ..)| reply)
-}
-
 /// Check a reply whose first integer is a number of tokens granted, `0..=max` (`max` = 1:
 /// admitted or not); with the count, the admission's instant on the Redis clock (µs) when
 /// the reply has a fourth integer (an acquire's: what a release of a booking names; 0
@@ -232,6 +225,12 @@ pub(crate) fn parse_grant(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reply of one admission: three non-negative integers, the first 0 or 1, times no
+    /// larger than `limit_us`.
+    fn parse_reply(value: &Value, limit_us: u64) -> Result<Reply, RedisError> {
+        parse_grant(value, limit_us, 1, 1).map(|(reply, ..)| reply)
+    }
 
     #[test]
     fn replies_are_checked() {
