@@ -1,10 +1,9 @@
 //! [`Snapshot`]: a read-only view of a [`Bucket`], and what the shared state says of itself.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
-
-use std::sync::atomic::Ordering;
 
 use super::shared::{Kind, Shared};
 use super::Bucket;

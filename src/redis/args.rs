@@ -1,5 +1,7 @@
-//! The script arguments `ARGV[1]`–`ARGV[14]` of one call (see `lua/common.lua`): what a call
-//! does, under the parameters in force.
+//! The keys and arguments of one script call: `ARGV[1]`–`ARGV[14]` (see `lua/common.lua`)
+//! for what the call does under the parameters in force, and a plan's marker.
+
+use std::sync::Arc;
 
 use super::config::Options;
 use super::error::RedisError;
@@ -104,10 +106,7 @@ pub(crate) fn call_args(
 }
 
 /// The marker of `plan` as built (`lua/stack/parts.lua`).
-pub(crate) fn base_marker(
-    plan: &Plan,
-    options: &Options,
-) -> Result<std::sync::Arc<str>, RedisError> {
+pub(crate) fn base_marker(plan: &Plan, options: &Options) -> Result<Arc<str>, RedisError> {
     let max_pause_us = u64::try_from(options.max_pause.as_micros()).unwrap_or(u64::MAX);
     let quotas = plan
         .parts()
@@ -129,7 +128,6 @@ mod tests {
 
     use super::*;
     use crate::adaptive::effective;
-    use crate::redis::params::Rates;
     use crate::{Algorithm, Quota};
 
     /// What `lua/common.lua` checks of its arguments, and what one rate is: `tau` the
