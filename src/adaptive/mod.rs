@@ -93,13 +93,15 @@ impl Cut {
 /// |---|---|
 /// | [`start`](Self::start) | 1 per second |
 /// | [`floor`](Self::floor) | 1 per hour |
-/// | [`ceiling`](Self::ceiling) | 10 000 per second |
+///
+/// The ceiling, the rate never exceeded whatever the server says, is 10 000 per second with a
+/// burst of 1 for [`Bucket::adaptive`](crate::Bucket::adaptive); for another, give it to the
+/// builder: `Bucket::builder(ceiling).adaptive(settings)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[must_use]
 pub struct Adaptive {
     pub(crate) start: f64,
     pub(crate) floor: f64,
-    pub(crate) ceiling: Quota,
 }
 
 impl Default for Adaptive {
@@ -107,7 +109,6 @@ impl Default for Adaptive {
         Adaptive {
             start: 1.0,
             floor: DEFAULT_FLOOR,
-            ceiling: Quota::per_second(10_000).burst(1),
         }
     }
 }
@@ -127,12 +128,6 @@ impl Adaptive {
     /// Never go below this rate, however often the server pushes back.
     pub fn floor(mut self, floor: Quota) -> Self {
         self.floor = floor.per_second_f64();
-        self
-    }
-
-    /// Never go above this rate, whatever the server says; its burst is the bucket's.
-    pub fn ceiling(mut self, ceiling: Quota) -> Self {
-        self.ceiling = ceiling;
         self
     }
 }

@@ -105,8 +105,9 @@ impl Bucket {
     ///
     /// It starts at [`Adaptive`]'s start rate and searches upwards until the server pushes
     /// back, then settles just below the server's limit as estimated; when the server states
-    /// its quota in rate-limit fields, the rate jumps to it. Its burst is that of the ceiling
-    /// (1 by default). See [`adaptive`](crate::adaptive) for the control law and its bounds.
+    /// its quota in rate-limit fields, the rate jumps to it. Never above 10 000 per second,
+    /// burst 1: for another ceiling, `Bucket::builder(ceiling).adaptive(settings).build()`.
+    /// See [`adaptive`](crate::adaptive) for the control law and its bounds.
     ///
     /// ```
     /// use tower_throttle::adaptive::Adaptive;
@@ -117,7 +118,9 @@ impl Bucket {
     /// assert_eq!(bucket.quota().burst_size(), 1);
     /// ```
     pub fn adaptive(settings: Adaptive) -> Self {
-        Self::builder(settings.ceiling).adaptive(settings).build()
+        Self::builder(Quota::per_second(10_000).burst(1))
+            .adaptive(settings)
+            .build()
     }
 
     pub(crate) fn from_parts(shared: Shared, control: Control) -> Self {
