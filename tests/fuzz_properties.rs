@@ -159,6 +159,9 @@ fn known_inputs() {
     properties::retry_after_from_headers(
         b"\0\0\0\0\n\x01soon\n\x01Sun, 06 Nov 1994 08:50:37 GMT\n\x0130",
     );
+    // A `Date` in the last second of 9999 and a delta: the wait ends after the last instant
+    // an HTTP-date can name, so it is not written back as one.
+    properties::retry_after_from_headers(b"\0\0\0\0\n\x0139662\n<Fri, 31 Dec 9999 23:59:59 GMT");
     properties::ratelimit_field(b"\0\0\0\0\n\x00\"default\";r=5;t=3;acme-reset-at=@1700000000");
     properties::ratelimit_field(b"\0\0\0\0\n\x03999999999999999999\n\x0418446744073709551615");
     properties::client_ip(

@@ -21,6 +21,10 @@ use tower_throttle::headers::{
 /// The largest integer a structured field carries (RFC 9651 §3.3.1).
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 
+/// The last instant an HTTP-date names, `Fri, 31 Dec 9999 23:59:59 GMT`, in seconds of the
+/// Unix epoch.
+const LAST_HTTP_DATE_SECS: u64 = 253_402_300_799;
+
 /// Reads fuzz input: numbers from the front, then lines.
 struct Input<'a>(&'a [u8]);
 
@@ -95,14 +99,17 @@ pub fn retry_after_from_headers(data: &[u8]) {
             assert!(wait <= MAX_PARSED_WAIT);
             assert_eq!(each.iter().flatten().max(), Some(&wait));
             assert!(!each.contains(&Err(RetryAfterError::TooLong)));
-            let mut again = HeaderMap::new();
-            again.insert(DATE, header(&httpdate::fmt_http_date(reference)));
-            again.insert(
-                RETRY_AFTER,
-                header(&httpdate::fmt_http_date(reference + wait)),
-            );
-            // Any local clock: the Date field is the reference.
-            assert_eq!(read_retry_after(&again, UNIX_EPOCH), Ok(Some(wait)));
+            // Written back as an HTTP-date, when one can name the instant (four-digit years).
+            if reference + wait <= UNIX_EPOCH + Duration::from_secs(LAST_HTTP_DATE_SECS) {
+                let mut again = HeaderMap::new();
+                again.insert(DATE, header(&httpdate::fmt_http_date(reference)));
+                again.insert(
+                    RETRY_AFTER,
+                    header(&httpdate::fmt_http_date(reference + wait)),
+                );
+                // Any local clock: the Date field is the reference.
+                assert_eq!(read_retry_after(&again, UNIX_EPOCH), Ok(Some(wait)));
+            }
         }
         Err(RetryAfterError::TooLong) => {
             assert!(each.contains(&Err(RetryAfterError::TooLong)));
