@@ -10,11 +10,14 @@
 use std::convert::Infallible;
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use tower::{Service, ServiceExt};
+
+#[path = "support/threads.rs"]
+mod threads;
+use threads::two_threads;
 
 const WARM_UP: Duration = Duration::from_secs(1);
 const MEASURE: Duration = Duration::from_secs(3);
@@ -104,37 +107,6 @@ fn clocks(c: &mut Criterion) {
     let quanta = governor::clock::QuantaClock::default();
     g.bench_function("governor_QuantaClock_now", |b| b.iter(|| quanta.now()));
     g.finish();
-}
-
-/// Runs `op` on two threads, `iters` times in all, and returns the wall time from the moment
-/// both are released to the moment the last one finishes: criterion's time per iteration is
-/// then the aggregate time per operation.
-fn two_threads<F: Fn() -> bool + Sync>(iters: u64, op: F) -> Duration {
-    let barrier = Barrier::new(2);
-    let per_thread = [iters / 2, iters - iters / 2];
-    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
-        let handles: Vec<_> = per_thread
-            .iter()
-            .map(|&n| {
-                let (barrier, op) = (&barrier, &op);
-                s.spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    let mut refused = 0u64;
-                    for _ in 0..n {
-                        refused += u64::from(!op());
-                    }
-                    let end = Instant::now();
-                    assert_eq!(refused, 0, "a limiter refused under contention");
-                    (start, end)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let start = spans.iter().map(|s| s.0).min().unwrap();
-    let end = spans.iter().map(|s| s.1).max().unwrap();
-    end - start
 }
 
 fn contended(c: &mut Criterion) {

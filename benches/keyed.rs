@@ -2,19 +2,21 @@
 //! and 100,000 live keys, and the memory per key at 1,000,000 `u64` keys. Beside each
 //! one-quota row, `ours_3_quotas` checks a plan of three quotas (per second, per minute, and
 //! per day in fixed windows), so the price of stacking reads off the same run.
+//! `keyed_two_threads_one_key` checks one key from two threads at once, the contended path.
 //!
 //! ```text
 //! cargo bench --bench keyed -- --warm-up-time 1 --measurement-time 3
 //! cargo bench --bench keyed --features quanta -- --warm-up-time 1 --measurement-time 3
 //! cargo bench --bench keyed -- 'keyed_check/ours(_3_quotas)?/(1|1000)$'
+//! cargo bench --bench keyed --features quanta -- keyed_two_threads_one_key
 //! ```
 //!
 //! Both limiters are configured never to refuse within a run (a token a second, a burst of
 //! 10^9), so the figures are the price of a decision; and every key stays tracked (its bucket
 //! is never full again during the run: ours could otherwise forget it and look up a smaller
-//! table). The keys are checked in a fixed pseudo-random order. Memory is measured in a child process of this binary that does
-//! nothing but insert the keys: the growth of its resident set, next to (for ours) the bytes
-//! the tables report.
+//! table). The keys are checked in a fixed pseudo-random order. Memory is measured in a child
+//! process of this binary that does nothing but insert the keys: the growth of its resident
+//! set, next to (for ours) the bytes the tables report.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -28,6 +30,10 @@ use tower_throttle::{Algorithm, Plan, Quota};
 #[path = "support/keys.rs"]
 mod support;
 use support::keys;
+
+#[path = "support/threads.rs"]
+mod threads;
+use threads::two_threads;
 
 const CHILD: &str = "KEYED_BENCH_CHILD";
 const MEMORY_KEYS: u64 = 1_000_000;
@@ -129,6 +135,29 @@ fn check(c: &mut Criterion) {
     g.finish();
 }
 
+/// One key, checked from two threads at once: the contended path of a keyed limit.
+fn one_key_two_threads(c: &mut Criterion) {
+    let mut g = c.benchmark_group("keyed_two_threads_one_key");
+    g.warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    let mine = ours();
+    g.bench_function("ours", |b| {
+        b.iter_custom(|iters| two_threads(iters, || black_box(mine.try_acquire(&7, 1)).is_ok()))
+    });
+    #[cfg(feature = "quanta")]
+    {
+        let mine = ours_tsc();
+        g.bench_function("ours_tsc_clock", |b| {
+            b.iter_custom(|iters| two_threads(iters, || black_box(mine.try_acquire(&7, 1)).is_ok()))
+        });
+    }
+    let gov = governor();
+    g.bench_function("governor", |b| {
+        b.iter_custom(|iters| two_threads(iters, || black_box(gov.check_key(&7)).is_ok()))
+    });
+    g.finish();
+}
+
 /// Resident set size of this process, bytes.
 fn rss() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -208,5 +237,6 @@ fn main() {
     memory();
     let mut c = Criterion::default().configure_from_args();
     check(&mut c);
+    one_key_two_threads(&mut c);
     c.final_summary();
 }

@@ -32,6 +32,7 @@ mod turn;
 mod waiter;
 
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -191,30 +192,46 @@ impl Bucket {
     /// [`Denied::ExceedsBurst`] when `n` exceeds the burst (it can never fit).
     #[inline]
     pub fn try_acquire(&self, n: u32) -> Result<(), Denied> {
-        self.try_take(n).map(drop)
+        self.take(n).map(drop)
     }
 
     /// [`try_acquire`](Self::try_acquire), with the admission it grants.
-    #[inline]
     pub(crate) fn try_take(&self, n: u32) -> Result<Permit, Denied> {
-        if n == 0 {
-            return Ok(Permit::tokens_only(0));
+        self.take(n)
+    }
+
+    #[inline(always)]
+    fn take(&self, n: u32) -> Result<Permit, Denied> {
+        let shared = &*self.shared;
+        // `n` is 0 or more than one request may take: rare, and decided apart.
+        if n.wrapping_sub(1) >= shared.capacity.load(Ordering::Relaxed) {
+            return self.unsized_take(n);
         }
-        self.shared.check(n)?;
-        match self.shared.try_admit(n) {
+        match shared.try_admit(n) {
             Ok(permit) => {
-                self.shared.observe_admitted(n, 0);
+                shared.observe_admitted(n, 0);
                 Ok(permit)
             }
-            Err(ns) => {
-                let wait = Duration::from_nanos(ns);
-                if let Some(o) = &self.shared.observer {
-                    o.refused(n, wait, false);
-                    o.tokens(self.snapshot().available);
-                }
-                Err(Throttled::after(wait).into())
-            }
+            Err(ns) => Err(self.refused(n, ns)),
         }
+    }
+
+    #[cold]
+    fn unsized_take(&self, n: u32) -> Result<Permit, Denied> {
+        self.shared.check(n)?;
+        Ok(Permit::tokens_only(0))
+    }
+
+    /// A refusal of `n` tokens for `ns` nanoseconds, reported.
+    #[cold]
+    #[inline(never)]
+    fn refused(&self, n: u32, ns: u64) -> Denied {
+        let wait = Duration::from_nanos(ns);
+        if let Some(o) = &self.shared.observer {
+            o.refused(n, wait, false);
+            o.tokens(self.snapshot().available);
+        }
+        Throttled::after(wait).into()
     }
 
     /// Take `n` tokens now as [`try_acquire`](Bucket::try_acquire) does, then give them back

@@ -252,6 +252,12 @@ impl Shared {
                     tat,
                 });
         }
+        self.try_admit_locked(tokens, now)
+    }
+
+    /// [`try_admit`](Self::try_admit) under the lock: a window engine, or waiters in line.
+    #[inline(never)]
+    fn try_admit_locked(&self, tokens: u32, now: u64) -> Result<Permit, u64> {
         let mut st = self.lock();
         if !st.queue.is_empty() {
             let ahead = st.queue.tokens();

@@ -2,9 +2,9 @@
 //! state of requests without a key. Each shard keeps the engine with its table, so a new
 //! quota reaches every key under the lock that decides for it.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::table::{slot_size, Table};
 use crate::engine::{Admit, Engine, Phase, View};
@@ -45,11 +45,6 @@ fn granted<E: Engine>(describe: bool) -> impl FnOnce(&E, Admit) -> Granted {
         admit,
         place: Place::Table,
     }
-}
-
-/// Recover the data if a holder ever panicked: no code path panics while holding a lock.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A refusal: nanoseconds until the cost would fit, and the quota of the plan that holds it
@@ -103,7 +98,9 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
     #[inline]
     fn shard(&self, hash: u64) -> MutexGuard<'_, Held<E, Table<K, E::Packed>>> {
         // Shard by the low bits; the table indexes by the high bits.
-        lock(&self.shards[hash as usize & (self.shards.len() - 1)].0)
+        self.shards[hash as usize & (self.shards.len() - 1)]
+            .0
+            .lock()
     }
 
     /// Admit `tokens` for `key`, or reserve them up to `max_wait` ahead; else the refusal.
@@ -197,7 +194,7 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
         tokens: u64,
         max_wait: u64,
     ) -> Result<Granted, Refused> {
-        let mut held = lock(&self.keyless);
+        let mut held = self.keyless.lock();
         let Held { engine: e, states } = &mut *held;
         let state = states.get_or_insert_with(|| e.empty());
         let admit = e
@@ -232,7 +229,7 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
                 }
             }
             _ => {
-                let mut held = lock(&self.keyless);
+                let mut held = self.keyless.lock();
                 let Held { engine: e, states } = &mut *held;
                 if states.as_mut().is_some_and(|s| undo(e, s)) {
                     *states = None;
@@ -280,13 +277,13 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
             let _ = e.carry_quota(s, quota, phase, now);
         };
         for shard in self.shards.iter() {
-            let mut held = lock(&shard.0);
+            let mut held = shard.0.lock();
             let Held { engine: e, states } = &mut *held;
             let new = e.with_quota(&mut e.empty(), quota, phase, now);
             states.update_all(|p| e.unpacked(p, |s| convert(e, s)));
             *e = new;
         }
-        let mut held = lock(&self.keyless);
+        let mut held = self.keyless.lock();
         let Held { engine: e, states } = &mut *held;
         let new = e.with_quota(&mut e.empty(), quota, phase, now);
         if let Some(s) = states.as_mut() {
@@ -298,11 +295,11 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
 
     /// The engine the keys follow now.
     pub(crate) fn engine(&self) -> E {
-        lock(&self.keyless).engine.clone()
+        self.keyless.lock().engine.clone()
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(&s.0).states.len()).sum()
+        self.shards.iter().map(|s| s.0.lock().states.len()).sum()
     }
 
     /// Heap bytes of the tables' slots.
@@ -310,7 +307,7 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
         let slots: usize = self
             .shards
             .iter()
-            .map(|s| lock(&s.0).states.capacity())
+            .map(|s| s.0.lock().states.capacity())
             .sum();
         slots * slot_size::<K, E::Packed>() + std::mem::size_of_val(&*self.shards)
     }

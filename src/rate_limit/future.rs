@@ -1,4 +1,4 @@
-//! [`ResponseFuture`].
+//! [`ResponseFuture`] and [`CostFuture`].
 
 use std::fmt;
 use std::future::Future;
@@ -13,9 +13,64 @@ use crate::limit::Turn;
 use crate::BoxError;
 
 pin_project! {
+    /// Response future of a [`RateLimit`](super::RateLimit) of one token per request: the
+    /// inner service's future, or the refusal of a limit that could not decide.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        kind: Outcome<F>,
+    }
+}
+
+pin_project! {
+    #[project = OutcomeProj]
+    enum Outcome<F> {
+        Called { #[pin] future: F },
+        Failed { error: Option<BoxError> },
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn called(future: F) -> Self {
+        ResponseFuture {
+            kind: Outcome::Called { future },
+        }
+    }
+
+    pub(crate) fn failed(error: BoxError) -> Self {
+        ResponseFuture {
+            kind: Outcome::Failed { error: Some(error) },
+        }
+    }
+}
+
+impl<F, T, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<T, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<T, BoxError>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            OutcomeProj::Called { future } => future.poll(cx).map_err(Into::into),
+            OutcomeProj::Failed { error } => {
+                Poll::Ready(Err(error.take().expect("polled after completion")))
+            }
+        }
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+pin_project! {
     /// Response future of a [`RateLimit`](super::RateLimit) with a per-request cost: waits for
     /// the rest of the request's cost, then calls the inner service.
-    pub struct ResponseFuture<S, Req>
+    pub struct CostFuture<S, Req>
     where
         S: Service<Req>,
     {
@@ -41,21 +96,21 @@ pin_project! {
     }
 }
 
-impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
+impl<S: Service<Req>, Req> CostFuture<S, Req> {
     pub(crate) fn called(future: S::Future) -> Self {
-        ResponseFuture {
+        CostFuture {
             kind: Kind::Called { future },
         }
     }
 
     pub(crate) fn failed(error: BoxError) -> Self {
-        ResponseFuture {
+        CostFuture {
             kind: Kind::Failed { error: Some(error) },
         }
     }
 
     pub(crate) fn waiting(rest: Turn, svc: S, req: Req) -> Self {
-        ResponseFuture {
+        CostFuture {
             kind: Kind::Waiting {
                 rest,
                 sleep: Box::pin(tokio::time::sleep_until(tokio::time::Instant::now())),
@@ -66,7 +121,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     }
 }
 
-impl<S, Req> Future for ResponseFuture<S, Req>
+impl<S, Req> Future for CostFuture<S, Req>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
@@ -103,8 +158,8 @@ where
     }
 }
 
-impl<S: Service<Req>, Req> fmt::Debug for ResponseFuture<S, Req> {
+impl<S: Service<Req>, Req> fmt::Debug for CostFuture<S, Req> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+        f.debug_struct("CostFuture").finish_non_exhaustive()
     }
 }

@@ -48,7 +48,8 @@ impl Gate {
     pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if let State::Idle = self.state {
             if let Some(p) = self.limit.admit_now(1) {
-                self.state = State::Ready(p);
+                // `Idle` owns nothing: nothing to drop.
+                std::mem::forget(std::mem::replace(&mut self.state, State::Ready(p)));
                 return Poll::Ready(());
             }
         }
@@ -92,6 +93,15 @@ impl Gate {
     /// When nothing is reserved: `poll_ready` was not called, or did not return ready.
     #[inline]
     pub(crate) fn take(&mut self) -> Result<Permit, Denied> {
+        if let State::Ready(p) = self.state {
+            // A permit owns nothing: overwriting it is all there is to taking it.
+            std::mem::forget(std::mem::replace(&mut self.state, State::Idle));
+            return Ok(p);
+        }
+        self.take_slow()
+    }
+
+    fn take_slow(&mut self) -> Result<Permit, Denied> {
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Ready(p) => Ok(p),
             State::Refused(e) => Err(e),

@@ -26,7 +26,7 @@ mod gate;
 mod layer;
 mod service;
 
-pub use self::future::ResponseFuture;
+pub use self::future::{CostFuture, ResponseFuture};
 pub use self::layer::RateLimitLayer;
 pub use self::service::RateLimit;
 

@@ -4,7 +4,7 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::future::ResponseFuture;
+use super::future::{CostFuture, ResponseFuture};
 use super::gate::Gate;
 use super::UnitCost;
 use crate::limit::{Limit, Reserved};
@@ -75,13 +75,15 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S, Req>;
+    type Future = ResponseFuture<S::Future>;
 
+    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         std::task::ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
         self.gate.poll_acquire(cx).map(Ok)
     }
 
+    #[inline]
     fn call(&mut self, req: Req) -> Self::Future {
         match self.gate.take() {
             Ok(_spent) => ResponseFuture::called(self.inner.call(req)),
@@ -98,7 +100,7 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S, Req>;
+    type Future = CostFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         std::task::ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
@@ -108,32 +110,32 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let permit = match self.gate.take() {
             Ok(permit) => permit,
-            Err(refused) => return ResponseFuture::failed(refused.into()),
+            Err(refused) => return CostFuture::failed(refused.into()),
         };
         let limit = self.gate.limit();
         let n = (self.cost)(&req);
         if let Err(e) = limit.check(n) {
             limit.give_back(permit);
-            return ResponseFuture::failed(Denied::from(e).into());
+            return CostFuture::failed(Denied::from(e).into());
         }
         if n == 0 {
             limit.give_back(permit);
         }
         if n <= 1 {
-            return ResponseFuture::called(self.inner.call(req));
+            return CostFuture::called(self.inner.call(req));
         }
         // The first token came with `poll_ready`; the rest of the cost is taken before the
         // request goes.
         let rest = match limit.reserve(n - 1) {
             Reserved::Later(turn) => turn,
-            Reserved::Now(_) => return ResponseFuture::called(self.inner.call(req)),
+            Reserved::Now(_) => return CostFuture::called(self.inner.call(req)),
             Reserved::Full(full) => {
                 limit.give_back(permit);
-                return ResponseFuture::failed(Denied::from(full).into());
+                return CostFuture::failed(Denied::from(full).into());
             }
         };
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::waiting(rest, ready, req)
+        CostFuture::waiting(rest, ready, req)
     }
 }
