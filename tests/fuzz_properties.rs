@@ -93,6 +93,55 @@ const RATELIMIT: &[&str] = &[
     "Tue, 14 Nov 2023 22:13:20 GMT",
 ];
 
+/// Go-style durations.
+const DURATION: &[&str] = &[
+    "0",
+    "1",
+    "59",
+    ".",
+    "52",
+    "h",
+    "m",
+    "s",
+    "ms",
+    "us",
+    "µs",
+    "ns",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-",
+    "+",
+    " ",
+];
+
+/// Provider field lines (the letter after `\n` picks the field, `a` is `Date`).
+const PROVIDER: &[&str] = &[
+    "\naTue, 14 Nov 2023 22:13:20 GMT",
+    "\nb",
+    "\nc",
+    "\nd",
+    "\ne",
+    "\nf",
+    "\ng",
+    "\nh",
+    "\ni",
+    "\nj",
+    "\nk",
+    "\nl",
+    "\nm",
+    "0",
+    "60",
+    "150000",
+    "6m0s",
+    "59.52s",
+    "20ms",
+    "2023-11-14T22:13:25Z",
+    "2023-11-14T23:13:25.5+01:00",
+    "2123-11-14T22:13:25Z",
+    "18446744073709551616",
+    "-1",
+];
+
 /// `X-Forwarded-For` (`\n\x00`) and `Forwarded` (`\n\x01`) lines.
 const FORWARDED: &[&str] = &[
     "\n\x00",
@@ -142,6 +191,16 @@ proptest! {
     }
 
     #[test]
+    fn provider_duration(data in input(DURATION, 10)) {
+        properties::provider_duration(&data[4..]);
+    }
+
+    #[test]
+    fn provider_limits(data in input(PROVIDER, 12)) {
+        properties::provider_limits(&data);
+    }
+
+    #[test]
     fn client_ip(data in input(FORWARDED, 12)) {
         properties::client_ip(&data);
     }
@@ -164,6 +223,12 @@ fn known_inputs() {
     properties::retry_after_from_headers(b"\0\0\0\0\n\x0139662\n<Fri, 31 Dec 9999 23:59:59 GMT");
     properties::ratelimit_field(b"\0\0\0\0\n\x00\"default\";r=5;t=3;acme-reset-at=@1700000000");
     properties::ratelimit_field(b"\0\0\0\0\n\x03999999999999999999\n\x0418446744073709551615");
+    properties::provider_duration(b"1h2m3.5s");
+    properties::provider_duration(b"9223372036854775807ns");
+    properties::provider_limits(b"\0\0\0\0\nb60\nc0\nd6m0s\ne150000\nf0\ng59.52s");
+    properties::provider_limits(
+        b"\0\0\0\0\naTue, 14 Nov 2023 22:13:20 GMT\nh50\ni0\nj2023-11-14T22:13:25Z",
+    );
     properties::client_ip(
         b"\x00\x02\x20\x40\n\x00 6.6.6.6, 203.0.113.9, 10.0.0.7\n\x01for=\"[2001:db8::7]:80\"",
     );

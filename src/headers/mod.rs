@@ -4,7 +4,8 @@
 //! quota a server reports on every response: [`read_quota_hint`] reads what is left and when
 //! it comes back, from the IETF draft's `RateLimit` field
 //! ([draft-ietf-httpapi-ratelimit-headers]) or the older `RateLimit-*` and `X-RateLimit-*`
-//! fields; [`read_stated_rate`] and [`read_quota_rate`] read the rate they state. Once
+//! fields; [`read_stated_rate`] and [`read_quota_rate`] read the rate they state;
+//! [`read_provider_limits`] reads OpenAI's and Anthropic's fields, per resource. Once
 //! refused, [`read_retry_after`] reads how long to wait.
 //! [`RetryAfterLayer`](crate::RetryAfterLayer) does all of this; these functions are for
 //! clients of your own. None of them panics, whatever the bytes.
@@ -26,6 +27,7 @@
 //! [draft-ietf-httpapi-ratelimit-headers]: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/
 
 pub(crate) mod grpc;
+mod provider;
 mod ratelimit;
 mod retry_after;
 mod structured;
@@ -38,6 +40,8 @@ pub(crate) use self::ratelimit::{
 #[cfg(feature = "grpc")]
 pub(crate) use self::values::digits;
 
+pub use self::provider::{parse_duration, read_provider_limits, Resource, ResourceHint};
+pub(crate) use self::provider::{spent_for, stated_requests};
 pub use self::ratelimit::{
     read_quota_hint, read_quota_rate, read_stated_rate, QuotaHint, LONGEST_WINDOW,
 };

@@ -84,6 +84,10 @@ pub fn parse_retry_after(value: &[u8], now: SystemTime) -> Result<Duration, Retr
 ///
 /// Returns `Ok(None)` when there is no `Retry-After` field.
 ///
+/// A well-formed `retry-after-ms` field (OpenAI's and Azure's: milliseconds, a fraction
+/// allowed, such as `1500` or `20.5`) says the same more precisely and wins over
+/// `Retry-After`; a malformed one is ignored.
+///
 /// An HTTP-date is measured against the response's own `Date` field when that is present and
 /// valid, so the wait is what the server meant even if the local clock is wrong; otherwise it
 /// is measured against `now`.
@@ -96,6 +100,16 @@ pub fn read_retry_after(
     headers: &HeaderMap,
     now: SystemTime,
 ) -> Result<Option<Duration>, RetryAfterError> {
+    if let Some(wait) = headers
+        .get(RETRY_AFTER_MS)
+        .and_then(|v| millis(trim_ows(v.as_bytes())))
+    {
+        return if wait > MAX_PARSED_WAIT {
+            Err(RetryAfterError::TooLong)
+        } else {
+            Ok(Some(wait))
+        };
+    }
     let reference = date(headers).unwrap_or(now);
     let mut longest = None;
     let mut first_error = None;
@@ -119,6 +133,31 @@ pub fn read_retry_after(
         (None, Some(e)) => Err(e),
         (None, None) => Ok(None),
     }
+}
+
+/// OpenAI's and Azure's `retry-after-ms`.
+const RETRY_AFTER_MS: &str = "retry-after-ms";
+
+/// Milliseconds with an optional fraction (`1500`, `20.5`), to the nanosecond; `None` for
+/// anything else.
+fn millis(value: &[u8]) -> Option<Duration> {
+    let (whole, fraction) = match value.iter().position(|&b| b == b'.') {
+        Some(i) => (&value[..i], &value[i + 1..]),
+        None => (value, &b""[..]),
+    };
+    let whole = digits(whole)?;
+    if !fraction.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let nanos = fraction
+        .iter()
+        .take(6)
+        .zip([100_000, 10_000, 1_000, 100, 10, 1])
+        .map(|(&d, scale)| u64::from(d - b'0') * scale)
+        .sum::<u64>();
+    let secs = whole / 1_000;
+    let sub = (whole % 1_000) * 1_000_000 + nanos;
+    Some(Duration::from_secs(secs) + Duration::from_nanos(sub))
 }
 
 #[cfg(test)]
@@ -298,6 +337,31 @@ mod tests {
         assert_eq!(
             read_retry_after(&headers, SystemTime::now()),
             Ok(Some(Duration::from_secs(30)))
+        );
+    }
+
+    #[test]
+    fn retry_after_ms_wins_when_well_formed() {
+        let ms = http::HeaderName::from_static("retry-after-ms");
+        let now = SystemTime::now();
+        for (value, want) in [
+            ("1500", Ok(Some(Duration::from_millis(1500)))),
+            (" 20.5 ", Ok(Some(Duration::from_micros(20_500)))),
+            ("0.0000019", Ok(Some(Duration::from_nanos(1)))),
+            ("31536000000", Ok(Some(MAX_PARSED_WAIT))),
+            ("31536000001", Err(RetryAfterError::TooLong)),
+            ("-5", Ok(Some(Duration::from_secs(30)))),
+            ("1e3", Ok(Some(Duration::from_secs(30)))),
+            (".5", Ok(Some(Duration::from_secs(30)))),
+            ("99999999999999999999999", Ok(Some(Duration::from_secs(30)))),
+        ] {
+            let headers = map(&[(RETRY_AFTER, "30"), (ms.clone(), value)]);
+            assert_eq!(read_retry_after(&headers, now), want, "{value:?}");
+        }
+        let alone = map(&[(ms, "250")]);
+        assert_eq!(
+            read_retry_after(&alone, now),
+            Ok(Some(Duration::from_millis(250)))
         );
     }
 

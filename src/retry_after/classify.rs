@@ -8,7 +8,8 @@ use http::{HeaderMap, StatusCode};
 
 use super::policy::Policy;
 use crate::headers::{
-    read_quota_hint, read_quota_rate, read_retry_after, read_stated_rate, RetryAfterError,
+    read_provider_limits, read_quota_hint, read_quota_rate, read_retry_after, read_stated_rate,
+    spent_for, stated_requests, RetryAfterError,
 };
 
 /// What a response says.
@@ -64,24 +65,33 @@ impl Policy {
             return reading;
         }
         let now = SystemTime::now();
-        let (hint, stated) = if self.read_quota_headers {
-            let stated = read_stated_rate(headers).or_else(|| read_quota_rate(headers, now));
-            (read_quota_hint(headers, now), stated)
+        let (hint, stated, provider) = if self.read_quota_headers {
+            let provider = read_provider_limits(headers, now);
+            let stated = read_stated_rate(headers)
+                .or_else(|| read_quota_rate(headers, now))
+                .or_else(|| stated_requests(&provider));
+            (read_quota_hint(headers, now), stated, provider)
         } else {
-            (None, None)
+            (None, None, Vec::new())
         };
+        // A provider's resource that ran out says for how long; else the generic fields.
+        let provider_spent = spent_for(&provider);
         let exhausted = hint.filter(|h| h.remaining == 0);
-        let rate_limited_403 = status == StatusCode::FORBIDDEN && exhausted.is_some();
+        let rate_limited_403 = status == StatusCode::FORBIDDEN
+            && (exhausted.is_some() || provider.iter().any(|h| h.remaining == Some(0)));
         let retry_after = read_retry_after(headers, now);
-        let spent_for = exhausted.and_then(|h| h.reset);
+        let spent_for = provider_spent.or(exhausted.and_then(|h| h.reset));
         let kind = if self.push_back.contains(&status) || rate_limited_403 {
             let asked = matches!(retry_after, Ok(Some(_)));
             Kind::PushBack {
-                cooldown: match retry_after {
-                    Ok(Some(d)) => d,
-                    Ok(None) => spent_for.unwrap_or(self.default_cooldown),
-                    Err(RetryAfterError::Invalid) => self.default_cooldown,
-                    Err(_) => Duration::MAX, // too far to honour
+                cooldown: match (provider_spent, retry_after) {
+                    (Some(d), _) => d,
+                    (None, retry_after) => match retry_after {
+                        Ok(Some(d)) => d,
+                        Ok(None) => spent_for.unwrap_or(self.default_cooldown),
+                        Err(RetryAfterError::Invalid) => self.default_cooldown,
+                        Err(_) => Duration::MAX, // too far to honour
+                    },
                 },
                 unprocessed: self.not_processed(status, asked, rate_limited_403),
                 retry: true,

@@ -14,8 +14,8 @@ use http::header::{HeaderName, DATE, FORWARDED, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Request};
 use tower_throttle::extract::{ClientIp, KeyExtractor, ProxyHeaders};
 use tower_throttle::headers::{
-    parse_retry_after, read_quota_hint, read_retry_after, read_stated_rate, RetryAfterError,
-    LONGEST_WINDOW, MAX_PARSED_WAIT,
+    parse_duration, parse_retry_after, read_provider_limits, read_quota_hint, read_retry_after,
+    read_stated_rate, Resource, RetryAfterError, LONGEST_WINDOW, MAX_PARSED_WAIT,
 };
 
 /// The largest integer a structured field carries (RFC 9651 §3.3.1).
@@ -168,6 +168,98 @@ pub fn ratelimit_field(data: &[u8]) {
     let back = read_quota_hint(&again, now).expect("a written field reads back");
     assert_eq!(back.remaining, remaining);
     assert_eq!(back.reset, Some(Duration::from_secs(reset)));
+}
+
+/// `headers::parse_duration` on any bytes: at most `i64::MAX` nanoseconds; a duration read
+/// reads the same written back in nanoseconds, in seconds with a fraction, and in hours,
+/// minutes and seconds as Go writes it.
+pub fn provider_duration(data: &[u8]) {
+    let Some(d) = parse_duration(data) else {
+        return;
+    };
+    assert!(d.as_nanos() <= i64::MAX as u128, "{d:?} from {data:?}");
+    let nanos = d.as_nanos();
+    let (h, m) = (nanos / 3_600_000_000_000, nanos / 60_000_000_000 % 60);
+    let (s, frac) = (nanos / 1_000_000_000 % 60, nanos % 1_000_000_000);
+    for written in [
+        format!("{nanos}ns"),
+        format!("{}.{:09}s", d.as_secs(), d.subsec_nanos()),
+        format!("{h}h{m}m{s}.{frac:09}s"),
+    ] {
+        assert_eq!(parse_duration(written.as_bytes()), Some(d), "{written}");
+    }
+}
+
+/// The fields `provider_limits` reads lines of: the byte after `\n` picks one, from `a`.
+pub const PROVIDER_FIELDS: [&str; 13] = [
+    "date",
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-requests-limit",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-input-tokens-reset",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-tokens-reset",
+];
+
+/// `headers::read_provider_limits` on any provider field lines: at most one hint per
+/// resource, in order, none empty, no reset past [`LONGEST_WINDOW`]; written back as
+/// OpenAI-style fields, the hints read the same.
+pub fn provider_limits(data: &[u8]) {
+    let mut input = Input(data);
+    let now = input.now();
+    let mut headers = HeaderMap::new();
+    for line in input.lines() {
+        let Some((&kind, value)) = line.split_first() else {
+            continue;
+        };
+        let Some(name) = PROVIDER_FIELDS.get(usize::from(kind.wrapping_sub(b'a'))) else {
+            continue;
+        };
+        if let Ok(value) = HeaderValue::from_bytes(value) {
+            headers.append(HeaderName::from_static(name), value);
+        }
+    }
+    let hints = read_provider_limits(&headers, now);
+    assert!(hints.len() <= 4);
+    let order = |r: Resource| {
+        [
+            Resource::Requests,
+            Resource::Tokens,
+            Resource::InputTokens,
+            Resource::OutputTokens,
+        ]
+        .iter()
+        .position(|&x| x == r)
+    };
+    assert!(hints
+        .windows(2)
+        .all(|w| order(w[0].resource) < order(w[1].resource)));
+    let mut again = HeaderMap::new();
+    for hint in &hints {
+        assert!(hint.limit.is_some() || hint.remaining.is_some() || hint.reset.is_some());
+        assert!(hint.reset.is_none_or(|r| r <= LONGEST_WINDOW), "{hint:?}");
+        let name = hint.resource.name();
+        let mut put = |part: &str, value: String| {
+            let field = HeaderName::from_bytes(format!("x-ratelimit-{part}-{name}").as_bytes());
+            again.insert(field.unwrap(), header(&value));
+        };
+        if let Some(limit) = hint.limit {
+            put("limit", limit.to_string());
+        }
+        if let Some(remaining) = hint.remaining {
+            put("remaining", remaining.to_string());
+        }
+        if let Some(reset) = hint.reset {
+            put("reset", format!("{}ns", reset.as_nanos()));
+        }
+    }
+    assert_eq!(read_provider_limits(&again, now), hints);
 }
 
 /// The peers a request may come from: trusted proxies and outsiders, both families.

@@ -1,0 +1,157 @@
+//! `RetryAfterLayer` steered by the API providers' own rate-limit fields: OpenAI's
+//! `x-ratelimit-*-{requests,tokens}` and `retry-after-ms`, Anthropic's
+//! `anthropic-ratelimit-*`.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use tokio::time::Instant;
+use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
+use tower_throttle::adaptive::Adaptive;
+use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+
+type Headers = Vec<(&'static str, &'static str)>;
+type Arrivals = Arc<Mutex<Vec<Duration>>>;
+
+/// A server answering from a script of (status, headers), then `200`; it logs when each
+/// request arrived.
+fn server(
+    script: Vec<(u16, Headers)>,
+) -> (
+    impl Service<Request<()>, Response = Response<()>, Error = BoxError> + Clone,
+    Arrivals,
+) {
+    let start = Instant::now();
+    let script = Arc::new(Mutex::new(VecDeque::from(script)));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let svc = service_fn({
+        let log = log.clone();
+        move |_req: Request<()>| {
+            log.lock().unwrap().push(start.elapsed());
+            let (status, headers) = script.lock().unwrap().pop_front().unwrap_or((200, vec![]));
+            async move {
+                let mut resp = Response::new(());
+                *resp.status_mut() = StatusCode::from_u16(status).unwrap();
+                for (k, v) in headers {
+                    resp.headers_mut().append(k, v.parse().unwrap());
+                }
+                Ok::<_, BoxError>(resp)
+            }
+        }
+    });
+    (svc, log)
+}
+
+/// [`send`], the first request answered `status` with `headers`.
+async fn after(bucket: &Bucket, status: u16, headers: Headers, requests: usize) -> Vec<Duration> {
+    send(bucket, vec![(status, headers)], requests).await
+}
+
+async fn send(bucket: &Bucket, script: Vec<(u16, Headers)>, requests: usize) -> Vec<Duration> {
+    let (api, log) = server(script);
+    let mut client = ServiceBuilder::new()
+        .layer(RetryAfterLayer::new(bucket.clone()).retry_after_jitter(Duration::ZERO))
+        .layer(RateLimitLayer::new(bucket.clone()))
+        .service(api);
+    for _ in 0..requests {
+        let resp = client
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let log = log.lock().unwrap().clone();
+    log
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_ms_is_followed_to_the_millisecond() {
+    let bucket = Bucket::new(Quota::per_second(100));
+    let times = send(
+        &bucket,
+        vec![(429, vec![("retry-after", "2"), ("retry-after-ms", "1500")])],
+        1,
+    )
+    .await;
+    assert_eq!(times, [Duration::ZERO, Duration::from_millis(1500)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_for_tokens_waits_for_the_tokens_reset() {
+    let bucket = Bucket::new(Quota::per_second(100));
+    let times = after(
+        &bucket,
+        429,
+        vec![
+            ("retry-after", "1"),
+            ("x-ratelimit-limit-requests", "6000"),
+            ("x-ratelimit-remaining-requests", "5999"),
+            ("x-ratelimit-reset-requests", "10ms"),
+            ("x-ratelimit-limit-tokens", "150000"),
+            ("x-ratelimit-remaining-tokens", "0"),
+            ("x-ratelimit-reset-tokens", "2.5s"),
+        ],
+        1,
+    )
+    .await;
+    assert_eq!(times, [Duration::ZERO, Duration::from_millis(2500)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_anthropic_quota_spent_on_a_200_holds_the_next_request_until_its_reset() {
+    let bucket = Bucket::new(Quota::per_second(100));
+    let times = after(
+        &bucket,
+        200,
+        vec![
+            // The reset is read against the server's `Date`, whatever the local clock.
+            ("date", "Wed, 01 May 2024 12:00:00 GMT"),
+            ("anthropic-ratelimit-requests-limit", "50"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-requests-reset", "2024-05-01T12:00:03Z"),
+        ],
+        2,
+    )
+    .await;
+    assert_eq!(times, [Duration::ZERO, Duration::from_secs(3)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_providers_request_limit_is_learned_from_the_first_response() {
+    let bucket = Bucket::adaptive(Adaptive::new());
+    let headers = vec![
+        ("x-ratelimit-limit-requests", "120"),
+        ("x-ratelimit-remaining-requests", "119"),
+        ("x-ratelimit-reset-requests", "500ms"),
+    ];
+    let times = send(&bucket, vec![(200, headers.clone()), (200, headers)], 3).await;
+    assert_eq!(bucket.rate(), 2.0, "120 requests per minute");
+    // After the first answer, one request every 500 ms.
+    assert_eq!(times[2] - times[1], Duration::from_millis(500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn hostile_provider_fields_are_ignored() {
+    let bucket = Bucket::new(Quota::per_second(100));
+    let times = after(
+        &bucket,
+        200,
+        vec![
+            ("x-ratelimit-remaining-tokens", "0"),
+            ("x-ratelimit-reset-tokens", "87600h"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-requests-reset", "9999-12-31T23:59:59Z"),
+            ("x-ratelimit-limit-requests", "-1"),
+        ],
+        2,
+    )
+    .await;
+    // Resets years away are not believed: nothing holds the next request.
+    assert_eq!(times, [Duration::ZERO, Duration::ZERO]);
+    assert_eq!(bucket.rate(), 100.0);
+}
