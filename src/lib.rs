@@ -130,7 +130,7 @@ pub mod reqwest;
 pub mod retry_after;
 
 pub use crate::algorithm::Algorithm;
-pub use crate::bucket::{Acquire, Bucket, BucketBuilder, Feedback, Sent, Snapshot};
+pub use crate::bucket::{Acquire, Bucket, BucketBuilder, Charge, Feedback, Sent, Snapshot};
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
 pub use crate::keyed::KeyedBucket;
 pub use crate::limit::{KeyedLimit, Limit};

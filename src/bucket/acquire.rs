@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
 
-use super::{Bucket, Denied, Reservation, Waiter};
+use super::{Bucket, Denied, Permit, Reservation, Waiter};
 
 /// Waits for tokens of a [`Bucket`]: the future of [`Bucket::acquire`].
 ///
@@ -16,6 +16,8 @@ use super::{Bucket, Denied, Reservation, Waiter};
 pub struct Acquire<'a> {
     bucket: &'a Bucket,
     n: u32,
+    /// Admit on the bucket's fast path when it can.
+    pub(super) fast: bool,
     state: State,
 }
 
@@ -33,39 +35,38 @@ impl<'a> Acquire<'a> {
         Acquire {
             bucket,
             n,
+            fast: true,
             state: State::Start,
         }
     }
 }
 
-impl Future for Acquire<'_> {
-    type Output = Result<(), Denied>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
+impl Acquire<'_> {
+    /// Poll for the admission itself.
+    pub(super) fn poll_permit(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit, Denied>> {
         loop {
-            match &mut this.state {
+            match &mut self.state {
                 State::Start => {
-                    if this.n == 0 {
-                        this.state = State::Done;
-                        return Poll::Ready(Ok(()));
+                    if self.n == 0 {
+                        self.state = State::Done;
+                        return Poll::Ready(Ok(Permit::tokens_only(0)));
                     }
-                    let reserved = this
+                    let reserved = self
                         .bucket
-                        .check(this.n)
+                        .check(self.n)
                         .map_err(Denied::from)
-                        .and_then(|()| Ok(this.bucket.reserve(this.n, true)?));
+                        .and_then(|()| Ok(self.bucket.shared.reserve(self.n, true, self.fast)?));
                     match reserved {
                         Err(e) => {
-                            this.state = State::Done;
+                            self.state = State::Done;
                             return Poll::Ready(Err(e));
                         }
-                        Ok(Reservation::Now(_)) => {
-                            this.state = State::Done;
-                            return Poll::Ready(Ok(()));
+                        Ok(Reservation::Now(permit)) => {
+                            self.state = State::Done;
+                            return Poll::Ready(Ok(permit));
                         }
                         Ok(Reservation::Later(waiter)) => {
-                            this.state = State::Waiting {
+                            self.state = State::Waiting {
                                 waiter,
                                 sleep: Box::pin(tokio::time::sleep_until(
                                     tokio::time::Instant::now(),
@@ -76,12 +77,20 @@ impl Future for Acquire<'_> {
                 }
                 State::Waiting { waiter, sleep } => {
                     let result = std::task::ready!(waiter.poll(sleep.as_mut(), cx));
-                    this.state = State::Done;
-                    return Poll::Ready(result.map(drop).map_err(Denied::from));
+                    self.state = State::Done;
+                    return Poll::Ready(result.map_err(Denied::from));
                 }
                 State::Done => panic!("`Acquire` polled after completion"),
             }
         }
+    }
+}
+
+impl Future for Acquire<'_> {
+    type Output = Result<(), Denied>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.poll_permit(cx).map_ok(drop)
     }
 }
 

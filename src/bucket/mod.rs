@@ -23,6 +23,7 @@
 mod acquire;
 mod builder;
 mod cell;
+mod charge;
 mod feedback;
 mod guard;
 mod queue;
@@ -38,6 +39,7 @@ use std::time::Duration;
 
 pub use self::acquire::Acquire;
 pub use self::builder::BucketBuilder;
+pub use self::charge::Charge;
 #[cfg(feature = "redis")]
 pub(crate) use self::feedback::Adopt;
 pub use self::feedback::{Feedback, Sent};
@@ -259,7 +261,7 @@ impl Bucket {
     /// Admit now, or queue: callers check the size first. `bounded`: honour a leaky
     /// bucket's queue limit.
     pub(crate) fn reserve(&self, n: u32, bounded: bool) -> Result<Reservation, QueueFull> {
-        self.shared.reserve(n, bounded)
+        self.shared.reserve(n, bounded, true)
     }
 
     /// Wait until `n` tokens are available, then take them.
@@ -272,6 +274,39 @@ impl Bucket {
     /// fit), and [`Denied::QueueFull`] when a leaky bucket's queue is full.
     pub fn acquire(&self, n: u32) -> Acquire<'_> {
         Acquire::new(self, n)
+    }
+
+    /// Take `estimate` tokens now, to [`settle`](Charge::settle) once the real cost is
+    /// known; as [`try_acquire`](Bucket::try_acquire) otherwise.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Bucket::try_acquire).
+    pub fn try_charge(&self, estimate: u32) -> Result<Charge, Denied> {
+        let shared = &*self.shared;
+        shared.check(estimate)?;
+        if estimate == 0 {
+            return Ok(Charge::new(self.clone(), Permit::tokens_only(0)));
+        }
+        // Under the lock: a charge knows what was given back before it.
+        match shared.try_admit_locked(estimate, shared.clock.now_ns()) {
+            Ok(permit) => {
+                shared.observe_admitted(estimate, 0);
+                Ok(Charge::new(self.clone(), permit))
+            }
+            Err(ns) => Err(self.refused(estimate, ns)),
+        }
+    }
+
+    /// Wait for `estimate` tokens, then take them, to [`settle`](Charge::settle) once the
+    /// real cost is known; as [`acquire`](Bucket::acquire) otherwise.
+    ///
+    /// # Errors
+    /// As [`acquire`](Bucket::acquire).
+    pub async fn charge(&self, estimate: u32) -> Result<Charge, Denied> {
+        let mut acquire = Acquire::new(self, estimate);
+        acquire.fast = false;
+        let permit = std::future::poll_fn(|cx| acquire.poll_permit(cx)).await?;
+        Ok(Charge::new(self.clone(), permit))
     }
 
     /// Hold every admission for `cooldown`: a server's `Retry-After`.

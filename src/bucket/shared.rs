@@ -65,6 +65,8 @@ pub(super) struct State {
     /// The sliding log heeds its guard until this instant: a window's width after it last
     /// counted a late waiter back.
     pub(super) credited_until: u64,
+    /// GCRA engines: the time given back so far, nanoseconds of `tat`.
+    pub(super) refunded: u64,
     /// GCRA engines: the instant the last waiter went (0: none yet).
     pub(super) last_went: u64,
     /// A pause was set and no waiter went after its end yet (see
@@ -90,7 +92,13 @@ pub(crate) struct Permit {
     pub(super) at: u64,
     /// GCRA: `tat` right after this admission; giving the permit back is exact before it.
     pub(super) tat: u64,
+    /// GCRA: the time given back ([`State::refunded`]) before this admission, when it was
+    /// made under the lock; else [`UNKNOWN`].
+    pub(super) refunds: u64,
 }
+
+/// [`Permit::refunds`] of an admission made on the fast path.
+pub(super) const UNKNOWN: u64 = u64::MAX;
 
 impl Permit {
     /// The tokens this admission took.
@@ -105,6 +113,7 @@ impl Permit {
             tokens,
             at: 0,
             tat: 0,
+            refunds: UNKNOWN,
         }
     }
 }
@@ -167,6 +176,7 @@ impl Shared {
                 tail: 0,
                 guard: 0,
                 credited_until: 0,
+                refunded: 0,
                 last_went: 0,
                 resumed: false,
                 engine: engine_of(&plan, clock.now_ns(), align),
@@ -192,6 +202,7 @@ impl Shared {
             tokens,
             at: now,
             tat,
+            refunds: UNKNOWN,
         })
     }
 
@@ -250,6 +261,7 @@ impl Shared {
                     tokens,
                     at: now,
                     tat,
+                    refunds: UNKNOWN,
                 });
         }
         self.try_admit_locked(tokens, now)
@@ -257,7 +269,7 @@ impl Shared {
 
     /// [`try_admit`](Self::try_admit) under the lock: a window engine, or waiters in line.
     #[inline(never)]
-    fn try_admit_locked(&self, tokens: u32, now: u64) -> Result<Permit, u64> {
+    pub(super) fn try_admit_locked(&self, tokens: u32, now: u64) -> Result<Permit, u64> {
         let mut st = self.lock();
         if !st.queue.is_empty() {
             let ahead = st.queue.tokens();
@@ -270,13 +282,18 @@ impl Shared {
 
     /// Admit now if possible, else join the line. `bounded`: refuse when a leaky bucket's
     /// line is full (the waiting layer applies backpressure instead).
+    /// `fast`: admit on the fast path when it can (else only under the lock, as a
+    /// [`Charge`](super::Charge) must be).
     pub(crate) fn reserve(
         self: &Arc<Self>,
         tokens: u32,
         bounded: bool,
+        fast: bool,
     ) -> Result<Reservation, QueueFull> {
-        if let Some(p) = self.admit_now(tokens) {
-            return Ok(Reservation::Now(p));
+        if fast {
+            if let Some(p) = self.admit_now(tokens) {
+                return Ok(Reservation::Now(p));
+            }
         }
         let mut st = self.lock();
         if let Some(max_queue) = self.algorithm.max_queue() {
@@ -324,14 +341,27 @@ impl Shared {
         let (tokens, at) = (u64::from(permit.tokens), permit.at);
         let credits = self.credits(&st);
         match &mut st.engine {
-            // Exact while the bucket has not refilled past the admission; after that its
-            // tokens would have come back anyway.
-            Kind::Gcra(g) if now < permit.tat => {
-                self.cell.update(|tat| g.release(tat, tokens, at));
-                let cost = tokens.saturating_mul(self.guard_params().0);
-                st.guard = st.guard.saturating_sub(cost);
+            // Only what has not come back by refilling since the admission, so the bucket
+            // never holds more than it would had the admission taken fewer tokens, whatever
+            // it admitted since. `tat` falls only by what is given back: the admission's
+            // `tat`, less what was given back since, bounds what is still ahead of it.
+            Kind::Gcra(g) => {
+                let interval = g.interval;
+                let since = match permit.refunds {
+                    UNKNOWN => 0,
+                    before => st.refunded.saturating_sub(before),
+                };
+                let ahead = permit.tat.saturating_sub(since).saturating_sub(now);
+                let back = tokens.saturating_mul(interval).min(ahead);
+                st.refunded = st.refunded.saturating_add(back);
+                if back > 0 {
+                    self.cell.update(|tat| *tat = tat.saturating_sub(back));
+                    let (guard_interval, _) = self.guard_params();
+                    let scaled =
+                        u128::from(back) * u128::from(guard_interval) / u128::from(interval.max(1));
+                    st.guard = st.guard.saturating_sub(scaled as u64);
+                }
             }
-            Kind::Gcra(_) => {}
             Kind::Window(w) => {
                 w.release(tokens, at);
                 if credits {
@@ -343,6 +373,40 @@ impl Shared {
         let next = self.hand_over(&mut st, now);
         drop(st);
         next.into_iter().for_each(Waker::wake);
+    }
+
+    /// Charge `tokens` now whether or not they fit: an admission that cost more than it
+    /// took. At most one burst more than an empty bucket is ever owed, so a debt lasts at
+    /// most twice the time the bucket takes to fill.
+    pub(crate) fn owe(&self, tokens: u32) {
+        if tokens == 0 {
+            return;
+        }
+        let mut st = self.lock();
+        let now = self.clock.now_ns();
+        let capacity = self.capacity.load(Ordering::Acquire);
+        let tokens = u64::from(tokens.min(capacity));
+        let tail = st.tail;
+        match &mut st.engine {
+            Kind::Gcra(g) => {
+                let (interval, tolerance) = (g.interval, g.tolerance);
+                let most = now
+                    .saturating_add(tolerance)
+                    .saturating_add(u64::from(capacity).saturating_mul(interval));
+                self.cell.update(|tat| {
+                    let owed = (*tat)
+                        .max(now)
+                        .saturating_add(tokens.saturating_mul(interval));
+                    *tat = owed.min(most.max(*tat));
+                });
+            }
+            Kind::Window(w) => w.commit(tokens, now.max(tail)),
+        }
+        st.tail = st.tail.max(now);
+        drop(st);
+        if let Some(o) = &self.observer {
+            o.tokens(self.level().0.available.try_into().unwrap_or(u32::MAX));
+        }
     }
 
     /// Hold every admission, waiters included, until `now + d`; restart as from an empty

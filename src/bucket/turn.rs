@@ -50,7 +50,13 @@ impl Shared {
         let from = from.max(self.paused_until.load(Ordering::Acquire));
         if let Kind::Gcra(_) = st.engine {
             let (at, tat) = self.cell.admit_from(u64::from(tokens), from, now)?;
-            return Ok(Permit { tokens, at, tat });
+            let refunds = st.refunded;
+            return Ok(Permit {
+                tokens,
+                at,
+                tat,
+                refunds,
+            });
         }
         let at = self.predict(st, tokens, 0, from);
         if at > now {
@@ -63,7 +69,12 @@ impl Shared {
             w.commit(u64::from(tokens), at);
         }
         st.tail = st.tail.max(at);
-        Ok(Permit { tokens, at, tat: 0 })
+        Ok(Permit {
+            tokens,
+            at,
+            tat: 0,
+            refunds: 0,
+        })
     }
 
     /// The first in line may have to learn its turn: its timer is armed too late (someone

@@ -137,8 +137,12 @@ impl Engine for Log {
     }
 
     fn release(&self, log: &mut Entries, cost: u64, at: u64) {
-        if let Some(i) = log.entries.iter().rposition(|e| *e == (at, cost)) {
-            log.entries.remove(i);
+        // An admission at `at` of at least `cost`: all of it or, settled lower, part of it.
+        if let Some(i) = log.entries.iter().rposition(|e| e.0 == at && e.1 >= cost) {
+            log.entries[i].1 -= cost;
+            if log.entries[i].1 == 0 {
+                log.entries.remove(i);
+            }
             log.total -= cost;
         }
     }

@@ -1,0 +1,77 @@
+//! [`Charge`]: tokens taken on an estimate, settled once the real cost is known.
+
+use std::fmt;
+
+use super::{Bucket, Permit};
+
+/// Tokens a [`Bucket`] admitted on an estimate, to settle once the request's real cost is
+/// known: the tokens of a language model's answer, read from its `usage`.
+///
+/// From [`Bucket::try_charge`] or [`Bucket::charge`]. Settling once consumes the charge:
+/// - [`settle`](Charge::settle) with less than the estimate gives the difference back at
+///   once: the first waiters in line may go earlier, in their order. Only what the bucket has
+///   not refilled since the admission comes back, so the bucket never holds more than it
+///   would had the admission taken the real cost.
+/// - [`settle`](Charge::settle) with more charges the overrun now, beyond the limit if need
+///   be: the debt delays the next admissions. One settlement owes at most one burst (a
+///   window's count: its limit), and a debt is at most one burst beyond an empty token or
+///   leaky bucket; a window's debt counts in the window it was settled in.
+/// - [`refund`](Charge::refund) gives everything back: the request was never sent.
+/// - Dropped unsettled, the estimate stands: a request sent whose cost never came back.
+///
+/// ```
+/// use tower_throttle::{Bucket, Quota};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // 10,000 tokens per minute.
+/// let tokens = Bucket::new(Quota::per_minute(10_000).burst(10_000));
+/// let charge = tokens.charge(4_000).await.unwrap(); // the prompt and `max_tokens`
+/// assert_eq!(tokens.snapshot().available, 6_000);
+/// charge.settle(1_500); // the answer's `usage.total_tokens`
+/// assert_eq!(tokens.snapshot().available, 8_500);
+/// # }
+/// ```
+#[must_use = "dropped unsettled, a charge keeps its estimate"]
+pub struct Charge {
+    bucket: Bucket,
+    permit: Permit,
+}
+
+impl Charge {
+    pub(super) fn new(bucket: Bucket, permit: Permit) -> Self {
+        Charge { bucket, permit }
+    }
+
+    /// The tokens taken on the estimate.
+    pub fn estimate(&self) -> u32 {
+        self.permit.tokens
+    }
+
+    /// The request cost `actual` tokens: give back what it took beyond that, or charge what
+    /// it took short.
+    pub fn settle(self, actual: u32) {
+        let estimate = self.permit.tokens;
+        if actual < estimate {
+            self.bucket.give_back(Permit {
+                tokens: estimate - actual,
+                ..self.permit
+            });
+        } else {
+            self.bucket.shared.owe(actual - estimate);
+        }
+    }
+
+    /// The request was never sent: give every token back.
+    pub fn refund(self) {
+        self.settle(0);
+    }
+}
+
+impl fmt::Debug for Charge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Charge")
+            .field("estimate", &self.permit.tokens)
+            .finish_non_exhaustive()
+    }
+}
