@@ -110,6 +110,7 @@ mod algorithm;
 pub mod bucket;
 mod budget;
 mod clock;
+mod cost;
 mod denied;
 mod engine;
 pub mod extract;
@@ -131,6 +132,7 @@ pub mod retry_after;
 
 pub use crate::algorithm::Algorithm;
 pub use crate::bucket::{Acquire, Bucket, BucketBuilder, Charge, Feedback, Sent, Snapshot};
+pub use crate::cost::{Cost, Resource};
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
 pub use crate::keyed::KeyedBucket;
 pub use crate::limit::{KeyedLimit, Limit};

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::{Algorithm, Quota};
+use crate::{Algorithm, Cost, Quota, Resource};
 
 /// The quotas one limit enforces together: a request goes only when each of them has room,
 /// and is then charged to all of them; refused by one, it is charged to none, and its wait is
@@ -11,16 +11,23 @@ use crate::{Algorithm, Quota};
 ///
 /// A plan of one quota is that quota (`Plan::from(quota)`, the token bucket). [`and`](Plan::and)
 /// stacks another, each with its own [`Algorithm`]: a token bucket per second under fixed
-/// windows per day is the usual pair.
+/// windows per day is the usual pair. Each quota counts one [`Resource`]
+/// ([`counting`](Plan::counting)), requests unless told otherwise: requests and tokens per
+/// minute are one plan, and a request's [`Cost`] says how much of each it takes.
 ///
 /// ```
-/// use tower_throttle::{Algorithm, Plan, Quota};
+/// use tower_throttle::{Algorithm, Plan, Quota, Resource};
 ///
 /// let free = Plan::new(Quota::per_second(10).burst(20))
 ///     .and(Quota::per_day(10_000))
 ///     .algorithm(Algorithm::FixedWindow)
 ///     .named("daily");
 /// assert_eq!(free.quotas().count(), 2);
+///
+/// let model = Plan::new(Quota::per_minute(500))
+///     .and(Quota::per_minute(30_000).burst(30_000))
+///     .counting(Resource::TOKENS);
+/// # let _ = model;
 /// ```
 #[derive(Clone, PartialEq)]
 pub struct Plan {
@@ -32,6 +39,8 @@ pub struct Plan {
 pub(crate) struct Part {
     pub(crate) quota: Quota,
     pub(crate) algorithm: Algorithm,
+    /// The resource it counts.
+    pub(crate) resource: Resource,
     name: Option<Arc<str>>,
 }
 
@@ -42,6 +51,7 @@ impl Plan {
             parts: vec![Part {
                 quota,
                 algorithm: Algorithm::TokenBucket,
+                resource: Resource::REQUESTS,
                 name: None,
             }],
         }
@@ -53,6 +63,7 @@ impl Plan {
         self.parts.push(Part {
             quota,
             algorithm: Algorithm::TokenBucket,
+            resource: Resource::REQUESTS,
             name: None,
         });
         self
@@ -61,6 +72,13 @@ impl Plan {
     /// The algorithm of the quota added last.
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.last().algorithm = algorithm;
+        self
+    }
+
+    /// The resource the quota added last counts ([`Resource::REQUESTS`] unless told
+    /// otherwise): a request is charged to it what its [`Cost`] names of that resource.
+    pub fn counting(mut self, resource: Resource) -> Self {
+        self.last().resource = resource;
         self
     }
 
@@ -86,6 +104,20 @@ impl Plan {
 
     pub(crate) fn parts(&self) -> &[Part] {
         &self.parts
+    }
+
+    /// What `cost` charges each quota, in order.
+    pub(crate) fn amounts(&self, cost: &Cost) -> Vec<u64> {
+        self.parts
+            .iter()
+            .map(|p| u64::from(cost.of(&p.resource)))
+            .collect()
+    }
+
+    /// Whether every quota counts requests.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // what Redis plans must do
+    pub(crate) fn counts_requests_only(&self) -> bool {
+        self.parts.iter().all(|p| p.resource == Resource::REQUESTS)
     }
 
     /// The plan with its first quota replaced.

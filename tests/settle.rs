@@ -1,11 +1,13 @@
 //! `Bucket::charge`: tokens taken on an estimate and settled once the real cost is known.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proptest::prelude::*;
 use tokio::time::Instant;
-use tower_throttle::{Algorithm, Bucket, Quota};
+use tower_throttle::{Algorithm, Bucket, Cost, Quota};
 
 const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::TokenBucket,
@@ -28,7 +30,7 @@ async fn an_overestimate_comes_back_and_a_refund_gives_everything_back() {
     for algorithm in ALGORITHMS {
         let tokens = bucket(Quota::per_minute(10_000).burst(10_000), algorithm);
         let charge = tokens.charge(4_000).await.unwrap();
-        assert_eq!(charge.estimate(), 4_000);
+        assert_eq!(charge.estimate(), &Cost::from(4_000));
         assert_eq!(tokens.snapshot().available, 6_000, "{algorithm:?}");
         charge.settle(1_500);
         assert_eq!(tokens.snapshot().available, 8_500, "{algorithm:?}");
@@ -128,12 +130,7 @@ proptest! {
         ops in proptest::collection::vec((1u32..=6, 0u32..=6, 0u64..400, 0usize..4), 1..60),
         algorithm in proptest::sample::select(ALGORITHMS.to_vec()),
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        support::run_paused(async {
             let quota = Quota::per_second(10).burst(10);
             let real = bucket(quota, algorithm);
             let exact = bucket(quota, algorithm);

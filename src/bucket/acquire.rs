@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::time::Sleep;
@@ -18,6 +19,8 @@ pub struct Acquire<'a> {
     n: u32,
     /// Admit on the bucket's fast path when it can.
     pub(super) fast: bool,
+    /// The amount per quota of a plan whose quotas are charged apart.
+    pub(super) each: Option<Arc<[u64]>>,
     state: State,
 }
 
@@ -36,6 +39,7 @@ impl<'a> Acquire<'a> {
             bucket,
             n,
             fast: true,
+            each: None,
             state: State::Start,
         }
     }
@@ -47,15 +51,15 @@ impl Acquire<'_> {
         loop {
             match &mut self.state {
                 State::Start => {
-                    if self.n == 0 {
+                    if self.n == 0 && self.each.is_none() {
                         self.state = State::Done;
                         return Poll::Ready(Ok(Permit::tokens_only(0)));
                     }
-                    let reserved = self
-                        .bucket
-                        .check(self.n)
+                    let (shared, each) = (&self.bucket.shared, self.each.clone());
+                    let reserved = shared
+                        .check_cost(self.n, each.as_deref())
                         .map_err(Denied::from)
-                        .and_then(|()| Ok(self.bucket.shared.reserve(self.n, true, self.fast)?));
+                        .and_then(|()| Ok(shared.reserve(self.n, each, true, self.fast)?));
                     match reserved {
                         Err(e) => {
                             self.state = State::Done;

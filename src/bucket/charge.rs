@@ -1,8 +1,10 @@
 //! [`Charge`]: tokens taken on an estimate, settled once the real cost is known.
 
 use std::fmt;
+use std::sync::Arc;
 
 use super::{Bucket, Permit};
+use crate::Cost;
 
 /// Tokens a [`Bucket`] admitted on an estimate, to settle once the request's real cost is
 /// known: the tokens of a language model's answer, read from its `usage`.
@@ -36,33 +38,67 @@ use super::{Bucket, Permit};
 pub struct Charge {
     bucket: Bucket,
     permit: Permit,
+    estimate: Cost,
+    /// The estimate per quota, where the plan has several.
+    each: Option<Arc<[u64]>>,
 }
 
 impl Charge {
-    pub(super) fn new(bucket: Bucket, permit: Permit) -> Self {
-        Charge { bucket, permit }
-    }
-
-    /// The tokens taken on the estimate.
-    pub fn estimate(&self) -> u32 {
-        self.permit.tokens
-    }
-
-    /// The request cost `actual` tokens: give back what it took beyond that, or charge what
-    /// it took short.
-    pub fn settle(self, actual: u32) {
-        let estimate = self.permit.tokens;
-        if actual < estimate {
-            self.bucket.give_back(Permit {
-                tokens: estimate - actual,
-                ..self.permit
-            });
-        } else {
-            self.bucket.shared.owe(actual - estimate);
+    pub(super) fn new(
+        bucket: Bucket,
+        permit: Permit,
+        estimate: Cost,
+        each: Option<Arc<[u64]>>,
+    ) -> Self {
+        Charge {
+            bucket,
+            permit,
+            estimate,
+            each,
         }
     }
 
-    /// The request was never sent: give every token back.
+    /// What was taken on the estimate.
+    pub fn estimate(&self) -> &Cost {
+        &self.estimate
+    }
+
+    /// The request cost `actual`: give back what it took beyond that, or charge what it
+    /// took short, quota by quota.
+    pub fn settle(self, actual: impl Into<Cost>) {
+        let shared = &self.bucket.shared;
+        let (first, actual_each) = shared.price_of(&actual.into());
+        let Some(estimate) = &self.each else {
+            let estimate = self.permit.tokens;
+            match first.checked_sub(estimate) {
+                Some(owed) => shared.owe(owed, None),
+                None => shared.give_back(Permit {
+                    tokens: estimate - first,
+                    ..self.permit
+                }),
+            }
+            return;
+        };
+        let actual = actual_each.unwrap_or_default();
+        let diff = |f: fn(u64, u64) -> u64| -> Vec<u64> {
+            estimate
+                .iter()
+                .zip(actual.iter())
+                .map(|(e, a)| f(*e, *a))
+                .collect()
+        };
+        let back = diff(|e, a| e.saturating_sub(a));
+        let owed = diff(|e, a| a.saturating_sub(e));
+        let tokens = |a: &[u64]| u32::try_from(a[0]).unwrap_or(u32::MAX);
+        let permit = Permit {
+            tokens: tokens(&back),
+            ..self.permit
+        };
+        shared.give_back_each(permit, Some(&back));
+        shared.owe(tokens(&owed), Some(&owed));
+    }
+
+    /// The request was never sent: give everything back.
     pub fn refund(self) {
         self.settle(0);
     }
@@ -71,7 +107,7 @@ impl Charge {
 impl fmt::Debug for Charge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Charge")
-            .field("estimate", &self.permit.tokens)
+            .field("estimate", &self.estimate)
             .finish_non_exhaustive()
     }
 }

@@ -127,19 +127,20 @@ impl Shared {
         &self,
         st: &mut State,
         tokens: u32,
+        each: Option<&[u64]>,
         from: u64,
         now: u64,
     ) -> Result<Permit, u64> {
         if let Kind::Window(_) = st.engine {
-            return self.commit(st, tokens, from, now);
+            return self.commit(st, tokens, each, from, now);
         }
         let (unit, tolerance) = self.guard_params();
         let cost = u64::from(tokens).saturating_mul(unit);
         let (guard, at) = schedule(st.guard, now, cost, tolerance);
         if at > now {
-            return Err(at.max(self.predict(st, tokens, 0, from)));
+            return Err(at.max(self.predict(st, tokens, None, 0, from)));
         }
-        let permit = self.commit(st, tokens, from, now)?;
+        let permit = self.commit(st, tokens, None, from, now)?;
         st.guard = guard;
         st.last_went = now;
         if st.resumed {

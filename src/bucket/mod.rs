@@ -51,7 +51,7 @@ pub(crate) use self::waiter::Waiter;
 use crate::adaptive::{Adaptive, Control};
 pub use crate::algorithm::Algorithm;
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
-use crate::{Plan, Quota};
+use crate::{Cost, Plan, Quota};
 
 /// A token bucket shared by every clone of this handle.
 ///
@@ -261,7 +261,7 @@ impl Bucket {
     /// Admit now, or queue: callers check the size first. `bounded`: honour a leaky
     /// bucket's queue limit.
     pub(crate) fn reserve(&self, n: u32, bounded: bool) -> Result<Reservation, QueueFull> {
-        self.shared.reserve(n, bounded, true)
+        self.shared.reserve(n, None, bounded, true)
     }
 
     /// Wait until `n` tokens are available, then take them.
@@ -276,37 +276,41 @@ impl Bucket {
         Acquire::new(self, n)
     }
 
-    /// Take `estimate` tokens now, to [`settle`](Charge::settle) once the real cost is
-    /// known; as [`try_acquire`](Bucket::try_acquire) otherwise.
+    /// Take `estimate` now, to [`settle`](Charge::settle) once the real cost is known; as
+    /// [`try_acquire`](Bucket::try_acquire) otherwise. A [`Cost`] names an amount per
+    /// [`Resource`](crate::Resource) (requests and tokens), charged to the quotas of the plan
+    /// that count each, all of them or none; a number is that many requests.
     ///
     /// # Errors
     /// As [`try_acquire`](Bucket::try_acquire).
-    pub fn try_charge(&self, estimate: u32) -> Result<Charge, Denied> {
-        let shared = &*self.shared;
-        shared.check(estimate)?;
-        if estimate == 0 {
-            return Ok(Charge::new(self.clone(), Permit::tokens_only(0)));
-        }
+    pub fn try_charge(&self, estimate: impl Into<Cost>) -> Result<Charge, Denied> {
+        let (shared, estimate) = (&*self.shared, estimate.into());
+        let (tokens, each) = shared.price_of(&estimate);
+        shared.check_cost(tokens, each.as_deref())?;
         // Under the lock: a charge knows what was given back before it.
-        match shared.try_admit_locked(estimate, shared.clock.now_ns()) {
+        match shared.try_admit_locked(tokens, each.as_deref(), shared.clock.now_ns()) {
             Ok(permit) => {
-                shared.observe_admitted(estimate, 0);
-                Ok(Charge::new(self.clone(), permit))
+                shared.observe_admitted(tokens, 0);
+                Ok(Charge::new(self.clone(), permit, estimate, each))
             }
-            Err(ns) => Err(self.refused(estimate, ns)),
+            Err(ns) => Err(self.refused(tokens, ns)),
         }
     }
 
-    /// Wait for `estimate` tokens, then take them, to [`settle`](Charge::settle) once the
-    /// real cost is known; as [`acquire`](Bucket::acquire) otherwise.
+    /// Wait for `estimate`, then take it, to [`settle`](Charge::settle) once the real cost
+    /// is known; as [`acquire`](Bucket::acquire) and [`try_charge`](Bucket::try_charge)
+    /// otherwise.
     ///
     /// # Errors
     /// As [`acquire`](Bucket::acquire).
-    pub async fn charge(&self, estimate: u32) -> Result<Charge, Denied> {
-        let mut acquire = Acquire::new(self, estimate);
+    pub async fn charge(&self, estimate: impl Into<Cost>) -> Result<Charge, Denied> {
+        let estimate = estimate.into();
+        let (tokens, each) = self.shared.price_of(&estimate);
+        let mut acquire = Acquire::new(self, tokens);
         acquire.fast = false;
+        acquire.each = each.clone();
         let permit = std::future::poll_fn(|cx| acquire.poll_permit(cx)).await?;
-        Ok(Charge::new(self.clone(), permit))
+        Ok(Charge::new(self.clone(), permit, estimate, each))
     }
 
     /// Hold every admission for `cooldown`: a server's `Retry-After`.

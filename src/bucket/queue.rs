@@ -5,6 +5,7 @@
 //! keeps its slot index for its whole life, and only its owner removes it, so indices need
 //! no generation counter.
 
+use std::sync::Arc;
 use std::task::Waker;
 
 /// No slot: the end of the list.
@@ -13,6 +14,8 @@ const NIL: usize = usize::MAX;
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) tokens: u32,
+    /// The amount per quota of a plan whose quotas are charged apart.
+    pub(crate) each: Option<Arc<[u64]>>,
     /// The instant the waiter's timer is armed for (nanoseconds on the bucket's clock); at or
     /// before the present when it waits for the one ahead of it to go.
     pub(crate) armed: u64,
@@ -29,6 +32,7 @@ impl Entry {
     pub(crate) fn new(tokens: u32, armed: u64) -> Self {
         Entry {
             tokens,
+            each: None,
             armed,
             waker: None,
             first_since: 0,

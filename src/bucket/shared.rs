@@ -16,13 +16,14 @@ use std::time::Duration;
 
 use super::cell::Cell;
 use super::queue::{Entry, Queue};
+use super::turn::price;
 use super::waiter::Waiter;
 use super::{Algorithm, ExceedsBurst, QueueFull};
 use crate::clock::{Align, Clock};
 use crate::engine::gcra::Gcra;
-use crate::engine::{Engine as _, Log, Model, Paused, Phase, Stack, Windows};
+use crate::engine::{Engine as _, Log, Model, Paused, Phase, Price, Stack, Windows};
 use crate::observe::Observer;
-use crate::{Plan, Quota};
+use crate::{Cost, Plan, Quota};
 
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -235,6 +236,45 @@ impl Shared {
         self.lock().quota
     }
 
+    /// What `cost` charges: the first quota's amount, and the amount per quota where the
+    /// plan has several.
+    pub(super) fn price_of(&self, cost: &Cost) -> (u32, Option<Arc<[u64]>>) {
+        let amounts = self.plan.amounts(cost);
+        let first = u32::try_from(amounts[0]).unwrap_or(u32::MAX);
+        (first, (amounts.len() > 1).then(|| Arc::from(amounts)))
+    }
+
+    /// [`check_price`](Self::check_price), taking the lock where it must.
+    pub(super) fn check_cost(&self, tokens: u32, each: Option<&[u64]>) -> Result<(), ExceedsBurst> {
+        match each {
+            Some(_) => self.check_price(&self.lock(), tokens, each),
+            None => self.check(tokens),
+        }
+    }
+
+    /// Check a request's size, `tokens` or `each` (an amount per quota of a plan), against
+    /// the capacity.
+    pub(super) fn check_price(
+        &self,
+        st: &State,
+        tokens: u32,
+        each: Option<&[u64]>,
+    ) -> Result<(), ExceedsBurst> {
+        match (each, &st.engine) {
+            (Some(a), Kind::Window(w)) => {
+                let too_large = a.iter().enumerate().find(|(i, n)| **n > w.capacity_at(*i));
+                match too_large {
+                    Some((i, &n)) => Err(ExceedsBurst {
+                        requested: u32::try_from(n).unwrap_or(u32::MAX),
+                        burst: u32::try_from(w.capacity_at(i)).unwrap_or(u32::MAX),
+                    }),
+                    None => Ok(()),
+                }
+            }
+            _ => self.check(tokens),
+        }
+    }
+
     /// Check a request's size against the capacity.
     #[inline]
     pub(crate) fn check(&self, tokens: u32) -> Result<(), ExceedsBurst> {
@@ -264,19 +304,24 @@ impl Shared {
                     refunds: UNKNOWN,
                 });
         }
-        self.try_admit_locked(tokens, now)
+        self.try_admit_locked(tokens, None, now)
     }
 
     /// [`try_admit`](Self::try_admit) under the lock: a window engine, or waiters in line.
     #[inline(never)]
-    pub(super) fn try_admit_locked(&self, tokens: u32, now: u64) -> Result<Permit, u64> {
+    pub(super) fn try_admit_locked(
+        &self,
+        tokens: u32,
+        each: Option<&[u64]>,
+        now: u64,
+    ) -> Result<Permit, u64> {
         let mut st = self.lock();
         if !st.queue.is_empty() {
             let ahead = st.queue.tokens();
-            let at = self.predict(&mut st, tokens, ahead, now);
+            let at = self.predict(&mut st, tokens, each, ahead, now);
             return Err(at.saturating_sub(now).max(1));
         }
-        self.commit(&mut st, tokens, now, now)
+        self.commit(&mut st, tokens, each, now, now)
             .map_err(|at| at - now)
     }
 
@@ -284,9 +329,11 @@ impl Shared {
     /// line is full (the waiting layer applies backpressure instead).
     /// `fast`: admit on the fast path when it can (else only under the lock, as a
     /// [`Charge`](super::Charge) must be).
+    /// `each`: an amount per quota of a plan whose quotas are charged apart.
     pub(crate) fn reserve(
         self: &Arc<Self>,
         tokens: u32,
+        each: Option<Arc<[u64]>>,
         bounded: bool,
         fast: bool,
     ) -> Result<Reservation, QueueFull> {
@@ -303,7 +350,7 @@ impl Shared {
         }
         let now = self.clock.now_ns();
         let armed = if st.queue.is_empty() {
-            match self.commit(&mut st, tokens, now, now) {
+            match self.commit(&mut st, tokens, each.as_deref(), now, now) {
                 Ok(permit) => {
                     drop(st);
                     self.observe_admitted(tokens, 0);
@@ -317,7 +364,7 @@ impl Shared {
             }
         } else if let Kind::Gcra(_) = st.engine {
             let ahead = st.queue.tokens();
-            self.predict(&mut st, tokens, ahead, now)
+            self.predict(&mut st, tokens, None, ahead, now)
         } else {
             // A window waiter behind the first learns its turn at the hand-over.
             now
@@ -325,7 +372,8 @@ impl Shared {
         let mut entry = Entry::new(tokens, armed);
         entry.first_since = now;
         // The quota may have shrunk below the request since the caller checked it.
-        entry.failed = self.check(tokens).is_err();
+        entry.failed = self.check_price(&st, tokens, each.as_deref()).is_err();
+        entry.each = each;
         let key = st.queue.push(entry);
         self.waiting.store(st.queue.len(), Ordering::Release);
         Ok(Reservation::Later(Waiter::new(Arc::clone(self), key, now)))
@@ -333,7 +381,13 @@ impl Shared {
 
     /// Return an unused permit; the first in line may go earlier.
     pub(crate) fn give_back(&self, permit: Permit) {
-        if permit.tokens == 0 {
+        self.give_back_each(permit, None);
+    }
+
+    /// Return `permit`'s tokens or, where a plan's quotas are charged apart, `each`, an
+    /// amount per quota.
+    pub(crate) fn give_back_each(&self, permit: Permit, each: Option<&[u64]>) {
+        if permit.tokens == 0 && each.is_none_or(|a| a.iter().all(|n| *n == 0)) {
             return;
         }
         let mut st = self.lock();
@@ -363,7 +417,7 @@ impl Shared {
                 }
             }
             Kind::Window(w) => {
-                w.release(tokens, at);
+                w.release(price(permit.tokens, each), at);
                 if credits {
                     let cost = tokens.saturating_mul(st.quota.interval_ns());
                     st.guard = st.guard.saturating_sub(cost);
@@ -375,11 +429,12 @@ impl Shared {
         next.into_iter().for_each(Waker::wake);
     }
 
-    /// Charge `tokens` now whether or not they fit: an admission that cost more than it
-    /// took. At most one burst more than an empty bucket is ever owed, so a debt lasts at
-    /// most twice the time the bucket takes to fill.
-    pub(crate) fn owe(&self, tokens: u32) {
-        if tokens == 0 {
+    /// Charge `tokens` (or `each`, an amount per quota of a plan) now whether or not they
+    /// fit: an admission that cost more than it took. One call owes at most one burst of
+    /// each quota, and a token or leaky bucket never owes more than one burst beyond empty,
+    /// so a debt lasts at most twice the time the bucket takes to fill.
+    pub(crate) fn owe(&self, tokens: u32, each: Option<&[u64]>) {
+        if tokens == 0 && each.is_none_or(|a| a.iter().all(|n| *n == 0)) {
             return;
         }
         let mut st = self.lock();
@@ -400,7 +455,19 @@ impl Shared {
                     *tat = owed.min(most.max(*tat));
                 });
             }
-            Kind::Window(w) => w.commit(tokens, now.max(tail)),
+            Kind::Window(w) => {
+                let capped: Option<Vec<u64>> = each.map(|a| {
+                    a.iter()
+                        .enumerate()
+                        .map(|(i, n)| (*n).min(w.capacity_at(i)))
+                        .collect()
+                });
+                let cost = match &capped {
+                    Some(a) => Price::Each(a),
+                    None => Price::One(tokens),
+                };
+                w.commit(cost, now.max(tail));
+            }
         }
         st.tail = st.tail.max(now);
         drop(st);

@@ -103,7 +103,7 @@ impl Shared {
             }
         };
         if let Kind::Window(_) = st.engine {
-            level.next_in = self.predict(&mut st, 1, 0, now) - now;
+            level.next_in = self.predict(&mut st, 1, None, 0, now) - now;
             if let (Kind::Window(w), true) = (&st.engine, level.next_in > 0) {
                 if w.ramping(now) {
                     level.available = 0;

@@ -6,13 +6,21 @@ use std::task::Waker;
 
 use super::queue::Entry;
 use super::shared::{Kind, Permit, Shared, State};
-use crate::engine::Engine as _;
+use crate::engine::{Engine as _, Price};
 
 impl Shared {
-    /// The earliest instant `≥ from` at which the engine takes `tokens`, after `ahead` queued
-    /// tokens (GCRA; the windows only know the first in line, `ahead = 0`).
-    pub(super) fn predict(&self, st: &mut State, tokens: u32, ahead: u64, from: u64) -> u64 {
-        if self.check(tokens).is_err() {
+    /// The earliest instant `≥ from` at which the engine takes `tokens` (or `each`, an
+    /// amount per quota of a plan), after `ahead` queued tokens (GCRA; the windows only know
+    /// the first in line, `ahead = 0`).
+    pub(super) fn predict(
+        &self,
+        st: &mut State,
+        tokens: u32,
+        each: Option<&[u64]>,
+        ahead: u64,
+        from: u64,
+    ) -> u64 {
+        if self.check_price(st, tokens, each).is_err() {
             // Never (the quota shrank below the request since it was checked).
             return u64::MAX;
         }
@@ -32,7 +40,7 @@ impl Shared {
         let from = from.max(st.tail);
         // Keep what a late waiter, credited back by the slack, still has to count.
         window.forget(from.saturating_sub(slack));
-        window.earliest(u64::from(tokens), from)
+        window.earliest(price(tokens, each), from)
     }
 
     /// Admit `tokens` at `now`, counted at the earliest instant `≥ from` they fit (`from ≤
@@ -41,10 +49,11 @@ impl Shared {
         &self,
         st: &mut State,
         tokens: u32,
+        each: Option<&[u64]>,
         from: u64,
         now: u64,
     ) -> Result<Permit, u64> {
-        if self.check(tokens).is_err() {
+        if self.check_price(st, tokens, each).is_err() {
             return Err(u64::MAX);
         }
         let from = from.max(self.paused_until.load(Ordering::Acquire));
@@ -58,7 +67,7 @@ impl Shared {
                 refunds,
             });
         }
-        let at = self.predict(st, tokens, 0, from);
+        let at = self.predict(st, tokens, each, 0, from);
         if at > now {
             return Err(at);
         }
@@ -66,7 +75,7 @@ impl Shared {
             self.log_guard(st, tokens, at, now)?;
         }
         if let Kind::Window(w) = &mut st.engine {
-            w.commit(u64::from(tokens), at);
+            w.commit(price(tokens, each), at);
         }
         st.tail = st.tail.max(at);
         Ok(Permit {
@@ -86,8 +95,8 @@ impl Shared {
         if e.failed || e.armed <= now {
             return e.waker.take();
         }
-        let (tokens, armed) = (e.tokens, e.armed);
-        let due = self.predict(st, tokens, 0, now);
+        let (tokens, armed, each) = (e.tokens, e.armed, e.each.clone());
+        let due = self.predict(st, tokens, each.as_deref(), 0, now);
         if due < armed {
             return st.queue.get_mut(key).waker.take();
         }
@@ -120,5 +129,13 @@ impl Shared {
             None
         };
         (e, next)
+    }
+}
+
+/// The price of `tokens`, or of `each` where a plan's quotas are charged apart.
+pub(super) fn price(tokens: u32, each: Option<&[u64]>) -> Price<'_> {
+    match each {
+        Some(a) => Price::Each(a),
+        None => Price::One(u64::from(tokens)),
     }
 }

@@ -49,6 +49,24 @@ pub(crate) struct Admit {
     pub(crate) before: [u64; 3],
 }
 
+/// What one request costs an engine: one number, charged to every quota that counts
+/// requests, or an amount per quota of a plan, in order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Price<'a> {
+    One(u64),
+    Each(&'a [u64]),
+}
+
+impl Price<'_> {
+    /// What the first quota is charged.
+    pub(crate) fn first(&self) -> u64 {
+        match self {
+            Price::One(n) => *n,
+            Price::Each(a) => a.first().copied().unwrap_or(0),
+        }
+    }
+}
+
 /// A limit seen at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct View {
@@ -84,6 +102,30 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
 
     /// Count `cost` at `at`, an instant [`earliest`](Engine::earliest) allows.
     fn commit(&self, state: &mut Self::State, cost: u64, at: u64) -> Admit;
+
+    /// [`earliest`](Engine::earliest) with a cost per quota, in the plan's order (a
+    /// [`Stack`]'s: a quota whose amount is 0 does not hold it back); one quota's engine
+    /// reads the first.
+    fn earliest_each(&self, state: &Self::State, amounts: &[u64], from: u64) -> u64 {
+        self.earliest(state, amounts[0], from)
+    }
+
+    /// [`commit`](Engine::commit) with a cost per quota, as
+    /// [`earliest_each`](Engine::earliest_each).
+    fn commit_each(&self, state: &mut Self::State, amounts: &[u64], at: u64) -> Admit {
+        self.commit(state, amounts[0], at)
+    }
+
+    /// [`release`](Engine::release) with a cost per quota, as
+    /// [`earliest_each`](Engine::earliest_each).
+    fn release_each(&self, state: &mut Self::State, amounts: &[u64], at: u64) {
+        self.release(state, amounts[0], at);
+    }
+
+    /// The most one request may take of quota `i` (a [`Stack`]'s; else the one quota's).
+    fn capacity_at(&self, _i: usize) -> u64 {
+        self.capacity()
+    }
 
     /// The longest a booking may lie ahead: keeps the state's arithmetic far from overflow.
     const MAX_AHEAD: u64 = u64::MAX;

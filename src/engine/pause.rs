@@ -15,7 +15,7 @@
 use std::fmt;
 
 use super::gcra::schedule;
-use super::{Engine, Phase, View};
+use super::{Engine, Phase, Price, View};
 use crate::Quota;
 
 /// Pause `state` until `end`: the ramp to lay over it from then, if its engine needs one.
@@ -70,11 +70,13 @@ impl Ramp {
 /// [`Bucket`](crate::Bucket) holds for the windows, whichever the engine.
 pub(crate) trait Model: Send + fmt::Debug {
     /// The earliest instant `≥ from` at which `cost` fits under the engine and the ramp.
-    fn earliest(&self, cost: u64, from: u64) -> u64;
+    fn earliest(&self, cost: Price<'_>, from: u64) -> u64;
     /// Count `cost` at `at` (an instant [`earliest`](Model::earliest) allows) in both.
-    fn commit(&mut self, cost: u64, at: u64);
+    fn commit(&mut self, cost: Price<'_>, at: u64);
     /// [`Engine::release`].
-    fn release(&mut self, cost: u64, at: u64);
+    fn release(&mut self, cost: Price<'_>, at: u64);
+    /// [`Engine::capacity_at`].
+    fn capacity_at(&self, i: usize) -> u64;
     /// [`Engine::forget`].
     fn forget(&mut self, now: u64);
     /// [`Engine::view`], the ramp aside.
@@ -112,27 +114,41 @@ impl<E: Engine> Paused<E> {
 }
 
 impl<E: Engine> Model for Paused<E> {
-    fn earliest(&self, cost: u64, from: u64) -> u64 {
+    fn earliest(&self, cost: Price<'_>, from: u64) -> u64 {
         let (engine, state) = (&self.engine, &self.state);
-        let at = engine.earliest(state, cost, from);
+        let fits = |from| match cost {
+            Price::One(n) => engine.earliest(state, n, from),
+            Price::Each(a) => engine.earliest_each(state, a, from),
+        };
+        let at = fits(from);
         match &self.ramp {
             // Both bounds only ever loosen with time: the engine's earliest from the ramp's
             // earliest fits both.
-            Some(r) if r.active(at) => engine.earliest(state, cost, r.earliest(cost, at)),
+            Some(r) if r.active(at) => fits(r.earliest(cost.first(), at)),
             _ => at,
         }
     }
 
-    fn commit(&mut self, cost: u64, at: u64) {
-        self.engine.commit(&mut self.state, cost, at);
+    fn commit(&mut self, cost: Price<'_>, at: u64) {
+        match cost {
+            Price::One(n) => self.engine.commit(&mut self.state, n, at),
+            Price::Each(a) => self.engine.commit_each(&mut self.state, a, at),
+        };
         match self.ramp.as_mut() {
-            Some(r) if r.active(at) => r.commit(cost, at),
+            Some(r) if r.active(at) => r.commit(cost.first(), at),
             _ => self.ramp = None,
         }
     }
 
-    fn release(&mut self, cost: u64, at: u64) {
-        self.engine.release(&mut self.state, cost, at);
+    fn release(&mut self, cost: Price<'_>, at: u64) {
+        match cost {
+            Price::One(n) => self.engine.release(&mut self.state, n, at),
+            Price::Each(a) => self.engine.release_each(&mut self.state, a, at),
+        }
+    }
+
+    fn capacity_at(&self, i: usize) -> u64 {
+        self.engine.capacity_at(i)
     }
 
     fn forget(&mut self, now: u64) {

@@ -6,7 +6,7 @@
 
 use super::{Admit, Engine, Gcra, Log, Packed, Phase, Windows};
 use crate::plan::{Part, Plan};
-use crate::{Algorithm, Quota};
+use crate::{Algorithm, Quota, Resource};
 
 /// One quota's engine.
 #[derive(Debug, Clone)]
@@ -89,6 +89,10 @@ impl One {
 pub(crate) struct Stack {
     ones: Box<[One]>,
     quotas: Box<[Quota]>,
+    /// Which quotas count requests: those a cost of one number is charged to.
+    requests: Box<[bool]>,
+    /// Every quota counts requests.
+    all_requests: bool,
     capacity: u64,
 }
 
@@ -118,10 +122,23 @@ impl Stack {
             .iter()
             .map(|p: &Part| One::new(p.quota, p.algorithm, phase(p.quota.period_ns())))
             .collect();
-        let capacity = ones.iter().map(One::capacity).min().unwrap_or(0);
+        let requests: Box<[bool]> = plan
+            .parts()
+            .iter()
+            .map(|p| p.resource == Resource::REQUESTS)
+            .collect();
+        let capacity = ones
+            .iter()
+            .zip(requests.iter())
+            .filter(|(_, r)| **r)
+            .map(|(one, _)| one.capacity())
+            .min()
+            .unwrap_or(u64::MAX);
         Stack {
             quotas: plan.parts().iter().map(|p| p.quota).collect(),
             ones,
+            all_requests: requests.iter().all(|r| *r),
+            requests,
             capacity,
         }
     }
@@ -134,10 +151,15 @@ impl Stack {
     /// The quota that holds `cost` back longest at `now`; when every quota has room, the
     /// tightest: the fewest tokens left, among those the longest until as if unused.
     fn refusing(&self, state: &Layers, cost: u64, now: u64) -> usize {
-        let views =
-            self.ones.iter().zip(state.states.iter()).map(
-                |(one, s)| on_one!(one, s, e, s => (e.earliest(s, cost, now), e.view(s, now))),
-            );
+        let views = self
+            .ones
+            .iter()
+            .zip(state.states.iter())
+            .enumerate()
+            .map(|(i, (one, s))| {
+                let cost = self.scalar(cost, i).max(1);
+                on_one!(one, s, e, s => (e.earliest(s, cost, now), e.view(s, now)))
+            });
         let (mut part, mut worst) = (0, None);
         for (i, (at, view)) in views.enumerate() {
             // Later is worse; at the same instant, fewer left, then longer until unused.
@@ -147,6 +169,82 @@ impl Stack {
             }
         }
         part
+    }
+
+    /// What a cost of one number charges quota `i`: all of it if the quota counts requests.
+    #[inline]
+    fn scalar(&self, cost: u64, i: usize) -> u64 {
+        if self.requests.get(i).copied().unwrap_or(false) {
+            cost
+        } else {
+            0
+        }
+    }
+
+    fn earliest_by(&self, state: &Layers, amount: impl Fn(usize) -> u64, from: u64) -> u64 {
+        let mut at = from;
+        // Upward-closed fits: one pass finds the instant, a second confirms it.
+        for _ in 0..4 {
+            let next = self
+                .ones
+                .iter()
+                .zip(state.states.iter())
+                .enumerate()
+                .map(|(i, (one, s))| match amount(i) {
+                    0 => at,
+                    n => on_one!(one, s, e, s => e.earliest(s, n, at)),
+                })
+                .fold(at, u64::max);
+            if next == at {
+                return at;
+            }
+            at = next;
+        }
+        at
+    }
+
+    fn commit_by(&self, state: &mut Layers, amount: impl Fn(usize) -> u64, at: u64) -> Admit {
+        let mut tightest = (0, (u64::MAX, 0));
+        let mut cost = 0;
+        for (i, (one, s)) in self.ones.iter().zip(state.states.iter_mut()).enumerate() {
+            let n = amount(i);
+            if n == 0 {
+                state.last[i] = Admit::default();
+                continue;
+            }
+            cost = cost.max(n);
+            let status = on_one!(one, s, e, s => {
+                let mut admit = e.commit(s, n, at);
+                e.describe(s, &mut admit);
+                state.last[i] = admit;
+                e.status(&admit)
+            });
+            // Fewest left; among those, the longest to reset.
+            if (status.0, std::cmp::Reverse(status.1))
+                < (tightest.1 .0, std::cmp::Reverse(tightest.1 .1))
+            {
+                tightest = (i, status);
+            }
+        }
+        state.seq += 1;
+        state.expires = self.expires(state);
+        let (part, (remaining, reset)) = tightest;
+        Admit {
+            at,
+            cost,
+            after: [state.seq, remaining, reset],
+            before: [part as u64, 0, 0],
+        }
+    }
+
+    fn release_by(&self, state: &mut Layers, amount: impl Fn(usize) -> u64, at: u64) {
+        for (i, (one, s)) in self.ones.iter().zip(state.states.iter_mut()).enumerate() {
+            let n = amount(i);
+            if n > 0 {
+                on_one!(one, s, e, s => e.release(s, n, at));
+            }
+        }
+        state.expires = self.expires(state);
     }
 
     /// The states of `layers`, to carry over to another plan.
@@ -212,48 +310,33 @@ impl Engine for Stack {
     }
 
     fn earliest(&self, state: &Layers, cost: u64, from: u64) -> u64 {
-        let mut at = from;
-        // Upward-closed fits: one pass finds the instant, a second confirms it.
-        for _ in 0..4 {
-            let next = self
-                .ones
-                .iter()
-                .zip(state.states.iter())
-                .map(|(one, s)| on_one!(one, s, e, s => e.earliest(s, cost, at)))
-                .fold(at, u64::max);
-            if next == at {
-                return at;
-            }
-            at = next;
+        if self.all_requests {
+            return self.earliest_by(state, |_| cost, from);
         }
-        at
+        self.earliest_by(state, |i| self.scalar(cost, i), from)
     }
 
     fn commit(&self, state: &mut Layers, cost: u64, at: u64) -> Admit {
-        let mut tightest = (0, (u64::MAX, 0));
-        for (i, (one, s)) in self.ones.iter().zip(state.states.iter_mut()).enumerate() {
-            let status = on_one!(one, s, e, s => {
-                let mut admit = e.commit(s, cost, at);
-                e.describe(s, &mut admit);
-                state.last[i] = admit;
-                e.status(&admit)
-            });
-            // Fewest left; among those, the longest to reset.
-            if (status.0, std::cmp::Reverse(status.1))
-                < (tightest.1 .0, std::cmp::Reverse(tightest.1 .1))
-            {
-                tightest = (i, status);
-            }
+        if self.all_requests {
+            return self.commit_by(state, |_| cost, at);
         }
-        state.seq += 1;
-        state.expires = self.expires(state);
-        let (part, (remaining, reset)) = tightest;
-        Admit {
-            at,
-            cost,
-            after: [state.seq, remaining, reset],
-            before: [part as u64, 0, 0],
-        }
+        self.commit_by(state, |i| self.scalar(cost, i), at)
+    }
+
+    fn capacity_at(&self, i: usize) -> u64 {
+        self.ones.get(i).map_or(0, One::capacity)
+    }
+
+    fn earliest_each(&self, state: &Layers, amounts: &[u64], from: u64) -> u64 {
+        self.earliest_by(state, |i| amounts.get(i).copied().unwrap_or(0), from)
+    }
+
+    fn commit_each(&self, state: &mut Layers, amounts: &[u64], at: u64) -> Admit {
+        self.commit_by(state, |i| amounts.get(i).copied().unwrap_or(0), at)
+    }
+
+    fn release_each(&self, state: &mut Layers, amounts: &[u64], at: u64) {
+        self.release_by(state, |i| amounts.get(i).copied().unwrap_or(0), at);
     }
 
     fn forget(&self, state: &mut Layers, now: u64) {
@@ -267,17 +350,17 @@ impl Engine for Stack {
             return;
         }
         for (i, (one, s)) in self.ones.iter().zip(state.states.iter_mut()).enumerate() {
-            on_one!(one, s, e, s => e.undo(s, &state.last[i]));
+            // A quota the admission did not charge has nothing to undo.
+            if state.last[i].cost > 0 {
+                on_one!(one, s, e, s => e.undo(s, &state.last[i]));
+            }
         }
         state.seq += 1;
         state.expires = self.expires(state);
     }
 
     fn release(&self, state: &mut Layers, cost: u64, at: u64) {
-        for (one, s) in self.ones.iter().zip(state.states.iter_mut()) {
-            on_one!(one, s, e, s => e.release(s, cost, at));
-        }
-        state.expires = self.expires(state);
+        self.release_by(state, |i| self.scalar(cost, i), at);
     }
 
     fn status(&self, admit: &Admit) -> (u64, u64) {
@@ -369,7 +452,14 @@ impl Stack {
             e.with_quota(s, quota, phase, now)
         }));
         new.quotas[0] = quota;
-        new.capacity = new.ones.iter().map(One::capacity).min().unwrap_or(0);
+        new.capacity = new
+            .ones
+            .iter()
+            .zip(new.requests.iter())
+            .filter(|(_, r)| **r)
+            .map(|(one, _)| one.capacity())
+            .min()
+            .unwrap_or(u64::MAX);
         state.expires = new.expires(state);
         new
     }
@@ -485,6 +575,33 @@ mod tests {
         // No burst from the change; the window still holds 2 of 3.
         assert_eq!(faster.available(&s, 0), 0);
         assert_eq!(faster.available(&s, SEC), 1);
+    }
+
+    /// With an amount per quota, each quota is charged its own (none where it is 0), all or
+    /// none, and the wait is the longest of the quotas charged; a cost of one number is
+    /// charged to the quotas that count requests.
+    #[test]
+    fn amounts_per_quota_are_charged_to_their_quotas() {
+        let plan = Plan::new(Quota::per_second(2))
+            .and(Quota::per_second(100))
+            .counting(Resource::TOKENS);
+        let stack = Stack::new(&plan, |_| 0);
+        let mut s = stack.empty();
+        assert_eq!(stack.earliest_each(&s, &[1, 80], 0), 0);
+        stack.commit_each(&mut s, &[1, 80], 0);
+        // 20 tokens left: 30 wait for 10 more (100 ms), a request of none does not.
+        assert_eq!(stack.earliest_each(&s, &[1, 30], 0), SEC / 10);
+        assert_eq!(stack.earliest_each(&s, &[1, 0], 0), 0);
+        // One number: requests only.
+        stack.commit(&mut s, 1, 0);
+        assert_eq!(stack.earliest_each(&s, &[0, 20], 0), 0);
+        assert_eq!(stack.earliest_each(&s, &[1, 0], 0), SEC / 2);
+        let admit = stack.commit_each(&mut s, &[0, 20], 0);
+        stack.undo(&mut s, &admit);
+        assert_eq!(stack.earliest_each(&s, &[0, 20], 0), 0, "undone");
+        stack.release_each(&mut s, &[1, 50], 0);
+        assert_eq!(stack.earliest_each(&s, &[1, 70], 0), 0, "given back");
+        assert_eq!(stack.capacity_at(1), 100);
     }
 
     /// A stack decides as its quotas would together: a cost goes when each has room at

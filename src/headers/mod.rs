@@ -40,7 +40,7 @@ pub(crate) use self::ratelimit::{
 #[cfg(feature = "grpc")]
 pub(crate) use self::values::digits;
 
-pub use self::provider::{parse_duration, read_provider_limits, Resource, ResourceHint};
+pub use self::provider::{parse_duration, read_provider_limits, ResourceHint};
 pub(crate) use self::provider::{spent_for, stated_requests};
 pub use self::ratelimit::{
     read_quota_hint, read_quota_rate, read_stated_rate, QuotaHint, LONGEST_WINDOW,

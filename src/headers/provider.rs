@@ -9,36 +9,10 @@ use http::HeaderMap;
 
 use super::ratelimit::LONGEST_WINDOW;
 use super::values::{date, digits, trim_ows};
-
-/// A resource a provider meters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Resource {
-    /// Requests.
-    Requests,
-    /// Tokens, input and output together.
-    Tokens,
-    /// Input (prompt) tokens.
-    InputTokens,
-    /// Output (completion) tokens.
-    OutputTokens,
-}
-
-impl Resource {
-    /// The resource's name in the providers' fields: `requests`, `tokens`, `input-tokens`,
-    /// `output-tokens`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Resource::Requests => "requests",
-            Resource::Tokens => "tokens",
-            Resource::InputTokens => "input-tokens",
-            Resource::OutputTokens => "output-tokens",
-        }
-    }
-}
+use crate::Resource;
 
 /// What a provider's fields say about one resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ResourceHint {
     /// The resource.
@@ -54,7 +28,7 @@ pub struct ResourceHint {
 /// Each resource's fields: Anthropic's limit, remaining and reset, then OpenAI's.
 const FIELDS: [(Resource, [&str; 6]); 4] = [
     (
-        Resource::Requests,
+        Resource::REQUESTS,
         [
             "anthropic-ratelimit-requests-limit",
             "anthropic-ratelimit-requests-remaining",
@@ -65,7 +39,7 @@ const FIELDS: [(Resource, [&str; 6]); 4] = [
         ],
     ),
     (
-        Resource::Tokens,
+        Resource::TOKENS,
         [
             "anthropic-ratelimit-tokens-limit",
             "anthropic-ratelimit-tokens-remaining",
@@ -76,7 +50,7 @@ const FIELDS: [(Resource, [&str; 6]); 4] = [
         ],
     ),
     (
-        Resource::InputTokens,
+        Resource::INPUT_TOKENS,
         [
             "anthropic-ratelimit-input-tokens-limit",
             "anthropic-ratelimit-input-tokens-remaining",
@@ -87,7 +61,7 @@ const FIELDS: [(Resource, [&str; 6]); 4] = [
         ],
     ),
     (
-        Resource::OutputTokens,
+        Resource::OUTPUT_TOKENS,
         [
             "anthropic-ratelimit-output-tokens-limit",
             "anthropic-ratelimit-output-tokens-remaining",
@@ -116,7 +90,8 @@ const FIELDS: [(Resource, [&str; 6]); 4] = [
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
-/// use tower_throttle::headers::{read_provider_limits, Resource};
+/// use tower_throttle::headers::read_provider_limits;
+/// use tower_throttle::Resource;
 ///
 /// let mut headers = http::HeaderMap::new();
 /// headers.insert("x-ratelimit-limit-tokens", "150000".parse().unwrap());
@@ -124,7 +99,7 @@ const FIELDS: [(Resource, [&str; 6]); 4] = [
 /// headers.insert("x-ratelimit-reset-tokens", "6m0s".parse().unwrap());
 ///
 /// let hints = read_provider_limits(&headers, SystemTime::now());
-/// assert_eq!(hints[0].resource, Resource::Tokens);
+/// assert_eq!(hints[0].resource, Resource::TOKENS);
 /// assert_eq!(hints[0].remaining, Some(0));
 /// assert_eq!(hints[0].reset, Some(Duration::from_secs(360)));
 /// ```
@@ -170,7 +145,7 @@ pub(crate) fn spent_for(hints: &[ResourceHint]) -> Option<Duration> {
 pub(crate) fn stated_requests(hints: &[ResourceHint]) -> Option<f64> {
     let limit = hints
         .iter()
-        .find(|h| h.resource == Resource::Requests)?
+        .find(|h| h.resource == Resource::REQUESTS)?
         .limit
         .filter(|l| *l > 0)?;
     Some(limit as f64 / 60.0)
@@ -426,13 +401,13 @@ mod tests {
             hints,
             [
                 ResourceHint {
-                    resource: Resource::Requests,
+                    resource: Resource::REQUESTS,
                     limit: Some(60),
                     remaining: Some(59),
                     reset: Some(Duration::from_secs(1)),
                 },
                 ResourceHint {
-                    resource: Resource::Tokens,
+                    resource: Resource::TOKENS,
                     limit: Some(150_000),
                     remaining: Some(149_984),
                     reset: Some(Duration::from_secs(360)),
@@ -466,13 +441,13 @@ mod tests {
         // The local clock is an hour off; the server's `Date` is the reference.
         let local = UNIX_EPOCH + Duration::from_secs(1_714_564_800 + 3600);
         let hints = read_provider_limits(&h, local);
-        let resources: Vec<_> = hints.iter().map(|h| h.resource).collect();
+        let resources: Vec<_> = hints.iter().map(|h| h.resource.clone()).collect();
         assert_eq!(
             resources,
             [
-                Resource::Requests,
-                Resource::InputTokens,
-                Resource::OutputTokens
+                Resource::REQUESTS,
+                Resource::INPUT_TOKENS,
+                Resource::OUTPUT_TOKENS
             ]
         );
         assert_eq!(hints[0].reset, Some(Duration::from_secs(1)));
@@ -500,7 +475,7 @@ mod tests {
         assert_eq!(
             hints,
             [ResourceHint {
-                resource: Resource::InputTokens,
+                resource: Resource::INPUT_TOKENS,
                 limit: None,
                 remaining: Some(0),
                 reset: None,

@@ -15,8 +15,9 @@ use http::{HeaderMap, HeaderValue, Request};
 use tower_throttle::extract::{ClientIp, KeyExtractor, ProxyHeaders};
 use tower_throttle::headers::{
     parse_duration, parse_retry_after, read_provider_limits, read_quota_hint, read_retry_after,
-    read_stated_rate, Resource, RetryAfterError, LONGEST_WINDOW, MAX_PARSED_WAIT,
+    read_stated_rate, RetryAfterError, LONGEST_WINDOW, MAX_PARSED_WAIT,
 };
+use tower_throttle::Resource;
 
 /// The largest integer a structured field carries (RFC 9651 §3.3.1).
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
@@ -227,19 +228,19 @@ pub fn provider_limits(data: &[u8]) {
     }
     let hints = read_provider_limits(&headers, now);
     assert!(hints.len() <= 4);
-    let order = |r: Resource| {
+    let order = |r: &Resource| {
         [
-            Resource::Requests,
-            Resource::Tokens,
-            Resource::InputTokens,
-            Resource::OutputTokens,
+            Resource::REQUESTS,
+            Resource::TOKENS,
+            Resource::INPUT_TOKENS,
+            Resource::OUTPUT_TOKENS,
         ]
         .iter()
-        .position(|&x| x == r)
+        .position(|x| x == r)
     };
     assert!(hints
         .windows(2)
-        .all(|w| order(w[0].resource) < order(w[1].resource)));
+        .all(|w| order(&w[0].resource) < order(&w[1].resource)));
     let mut again = HeaderMap::new();
     for hint in &hints {
         assert!(hint.limit.is_some() || hint.remaining.is_some() || hint.reset.is_some());
