@@ -1,4 +1,4 @@
-//! [`Charge`]: tokens taken on an estimate, settled once the real cost is known.
+//! [`Charge`]: a cost taken on an estimate, settled once the real cost is known.
 
 use std::fmt;
 use std::sync::Arc;
@@ -6,10 +6,11 @@ use std::sync::Arc;
 use super::{Bucket, Permit};
 use crate::Cost;
 
-/// Tokens a [`Bucket`] admitted on an estimate, to settle once the request's real cost is
+/// A cost a [`Bucket`] admitted on an estimate, to settle once the request's real cost is
 /// known: the tokens of a language model's answer, read from its `usage`.
 ///
-/// From [`Bucket::try_charge`] or [`Bucket::charge`]. Settling once consumes the charge:
+/// From [`Bucket::try_charge`] or [`Bucket::charge`]. Settling consumes the charge, quota by
+/// quota where the cost names several [`Resource`](crate::Resource)s:
 /// - [`settle`](Charge::settle) with less than the estimate gives the difference back at
 ///   once: the first waiters in line may go earlier, in their order. Only what the bucket has
 ///   not refilled since the admission comes back, so the bucket never holds more than it
