@@ -20,7 +20,10 @@
 //! Rows: `try_acquire` (`single_thread/ours_try_acquire`), `ready_call`
 //! (`service_ready_call/ours_RateLimit_clone`), `keyed_1`, `keyed_1000`, `keyed_100000`
 //! (`keyed_check/ours/N`), `keyed_3_quotas_1`, `keyed_3_quotas_1000`, `keyed_3_quotas_100000`
-//! (`keyed_check/ours_3_quotas/N`).
+//! (`keyed_check/ours_3_quotas/N`), and `charge`, `charge_2_quotas`, `charge_2_resources`:
+//! `try_charge` of one request on a plan of one quota and of two quotas of requests, and of
+//! one request and 100 tokens on a plan of a quota of requests and one of tokens, the charge
+//! dropped each time.
 
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -29,7 +32,7 @@ use std::time::Duration;
 
 use tower::{Service, ServiceExt};
 use tower_throttle::keyed::KeyedBucket;
-use tower_throttle::{Algorithm, Bucket, Plan, Quota, RateLimit};
+use tower_throttle::{Algorithm, Bucket, Cost, Plan, Quota, RateLimit, Resource};
 
 #[path = "support/keys.rs"]
 mod support;
@@ -39,7 +42,8 @@ const DEFAULT_N: u64 = 200_000;
 const WARM_UP: u64 = 10_000;
 
 const ROWS: &str = "try_acquire, ready_call, keyed_1, keyed_1000, keyed_100000, \
-                    keyed_3_quotas_1, keyed_3_quotas_1000, keyed_3_quotas_100000";
+                    keyed_3_quotas_1, keyed_3_quotas_1000, keyed_3_quotas_100000, \
+                    charge, charge_2_quotas, charge_2_resources";
 
 /// As in `benches/bucket.rs`: one token per nanosecond, one second of burst.
 fn always_allow() -> Quota {
@@ -76,6 +80,17 @@ fn try_acquire(n: u64) {
         refused += u64::from(bucket.try_acquire(1).is_err());
     }
     refused += measured_loop(n, || black_box(bucket.try_acquire(black_box(1))).is_ok());
+    assert_eq!(refused, 0, "the bucket refused");
+}
+
+/// `try_charge` of `cost` on `plan`, never refusing, the charge kept.
+fn charge(plan: Plan, cost: Cost, n: u64) {
+    let bucket = Bucket::new(plan);
+    let mut refused = 0u64;
+    for _ in 0..WARM_UP {
+        refused += u64::from(bucket.try_charge(cost.clone()).is_err());
+    }
+    refused += measured_loop(n, || black_box(bucket.try_charge(cost.clone())).is_ok());
     assert_eq!(refused, 0, "the bucket refused");
 }
 
@@ -163,6 +178,18 @@ fn main() -> ExitCode {
     match row.as_str() {
         "try_acquire" => try_acquire(n),
         "ready_call" => ready_call(n),
+        "charge" => charge(Plan::new(always_allow()), Cost::new(), n),
+        "charge_2_quotas" => charge(
+            Plan::new(always_allow()).and(always_allow()),
+            Cost::new(),
+            n,
+        ),
+        "charge_2_resources" => {
+            let plan = Plan::new(always_allow())
+                .and(always_allow())
+                .counting(Resource::TOKENS);
+            charge(plan, Cost::new().and(Resource::TOKENS, 100), n)
+        }
         other => {
             let (limiter, count) = if let Some(c) = other.strip_prefix("keyed_3_quotas_") {
                 (ours_3_quotas(), c)

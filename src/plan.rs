@@ -107,15 +107,11 @@ impl Plan {
     }
 
     /// What `cost` charges each quota, in order.
-    pub(crate) fn amounts(&self, cost: &Cost) -> Vec<u64> {
-        self.parts
-            .iter()
-            .map(|p| u64::from(cost.of(&p.resource)))
-            .collect()
+    pub(crate) fn amounts<'a>(&'a self, cost: &'a Cost) -> impl ExactSizeIterator<Item = u64> + 'a {
+        self.parts.iter().map(|p| u64::from(cost.of(&p.resource)))
     }
 
     /// Whether every quota counts requests.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // what Redis plans must do
     pub(crate) fn counts_requests_only(&self) -> bool {
         self.parts.iter().all(|p| p.resource == Resource::REQUESTS)
     }

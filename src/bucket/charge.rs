@@ -1,6 +1,7 @@
 //! [`Charge`]: a cost taken on an estimate, settled once the real cost is known.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::{Bucket, Permit};
@@ -9,8 +10,10 @@ use crate::Cost;
 /// A cost a [`Bucket`] admitted on an estimate, to settle once the request's real cost is
 /// known: the tokens of a language model's answer, read from its `usage`.
 ///
-/// From [`Bucket::try_charge`] or [`Bucket::charge`]. Settling consumes the charge, quota by
-/// quota where the cost names several [`Resource`](crate::Resource)s:
+/// From [`Bucket::try_charge`], [`Bucket::charge`], or the response extensions of a layer that
+/// charges estimates ([`RateLimitLayer::charge`](crate::RateLimitLayer::charge)). Clones are
+/// one handle: the first settlement or refund counts, later ones do nothing. A charge settles
+/// quota by quota where the cost names several [`Resource`](crate::Resource)s:
 /// - [`settle`](Charge::settle) with less than the estimate gives the difference back at
 ///   once: the first waiters in line may go earlier, in their order. Only what the bucket has
 ///   not refilled since the admission comes back, so the bucket never holds more than it
@@ -20,7 +23,10 @@ use crate::Cost;
 ///   window's count: its limit), and a debt is at most one burst beyond an empty token or
 ///   leaky bucket; a window's debt counts in the window it was settled in.
 /// - [`refund`](Charge::refund) gives everything back: the request was never sent.
-/// - Dropped unsettled, the estimate stands: a request sent whose cost never came back.
+/// - A layer that charges settles a `429` answer itself: its requests stay counted, and the
+///   rest (its tokens) comes back.
+/// - Dropped unsettled (every clone), the estimate stands: a request sent whose cost never
+///   came back.
 ///
 /// ```
 /// use tower_throttle::{Bucket, Quota};
@@ -31,17 +37,23 @@ use crate::Cost;
 /// let tokens = Bucket::new(Quota::per_minute(10_000).burst(10_000));
 /// let charge = tokens.charge(4_000).await.unwrap(); // the prompt and `max_tokens`
 /// assert_eq!(tokens.snapshot().available, 6_000);
-/// charge.settle(1_500); // the answer's `usage.total_tokens`
+/// assert!(charge.settle(1_500)); // the answer's `usage.total_tokens`
+/// assert_eq!(tokens.snapshot().available, 8_500);
+/// assert!(!charge.clone().refund()); // settled once: nothing more changes
 /// assert_eq!(tokens.snapshot().available, 8_500);
 /// # }
 /// ```
+#[derive(Clone)]
 #[must_use = "dropped unsettled, a charge keeps its estimate"]
-pub struct Charge {
+pub struct Charge(Arc<Taken>);
+
+struct Taken {
     bucket: Bucket,
     permit: Permit,
     estimate: Cost,
     /// The estimate per quota, where the plan has several.
     each: Option<Arc<[u64]>>,
+    settled: AtomicBool,
 }
 
 impl Charge {
@@ -51,34 +63,45 @@ impl Charge {
         estimate: Cost,
         each: Option<Arc<[u64]>>,
     ) -> Self {
-        Charge {
+        Charge(Arc::new(Taken {
             bucket,
             permit,
             estimate,
             each,
-        }
+            settled: AtomicBool::new(false),
+        }))
     }
 
     /// What was taken on the estimate.
     pub fn estimate(&self) -> &Cost {
-        &self.estimate
+        &self.0.estimate
+    }
+
+    /// Whether this charge (or a clone) was settled or refunded.
+    pub fn is_settled(&self) -> bool {
+        self.0.settled.load(Ordering::Acquire)
     }
 
     /// The request cost `actual`: give back what it took beyond that, or charge what it
-    /// took short, quota by quota.
-    pub fn settle(self, actual: impl Into<Cost>) {
-        let shared = &self.bucket.shared;
+    /// took short, quota by quota. True when this call settled the charge; false, changing
+    /// nothing, when it was settled before.
+    pub fn settle(&self, actual: impl Into<Cost>) -> bool {
+        let this = &*self.0;
+        if this.settled.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let shared = &this.bucket.shared;
         let (first, actual_each) = shared.price_of(&actual.into());
-        let Some(estimate) = &self.each else {
-            let estimate = self.permit.tokens;
+        let Some(estimate) = &this.each else {
+            let estimate = this.permit.tokens;
             match first.checked_sub(estimate) {
                 Some(owed) => shared.owe(owed, None),
                 None => shared.give_back(Permit {
                     tokens: estimate - first,
-                    ..self.permit
+                    ..this.permit
                 }),
             }
-            return;
+            return true;
         };
         let actual = actual_each.unwrap_or_default();
         let diff = |f: fn(u64, u64) -> u64| -> Vec<u64> {
@@ -93,22 +116,34 @@ impl Charge {
         let tokens = |a: &[u64]| u32::try_from(a[0]).unwrap_or(u32::MAX);
         let permit = Permit {
             tokens: tokens(&back),
-            ..self.permit
+            ..this.permit
         };
         shared.give_back_each(permit, Some(&back));
         shared.owe(tokens(&owed), Some(&owed));
+        true
     }
 
-    /// The request was never sent: give everything back.
-    pub fn refund(self) {
-        self.settle(0);
+    /// The request was never sent: give everything back. As [`settle`](Charge::settle)
+    /// otherwise.
+    pub fn refund(&self) -> bool {
+        self.settle(0)
+    }
+
+    /// Settle a request the server answered with `status`: a `429` used nothing but the
+    /// request itself (its requests stay counted, as the providers count them; its tokens
+    /// come back). Any other status leaves the charge to its holder.
+    pub(crate) fn answered(&self, status: http::StatusCode) {
+        if status == http::StatusCode::TOO_MANY_REQUESTS {
+            self.settle(self.estimate().of(&crate::Resource::REQUESTS));
+        }
     }
 }
 
 impl fmt::Debug for Charge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Charge")
-            .field("estimate", &self.estimate)
+            .field("estimate", &self.0.estimate)
+            .field("settled", &self.is_settled())
             .finish_non_exhaustive()
     }
 }

@@ -239,9 +239,13 @@ impl Shared {
     /// What `cost` charges: the first quota's amount, and the amount per quota where the
     /// plan has several.
     pub(super) fn price_of(&self, cost: &Cost) -> (u32, Option<Arc<[u64]>>) {
-        let amounts = self.plan.amounts(cost);
-        let first = u32::try_from(amounts[0]).unwrap_or(u32::MAX);
-        (first, (amounts.len() > 1).then(|| Arc::from(amounts)))
+        let mut amounts = self.plan.amounts(cost);
+        let each = (amounts.len() > 1).then(|| amounts.by_ref().collect::<Arc<[u64]>>());
+        let first = match &each {
+            Some(each) => each[0],
+            None => amounts.next().unwrap_or(0),
+        };
+        (u32::try_from(first).unwrap_or(u32::MAX), each)
     }
 
     /// [`check_price`](Self::check_price), taking the lock where it must.

@@ -2,7 +2,7 @@
 
 use tower_layer::Layer;
 
-use super::{RateLimit, UnitCost};
+use super::{Charged, RateLimit, UnitCost};
 use crate::limit::Limit;
 
 /// Shapes traffic through a shared limit: each request waits in `poll_ready` until the
@@ -97,6 +97,69 @@ impl<C> RateLimitLayer<C> {
         RateLimitLayer {
             limit: self.limit,
             cost,
+        }
+    }
+
+    /// Charge each request `estimate(&request)` (a [`Cost`](crate::Cost): requests and
+    /// tokens, say), to settle once its response tells the real cost: for metered APIs,
+    /// where a language model's answer reports the tokens it used.
+    ///
+    /// The request waits in its response future until the whole estimate is admitted, first
+    /// come, first served; `poll_ready` is the inner service's alone. The response carries
+    /// the [`Charge`](crate::Charge) in its extensions: settle it from the headers in a layer
+    /// above (`map_response`), or take it out and settle it once the body, read to its end,
+    /// gives the usage. The rules of [`Charge`](crate::Charge) hold: an overrun is owed, an
+    /// overestimate goes back to the waiters at once, a charge dropped unsettled keeps its
+    /// estimate. A request refused, or whose future is dropped before it is sent, is charged
+    /// nothing; an error of the inner service keeps the estimate (the request may have gone);
+    /// a `429` answer is settled at once to its requests alone (its tokens come back).
+    ///
+    /// Estimates are settled in this process: on a limit kept in Redis every call fails with
+    /// [`Denied::Backend`](crate::Denied::Backend). The response must be an
+    /// [`HttpResponse`](crate::retry_after::HttpResponse), to carry the charge, and the inner
+    /// service `Clone`.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use http::{Request, Response};
+    /// use tower::{service_fn, ServiceBuilder, ServiceExt};
+    /// use tower_throttle::{Bucket, Charge, Cost, Plan, Quota, RateLimitLayer, Resource};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_throttle::BoxError> {
+    /// // 60 requests and 10,000 tokens per minute.
+    /// let plan = Plan::new(Quota::per_minute(60))
+    ///     .and(Quota::per_minute(10_000).burst(10_000))
+    ///     .counting(Resource::TOKENS);
+    /// let bucket = Bucket::new(plan);
+    /// let api = service_fn(|_: Request<String>| async {
+    ///     Ok::<_, Infallible>(Response::builder().header("x-usage", "1500").body(()).unwrap())
+    /// });
+    /// let client = ServiceBuilder::new()
+    ///     .map_response(|response: Response<()>| {
+    ///         let used = response.headers()["x-usage"].to_str().unwrap().parse().unwrap();
+    ///         let charge = response.extensions().get::<Charge>().unwrap();
+    ///         charge.settle(Cost::new().and(Resource::TOKENS, used));
+    ///         response
+    ///     })
+    ///     .layer(RateLimitLayer::new(bucket.clone()).charge(|request: &Request<String>| {
+    ///         // The prompt's size and the answer's `max_tokens`.
+    ///         let estimate = request.body().len() as u32 / 4 + 2_000;
+    ///         Cost::new().and(Resource::TOKENS, estimate)
+    ///     }))
+    ///     .service(api);
+    ///
+    /// client.oneshot(Request::new("x".repeat(4_000))).await?;
+    /// // 3,000 tokens taken on the estimate, 1,500 given back by the settlement: 8,500 left.
+    /// assert!(bucket.try_charge(Cost::new().and(Resource::TOKENS, 8_501)).is_err());
+    /// assert!(bucket.try_charge(Cost::new().and(Resource::TOKENS, 8_500)).is_ok());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn charge<F>(self, estimate: F) -> RateLimitLayer<Charged<F>> {
+        RateLimitLayer {
+            limit: self.limit,
+            cost: Charged(estimate),
         }
     }
 

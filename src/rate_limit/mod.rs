@@ -21,11 +21,13 @@
 //! # }
 //! ```
 
+mod charged;
 mod future;
 mod gate;
 mod layer;
 mod service;
 
+pub use self::charged::{ChargeFuture, Charged};
 pub use self::future::{CostFuture, ResponseFuture};
 pub use self::layer::RateLimitLayer;
 pub use self::service::RateLimit;

@@ -26,9 +26,9 @@ use crate::{BoxError, Denied};
 /// tower's own middleware.
 #[derive(Debug, Clone)]
 pub struct RateLimit<S, C = UnitCost> {
-    inner: S,
-    gate: Gate,
-    cost: C,
+    pub(super) inner: S,
+    pub(super) gate: Gate,
+    pub(super) cost: C,
 }
 
 impl<S> RateLimit<S> {

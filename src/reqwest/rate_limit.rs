@@ -9,7 +9,16 @@ use reqwest_middleware::{Middleware, Next};
 
 use crate::limit::Limit;
 
-type Cost = Arc<dyn Fn(&Request) -> u32 + Send + Sync>;
+/// What a request costs the limit.
+#[derive(Clone)]
+enum Price {
+    /// One token.
+    One,
+    /// A number of tokens, known before the request goes.
+    Fixed(Arc<dyn Fn(&Request) -> u32 + Send + Sync>),
+    /// An estimate, settled once the response tells the real cost.
+    Estimate(Arc<dyn Fn(&Request) -> crate::Cost + Send + Sync>),
+}
 
 /// Waits for a token of a shared [`Bucket`](crate::Bucket) before each request: the
 /// [`RateLimitLayer`](crate::RateLimitLayer) of a `reqwest_middleware::ClientWithMiddleware`.
@@ -43,7 +52,7 @@ type Cost = Arc<dyn Fn(&Request) -> u32 + Send + Sync>;
 #[must_use]
 pub struct RateLimitMiddleware {
     limit: Limit,
-    cost: Option<Cost>,
+    price: Price,
 }
 
 impl RateLimitMiddleware {
@@ -52,7 +61,7 @@ impl RateLimitMiddleware {
     pub fn new(limit: impl Into<Limit>) -> Self {
         RateLimitMiddleware {
             limit: limit.into(),
-            cost: None,
+            price: Price::One,
         }
     }
 
@@ -75,7 +84,39 @@ impl RateLimitMiddleware {
     {
         RateLimitMiddleware {
             limit: self.limit,
-            cost: Some(Arc::new(cost)),
+            price: Price::Fixed(Arc::new(cost)),
+        }
+    }
+
+    /// Charge each request `estimate(&request)` (a [`Cost`](crate::Cost): requests and
+    /// tokens, say), to settle once its response tells the real cost, as
+    /// [`RateLimitLayer::charge`](crate::RateLimitLayer::charge) does: the response carries
+    /// the [`Charge`](crate::Charge) in its extensions. A request that could not connect
+    /// was never sent and is refunded; any other error keeps the estimate; a `429` answer
+    /// is settled at once to its requests alone.
+    ///
+    /// ```
+    /// use tower_throttle::reqwest::RateLimitMiddleware;
+    /// use tower_throttle::{Bucket, Cost, Plan, Quota, Resource};
+    ///
+    /// // 500 requests and 30,000 tokens per minute.
+    /// let plan = Plan::new(Quota::per_minute(500))
+    ///     .and(Quota::per_minute(30_000).burst(30_000))
+    ///     .counting(Resource::TOKENS);
+    /// let limit = RateLimitMiddleware::new(Bucket::new(plan)).charge(|request| {
+    ///     // About four bytes of prompt per token, and the answer's `max_tokens`.
+    ///     let prompt = request.body().and_then(|b| b.as_bytes()).map_or(0, |b| b.len());
+    ///     Cost::new().and(Resource::TOKENS, prompt as u32 / 4 + 1_000)
+    /// });
+    /// ```
+    pub fn charge<F, E>(self, estimate: F) -> Self
+    where
+        F: Fn(&Request) -> E + Send + Sync + 'static,
+        E: Into<crate::Cost>,
+    {
+        RateLimitMiddleware {
+            limit: self.limit,
+            price: Price::Estimate(Arc::new(move |request| estimate(request).into())),
         }
     }
 
@@ -89,7 +130,14 @@ impl fmt::Debug for RateLimitMiddleware {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitMiddleware")
             .field("limit", &self.limit)
-            .field("cost", &self.cost.as_ref().map(|_| "Fn(&Request) -> u32"))
+            .field(
+                "price",
+                &match self.price {
+                    Price::One => "one token",
+                    Price::Fixed(_) => "Fn(&Request) -> u32",
+                    Price::Estimate(_) => "an estimate, settled",
+                },
+            )
             .finish()
     }
 }
@@ -102,7 +150,28 @@ impl Middleware for RateLimitMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
-        let n = self.cost.as_ref().map_or(1, |cost| cost(&req));
+        let n = match &self.price {
+            Price::One => 1,
+            Price::Fixed(cost) => cost(&req),
+            Price::Estimate(estimate) => {
+                let charge = self.limit.charge(estimate(&req)).await;
+                let charge = charge.map_err(reqwest_middleware::Error::middleware)?;
+                super::sent::admitted(&self.limit, extensions);
+                return match next.run(req, extensions).await {
+                    Ok(mut response) => {
+                        charge.answered(response.status());
+                        response.extensions_mut().insert(charge);
+                        Ok(response)
+                    }
+                    Err(e) => {
+                        if e.is_connect() {
+                            charge.refund();
+                        }
+                        Err(e)
+                    }
+                };
+            }
+        };
         self.limit
             .acquire(n)
             .await
