@@ -197,6 +197,55 @@ mod over_http {
         assert!(has(&limit, 1_000), "the estimate of 600 came back");
     }
 
+    /// A streamed answer: the usage comes in its last event. Read to its end, the charge is
+    /// settled from it; dropped before, the estimate stands.
+    #[tokio::test(start_paused = true)]
+    async fn a_streamed_answer_is_settled_at_its_end_and_keeps_its_estimate_when_dropped() {
+        let server = Provider::new(200, 100_000);
+        let addr = server.serve().await;
+        // 1,000 tokens an hour in a sliding log: nothing comes back while the answer streams.
+        let limit = Bucket::new(
+            Plan::new(Quota::per_minute(60))
+                .and(Quota::per_hour(1_000))
+                .counting(Resource::TOKENS)
+                .algorithm(Algorithm::SlidingLog),
+        );
+        let client = ClientBuilder::new(reqwest::Client::new())
+            .with(RateLimitMiddleware::new(limit.clone()).charge(provider::estimate))
+            .build();
+        let url = format!("http://{addr}/v1/chat/completions");
+        // 400 of prompt, up to 500 more: an estimate of 900.
+        let send = || {
+            client
+                .post(&url)
+                .body(provider::streamed_body(400, 500))
+                .send()
+        };
+
+        let mut response = send().await.unwrap();
+        let charge = response.extensions().get::<Charge>().unwrap().clone();
+        let mut used = None;
+        while let Some(event) = response.chunk().await.unwrap() {
+            if let Some(n) = provider::total_tokens(&event) {
+                used = Some(n);
+                assert!(charge.settle(tokens(n)));
+            }
+        }
+        let used = used.expect("the last event carries the usage");
+        assert!(used < 900, "{used}");
+        assert!(has(&limit, 1_000 - used) && !has(&limit, 1_001 - used));
+
+        // A fresh hour, then an answer dropped after its first event.
+        tokio::time::sleep(Duration::from_secs(3_600)).await;
+        let mut response = send().await.unwrap();
+        response.chunk().await.unwrap().unwrap();
+        drop(response);
+        assert!(
+            has(&limit, 100) && !has(&limit, 101),
+            "the estimate of 900 stands"
+        );
+    }
+
     /// 16 workers send prompts of 100 to 4,000 tokens asking for up to 100 to 1,000 more,
     /// for five minutes, against a provider of 200 requests and 100,000 tokens per rolling
     /// minute. The client's minute is a second longer than the server's: a request reaches
@@ -283,4 +332,21 @@ async fn a_429_answer_keeps_its_request_and_gives_its_tokens_back() {
         drop(limit.try_charge(Cost::new()).unwrap());
     }
     assert!(limit.try_charge(Cost::new()).is_err());
+}
+
+/// Estimates are settled in this process: charging on a limit kept in Redis is refused when
+/// the layer is made, not on the first call.
+#[cfg(feature = "redis")]
+#[tokio::test]
+#[should_panic(expected = "charging needs a Bucket")]
+async fn charging_on_a_limit_kept_in_redis_is_refused_when_the_layer_is_made() {
+    // Never connected: nothing listens on port 1.
+    let redis = tower_throttle::redis::RedisBucket::builder(Quota::per_second(10))
+        .url("redis://127.0.0.1:1")
+        .key("metered")
+        .connect_lazily()
+        .build()
+        .await
+        .unwrap();
+    let _ = RateLimitLayer::new(redis).charge(|r: &Request<u32>| tokens(*r.body()));
 }

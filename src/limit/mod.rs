@@ -14,7 +14,7 @@ pub(crate) use self::turn::Turn;
 use crate::bucket::{Permit, Reservation};
 #[cfg(feature = "redis")]
 use crate::redis::RedisBucket;
-use crate::{Bucket, Charge, Cost, Denied, ExceedsBurst, Feedback, Plan, QueueFull, Quota};
+use crate::{Bucket, Denied, ExceedsBurst, Feedback, Plan, QueueFull, Quota};
 
 /// One limit for every request of a layer: a [`Bucket`] in this process, or a
 /// `redis::RedisBucket` shared with other processes.
@@ -145,22 +145,6 @@ impl Limit {
             Store::Bucket(b) => b.acquire(n).await,
             #[cfg(feature = "redis")]
             Store::Redis(r) => r.acquire(n).await,
-        }
-    }
-
-    /// Wait for `estimate`, then take it, to settle once the real cost is known
-    /// ([`Bucket::charge`]). Estimates are settled in this process only: a limit kept in
-    /// Redis refuses with [`Denied::Backend`].
-    pub(crate) async fn charge(&self, estimate: Cost) -> Result<Charge, Denied> {
-        match &self.store {
-            Store::Bucket(b) => b.charge(estimate).await,
-            #[cfg(feature = "redis")]
-            Store::Redis(_) => Err(Denied::Backend(crate::BackendError::new(
-                std::io::Error::new(
-                    std::io::ErrorKind::Unsupported,
-                    "an estimate settled later needs a limit kept in this process (a Bucket)",
-                ),
-            ))),
         }
     }
 

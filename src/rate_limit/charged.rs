@@ -11,12 +11,15 @@ use tower_service::Service;
 
 use super::RateLimit;
 use crate::retry_after::HttpResponse;
-use crate::{BoxError, Charge, Cost, Denied};
+use crate::{BoxError, Bucket, Charge, Cost, Denied};
 
 /// The cost of a [`RateLimit`] made by [`RateLimitLayer::charge`](super::RateLimitLayer::charge):
 /// an estimate per request, settled once the response tells the real cost.
-#[derive(Debug, Clone, Copy)]
-pub struct Charged<F>(pub(super) F);
+#[derive(Debug, Clone)]
+pub struct Charged<F> {
+    pub(super) estimate: F,
+    pub(super) bucket: Bucket,
+}
 
 impl<S, Req, F, E> Service<Req> for RateLimit<S, Charged<F>>
 where
@@ -37,12 +40,12 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let estimate = (self.cost.0)(&req).into();
-        let limit = self.gate.limit().clone();
+        let estimate = (self.cost.estimate)(&req).into();
+        let bucket = self.cost.bucket.clone();
         let clone = self.inner.clone();
         ChargeFuture {
             step: Step::Charging {
-                charging: Box::pin(async move { limit.charge(estimate).await }),
+                charging: Box::pin(async move { bucket.charge(estimate).await }),
                 svc: Some(std::mem::replace(&mut self.inner, clone)),
                 req: Some(req),
             },

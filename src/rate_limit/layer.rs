@@ -114,10 +114,12 @@ impl<C> RateLimitLayer<C> {
     /// nothing; an error of the inner service keeps the estimate (the request may have gone);
     /// a `429` answer is settled at once to its requests alone (its tokens come back).
     ///
-    /// Estimates are settled in this process: on a limit kept in Redis every call fails with
-    /// [`Denied::Backend`](crate::Denied::Backend). The response must be an
-    /// [`HttpResponse`](crate::retry_after::HttpResponse), to carry the charge, and the inner
-    /// service `Clone`.
+    /// The response must be an [`HttpResponse`](crate::retry_after::HttpResponse), to carry
+    /// the charge, and the inner service `Clone`.
+    ///
+    /// # Panics
+    /// When the limit is kept in Redis: estimates are settled in this process, on a
+    /// [`Bucket`](crate::Bucket).
     ///
     /// ```
     /// use std::convert::Infallible;
@@ -157,9 +159,10 @@ impl<C> RateLimitLayer<C> {
     /// # }
     /// ```
     pub fn charge<F>(self, estimate: F) -> RateLimitLayer<Charged<F>> {
+        let bucket = in_process(&self.limit);
         RateLimitLayer {
             limit: self.limit,
-            cost: Charged(estimate),
+            cost: Charged { estimate, bucket },
         }
     }
 
@@ -167,6 +170,14 @@ impl<C> RateLimitLayer<C> {
     pub fn limit(&self) -> &Limit {
         &self.limit
     }
+}
+
+/// The bucket a layer that charges estimates settles them on.
+pub(crate) fn in_process(limit: &Limit) -> crate::Bucket {
+    limit
+        .bucket()
+        .expect("estimates are settled in this process: charging needs a Bucket, not Redis")
+        .clone()
 }
 
 impl<S, C: Clone> Layer<S> for RateLimitLayer<C> {

@@ -1,7 +1,9 @@
 //! A chat endpoint that meters the way the big language-model APIs do: requests and tokens
 //! per rolling minute, a `429` with OpenAI's rate-limit fields, and the usage in the body.
 //!
-//! `POST /v1/chat/completions` takes `{"messages": [{"content": "..."}], "max_tokens": N}`.
+//! `POST /v1/chat/completions` takes `{"messages": [{"content": "..."}], "max_tokens": N}`,
+//! and `"stream": true` for an answer in server-sent events whose last event before
+//! `[DONE]` carries the usage.
 //! A prompt costs one token per four bytes of content; the answer's length is a function of
 //! the prompt, at most `max_tokens`. Admission counts the prompt and `max_tokens` against
 //! what the last minute used, as the providers do; what is recorded is the real usage.
@@ -46,6 +48,10 @@ pub struct Seen {
 /// The prompt's tokens and `max_tokens` of a request body, or `None`.
 pub fn read_request(body: &[u8]) -> Option<(u64, u64)> {
     let json: serde_json::Value = serde_json::from_slice(body).ok()?;
+    read_json(&json)
+}
+
+fn read_json(json: &serde_json::Value) -> Option<(u64, u64)> {
     let prompt: usize = json["messages"]
         .as_array()?
         .iter()
@@ -77,9 +83,19 @@ pub fn request_body(prompt: u64, max_tokens: u64) -> String {
     .to_string()
 }
 
-/// The `usage.total_tokens` of a response body.
+/// A streamed request's body: as [`request_body`], with `"stream": true`.
+pub fn streamed_body(prompt: u64, max_tokens: u64) -> String {
+    let mut json: serde_json::Value =
+        serde_json::from_str(&request_body(prompt, max_tokens)).unwrap();
+    json["stream"] = true.into();
+    json.to_string()
+}
+
+/// The `usage.total_tokens` of a response body, or of one event of a streamed one
+/// (`data: {...}`).
 pub fn total_tokens(body: &[u8]) -> Option<u32> {
-    let json: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let body = body.strip_prefix(b"data: ").unwrap_or(body);
+    let json: serde_json::Value = serde_json::from_slice(body.trim_ascii()).ok()?;
     u32::try_from(json["usage"]["total_tokens"].as_u64()?).ok()
 }
 
@@ -122,7 +138,10 @@ impl Provider {
     }
 
     async fn complete(State(this): State<Provider>, body: Bytes) -> Response {
-        let Some((prompt, max_tokens)) = read_request(&body) else {
+        let Ok(json) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            return StatusCode::BAD_REQUEST.into_response();
+        };
+        let Some((prompt, max_tokens)) = read_json(&json) else {
             return StatusCode::BAD_REQUEST.into_response();
         };
         // The answer's length: a function of the prompt, at most `max_tokens`.
@@ -197,10 +216,35 @@ impl Provider {
             let body = r#"{"error":{"type":"rate_limit_exceeded"}}"#;
             return (StatusCode::TOO_MANY_REQUESTS, headers, body).into_response();
         }
+        let usage = serde_json::json!({
+            "prompt_tokens": prompt, "completion_tokens": output, "total_tokens": used,
+        });
+        if json["stream"] == true {
+            // Ten events of the answer, a tenth of its time apart, then the usage.
+            let step = this.per_token * output as u32 / 10;
+            let events = futures::stream::unfold(0, move |i| {
+                let usage = usage.clone();
+                async move {
+                    let event = match i {
+                        0..10 => {
+                            tokio::time::sleep(step).await;
+                            r#"{"choices":[{"delta":{"content":"…"}}]}"#.to_owned()
+                        }
+                        10 => serde_json::json!({"choices": [], "usage": usage}).to_string(),
+                        11 => "[DONE]".to_owned(),
+                        _ => return None,
+                    };
+                    let event = Bytes::from(format!("data: {event}\n\n"));
+                    Some((Ok::<_, std::convert::Infallible>(event), i + 1))
+                }
+            });
+            let body = axum::body::Body::from_stream(events);
+            return (StatusCode::OK, headers, body).into_response();
+        }
         tokio::time::sleep(this.per_token * output as u32).await;
         let body = serde_json::json!({
             "choices": [{"message": {"role": "assistant", "content": "…"}}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": used},
+            "usage": usage,
         });
         (StatusCode::OK, headers, body.to_string()).into_response()
     }
