@@ -4,12 +4,15 @@
 //!
 //! With no `OPENAI_BASE_URL`, it runs against a local endpoint that meters the way the
 //! providers do (200 requests and 100,000 tokens per rolling minute, `429` beyond) and
-//! reports what that server saw.
+//! reports what that server saw. With `REDIS_URL` (and the `redis` feature), the limit is
+//! kept in Redis: every process that runs it shares the provider's budget.
 //!
 //! ```text
 //! cargo run --example metered_client --features reqwest
 //! OPENAI_BASE_URL=https://api.openai.com OPENAI_API_KEY=... RPM=500 TPM=30000 \
 //!     cargo run --example metered_client --features reqwest
+//! OPENAI_BASE_URL=... REDIS_URL=redis://127.0.0.1:6379 \
+//!     cargo run --example metered_client --features reqwest,redis
 //! ```
 
 #[path = "../tests/provider/mod.rs"]
@@ -19,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use reqwest_middleware::ClientBuilder;
 use tower_throttle::reqwest::RateLimitMiddleware;
-use tower_throttle::{Algorithm, Bucket, Charge, Cost, Plan, Quota, Resource};
+use tower_throttle::{Algorithm, Bucket, Charge, Cost, Limit, Plan, Quota, Resource};
 
 const WORKERS: u64 = 16;
 const RUN: Duration = Duration::from_secs(75);
@@ -60,13 +63,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The provider's rolling minute, exactly, made a second longer: a request reaches the
     // provider a moment after it leaves, so it leaves the provider's minute that much later.
     let minute = Duration::from_secs(61);
-    let limit = Bucket::new(
-        Plan::new(Quota::new(rpm, minute))
-            .algorithm(Algorithm::SlidingLog)
-            .and(Quota::new(tpm, minute))
-            .counting(Resource::TOKENS)
-            .algorithm(Algorithm::SlidingLog),
-    );
+    let plan = Plan::new(Quota::new(rpm, minute))
+        .algorithm(Algorithm::SlidingLog)
+        .and(Quota::new(tpm, minute))
+        .counting(Resource::TOKENS)
+        .algorithm(Algorithm::SlidingLog);
+    let limit: Limit = match std::env::var("REDIS_URL") {
+        #[cfg(feature = "redis")]
+        Ok(url) => tower_throttle::redis::RedisBucket::builder(plan)
+            .url(url)
+            .key_prefix("metered-client")
+            .key("chat-completions")
+            .build()
+            .await?
+            .into(),
+        _ => Bucket::new(plan).into(),
+    };
     let client = ClientBuilder::new(reqwest::Client::new())
         .with(RateLimitMiddleware::new(limit).charge(estimate))
         .build();

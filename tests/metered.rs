@@ -333,20 +333,3 @@ async fn a_429_answer_keeps_its_request_and_gives_its_tokens_back() {
     }
     assert!(limit.try_charge(Cost::new()).is_err());
 }
-
-/// Estimates are settled in this process: charging on a limit kept in Redis is refused when
-/// the layer is made, not on the first call.
-#[cfg(feature = "redis")]
-#[tokio::test]
-#[should_panic(expected = "charging needs a Bucket")]
-async fn charging_on_a_limit_kept_in_redis_is_refused_when_the_layer_is_made() {
-    // Never connected: nothing listens on port 1.
-    let redis = tower_throttle::redis::RedisBucket::builder(Quota::per_second(10))
-        .url("redis://127.0.0.1:1")
-        .key("metered")
-        .connect_lazily()
-        .build()
-        .await
-        .unwrap();
-    let _ = RateLimitLayer::new(redis).charge(|r: &Request<u32>| tokens(*r.body()));
-}

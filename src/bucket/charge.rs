@@ -7,11 +7,12 @@ use std::sync::Arc;
 use super::{Bucket, Permit};
 use crate::Cost;
 
-/// A cost a [`Bucket`] admitted on an estimate, to settle once the request's real cost is
+/// A cost a limit admitted on an estimate, to settle once the request's real cost is
 /// known: the tokens of a language model's answer, read from its `usage`.
 ///
-/// From [`Bucket::try_charge`], [`Bucket::charge`], or the response extensions of a layer that
-/// charges estimates ([`RateLimitLayer::charge`](crate::RateLimitLayer::charge)). Clones are
+/// From [`Bucket::try_charge`], [`Bucket::charge`], `RedisBucket::try_charge` and
+/// `RedisBucket::charge` (settled in Redis: see there), or the response extensions of a layer
+/// that charges estimates ([`RateLimitLayer::charge`](crate::RateLimitLayer::charge)). Clones are
 /// one handle: the first settlement or refund counts, later ones do nothing. A charge settles
 /// quota by quota where the cost names several [`Resource`](crate::Resource)s:
 /// - [`settle`](Charge::settle) with less than the estimate gives the difference back at
@@ -48,12 +49,32 @@ use crate::Cost;
 pub struct Charge(Arc<Taken>);
 
 struct Taken {
-    bucket: Bucket,
-    permit: Permit,
+    target: Target,
     estimate: Cost,
-    /// The estimate per quota, where the plan has several.
-    each: Option<Arc<[u64]>>,
     settled: AtomicBool,
+}
+
+/// Where the estimate was taken.
+enum Target {
+    /// A bucket of this process; `each`: the estimate per quota, where the plan has several.
+    Bucket {
+        bucket: Bucket,
+        permit: Permit,
+        each: Option<Arc<[u64]>>,
+    },
+    /// A limit kept elsewhere, which settles its own charges.
+    #[cfg(feature = "redis")]
+    Elsewhere(Box<dyn Settle>),
+    /// Nowhere: a failure policy admitted the request without a decision.
+    #[cfg(feature = "redis")]
+    Nowhere,
+}
+
+/// A limit kept elsewhere (in Redis) settling one of its charges.
+#[cfg(feature = "redis")]
+pub(crate) trait Settle: Send + Sync {
+    /// The request cost `actual`: give back or owe the difference with its estimate.
+    fn settle(&self, actual: &Cost);
 }
 
 impl Charge {
@@ -63,11 +84,27 @@ impl Charge {
         estimate: Cost,
         each: Option<Arc<[u64]>>,
     ) -> Self {
-        Charge(Arc::new(Taken {
-            bucket,
-            permit,
+        Charge::on(
+            Target::Bucket {
+                bucket,
+                permit,
+                each,
+            },
             estimate,
-            each,
+        )
+    }
+
+    /// A charge taken on a limit kept elsewhere, settled by `target`; none (`None`): a
+    /// request admitted without a decision, with nothing to settle.
+    #[cfg(feature = "redis")]
+    pub(crate) fn elsewhere(target: Option<Box<dyn Settle>>, estimate: Cost) -> Self {
+        Charge::on(target.map_or(Target::Nowhere, Target::Elsewhere), estimate)
+    }
+
+    fn on(target: Target, estimate: Cost) -> Self {
+        Charge(Arc::new(Taken {
+            target,
+            estimate,
             settled: AtomicBool::new(false),
         }))
     }
@@ -90,15 +127,29 @@ impl Charge {
         if this.settled.swap(true, Ordering::AcqRel) {
             return false;
         }
-        let shared = &this.bucket.shared;
+        let (bucket, permit, each) = match &this.target {
+            Target::Bucket {
+                bucket,
+                permit,
+                each,
+            } => (bucket, permit, each),
+            #[cfg(feature = "redis")]
+            Target::Elsewhere(target) => {
+                target.settle(&actual.into());
+                return true;
+            }
+            #[cfg(feature = "redis")]
+            Target::Nowhere => return true,
+        };
+        let shared = &bucket.shared;
         let (first, actual_each) = shared.price_of(&actual.into());
-        let Some(estimate) = &this.each else {
-            let estimate = this.permit.tokens;
+        let Some(estimate) = each else {
+            let estimate = permit.tokens;
             match first.checked_sub(estimate) {
                 Some(owed) => shared.owe(owed, None),
                 None => shared.give_back(Permit {
                     tokens: estimate - first,
-                    ..this.permit
+                    ..*permit
                 }),
             }
             return true;
@@ -116,7 +167,7 @@ impl Charge {
         let tokens = |a: &[u64]| u32::try_from(a[0]).unwrap_or(u32::MAX);
         let permit = Permit {
             tokens: tokens(&back),
-            ..this.permit
+            ..*permit
         };
         shared.give_back_each(permit, Some(&back));
         shared.owe(tokens(&owed), Some(&owed));

@@ -41,6 +41,8 @@ pub use self::acquire::Acquire;
 pub use self::builder::BucketBuilder;
 pub use self::charge::Charge;
 #[cfg(feature = "redis")]
+pub(crate) use self::charge::Settle;
+#[cfg(feature = "redis")]
 pub(crate) use self::feedback::Adopt;
 pub use self::feedback::{Feedback, Sent};
 pub(crate) use self::feedback::{Steered, Steering};

@@ -14,7 +14,7 @@ pub(crate) use self::turn::Turn;
 use crate::bucket::{Permit, Reservation};
 #[cfg(feature = "redis")]
 use crate::redis::RedisBucket;
-use crate::{Bucket, Denied, ExceedsBurst, Feedback, Plan, QueueFull, Quota};
+use crate::{Bucket, Charge, Cost, Denied, ExceedsBurst, Feedback, Plan, QueueFull, Quota};
 
 /// One limit for every request of a layer: a [`Bucket`] in this process, or a
 /// `redis::RedisBucket` shared with other processes.
@@ -114,6 +114,22 @@ impl Limit {
             Store::Bucket(b) => Some(b),
             #[cfg(feature = "redis")]
             Store::Redis(_) => None,
+        }
+    }
+
+    /// Wait for `estimate`, then take it, to settle once the real cost is known
+    /// ([`Bucket::charge`], or `RedisBucket::charge`).
+    pub(crate) fn charge(
+        &self,
+        estimate: Cost,
+    ) -> impl std::future::Future<Output = Result<Charge, Denied>> + Send + 'static {
+        let store = self.store.clone();
+        async move {
+            match store {
+                Store::Bucket(b) => b.charge(estimate).await,
+                #[cfg(feature = "redis")]
+                Store::Redis(r) => r.charge(estimate).await,
+            }
         }
     }
 

@@ -11,14 +11,14 @@ use tower_service::Service;
 
 use super::RateLimit;
 use crate::retry_after::HttpResponse;
-use crate::{BoxError, Bucket, Charge, Cost, Denied};
+use crate::{BoxError, Charge, Cost, Denied, Limit};
 
 /// The cost of a [`RateLimit`] made by [`RateLimitLayer::charge`](super::RateLimitLayer::charge):
 /// an estimate per request, settled once the response tells the real cost.
 #[derive(Debug, Clone)]
 pub struct Charged<F> {
     pub(super) estimate: F,
-    pub(super) bucket: Bucket,
+    pub(super) limit: Limit,
 }
 
 impl<S, Req, F, E> Service<Req> for RateLimit<S, Charged<F>>
@@ -41,11 +41,10 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let estimate = (self.cost.estimate)(&req).into();
-        let bucket = self.cost.bucket.clone();
         let clone = self.inner.clone();
         ChargeFuture {
             step: Step::Charging {
-                charging: Box::pin(async move { bucket.charge(estimate).await }),
+                charging: Box::pin(self.cost.limit.charge(estimate)),
                 svc: Some(std::mem::replace(&mut self.inner, clone)),
                 req: Some(req),
             },

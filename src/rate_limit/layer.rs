@@ -115,11 +115,8 @@ impl<C> RateLimitLayer<C> {
     /// a `429` answer is settled at once to its requests alone (its tokens come back).
     ///
     /// The response must be an [`HttpResponse`](crate::retry_after::HttpResponse), to carry
-    /// the charge, and the inner service `Clone`.
-    ///
-    /// # Panics
-    /// When the limit is kept in Redis: estimates are settled in this process, on a
-    /// [`Bucket`](crate::Bucket).
+    /// the charge, and the inner service `Clone`. On a limit kept in Redis, the estimate and
+    /// the settlement are one round trip each (`RedisBucket::charge`).
     ///
     /// ```
     /// use std::convert::Infallible;
@@ -159,10 +156,12 @@ impl<C> RateLimitLayer<C> {
     /// # }
     /// ```
     pub fn charge<F>(self, estimate: F) -> RateLimitLayer<Charged<F>> {
-        let bucket = in_process(&self.limit);
         RateLimitLayer {
+            cost: Charged {
+                estimate,
+                limit: self.limit.clone(),
+            },
             limit: self.limit,
-            cost: Charged { estimate, bucket },
         }
     }
 
@@ -170,14 +169,6 @@ impl<C> RateLimitLayer<C> {
     pub fn limit(&self) -> &Limit {
         &self.limit
     }
-}
-
-/// The bucket a layer that charges estimates settles them on.
-pub(crate) fn in_process(limit: &Limit) -> crate::Bucket {
-    limit
-        .bucket()
-        .expect("estimates are settled in this process: charging needs a Bucket, not Redis")
-        .clone()
 }
 
 impl<S, C: Clone> Layer<S> for RateLimitLayer<C> {

@@ -30,7 +30,6 @@ mod service;
 pub use self::charged::{ChargeFuture, Charged};
 pub use self::future::{CostFuture, ResponseFuture};
 #[cfg(feature = "reqwest")]
-pub(crate) use self::layer::in_process;
 pub use self::layer::RateLimitLayer;
 pub use self::service::RateLimit;
 

@@ -21,6 +21,29 @@ pub(crate) enum Op {
     Pause { us: u64 },
     /// Take a lease of up to `want` tokens, at least `need`, giving back `back`.
     Lease { want: u32, need: u32, back: u32 },
+    /// Count `n` tokens now, whether they fit or not: a settlement's overrun.
+    Owe { n: u32 },
+}
+
+impl Op {
+    /// The tokens an acquire, a release or a debt counts.
+    pub(crate) fn amount(self) -> Option<u32> {
+        match self {
+            Op::Acquire { n, .. } | Op::Release { n, .. } | Op::Owe { n } => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The same operation on `n` tokens (a plan's quota's own amount).
+    fn with_n(self, amount: u64) -> Op {
+        let n = u32::try_from(amount).unwrap_or(u32::MAX);
+        match self {
+            Op::Acquire { book, .. } => Op::Acquire { n, book },
+            Op::Release { at_us, .. } => Op::Release { n, at_us },
+            Op::Owe { .. } => Op::Owe { n },
+            other => other,
+        }
+    }
 }
 
 /// The script arguments `ARGV[1]`–`ARGV[14]` of one call of `op` under `p` (see
@@ -34,6 +57,7 @@ pub(crate) fn script_args(p: &Params, shape: &Shape, op: Op) -> ([u64; 14], usiz
     let (arg, book, need, back) = match op {
         Op::Acquire { n, book } => (u64::from(n), u64::from(book), 0, 0),
         Op::Release { n, at_us } => (u64::from(n.min(most)), at_us, 0, 0),
+        Op::Owe { n } => (u64::from(n.min(most)), 2, 0, 0),
         Op::Pause { us } => (us, 0, 0, 0),
         Op::Lease { want, need, back } => {
             let want = want.min(p.burst).max(need);
@@ -76,7 +100,8 @@ pub(crate) fn script_args(p: &Params, shape: &Shape, op: Op) -> ([u64; 14], usiz
 /// parameters in force; `rest`: a plan's other quotas): the state's two keys and
 /// `ARGV[1]`–`ARGV[14]`; for the plan scripts (`stacked`), the state, each quota's sorted
 /// set and each quota's arguments in turn, all under the hash tag of `key`, and this call's
-/// marker (`lua/stack/parts.lua`).
+/// marker (`lua/stack/parts.lua`). `each`: the amount of each quota, where they differ
+/// (a plan counting several resources); else `op`'s for all.
 pub(crate) fn call_args(
     key: &str,
     p: &Params,
@@ -84,8 +109,10 @@ pub(crate) fn call_args(
     rest: &[(Shape, Params)],
     stacked: bool,
     op: Op,
+    each: Option<&[u64]>,
 ) -> (Vec<String>, Vec<u64>, Option<String>) {
-    let (all, len) = script_args(p, shape, op);
+    let op_of = |i: usize| each.and_then(|e| e.get(i)).map_or(op, |&n| op.with_n(n));
+    let (all, len) = script_args(p, shape, op_of(0));
     let mut keys = vec![key.to_owned(), format!("{key}:log")];
     if !stacked {
         return (keys, all[..len].to_vec(), None);
@@ -97,7 +124,7 @@ pub(crate) fn call_args(
     let mut quotas = vec![(family(shape.algorithm), all)];
     for (i, (shape, params)) in rest.iter().enumerate() {
         keys.push(format!("{key}:q{}:log", i + 2));
-        let (a, _) = script_args(params, shape, op);
+        let (a, _) = script_args(params, shape, op_of(i + 1));
         args.extend_from_slice(&a);
         quotas.push((family(shape.algorithm), a));
     }

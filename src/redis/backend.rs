@@ -17,7 +17,7 @@ use super::failure::FailurePolicy;
 use super::params::{Params, Rates, Shape};
 use super::script::{parse_grant, Reply, Scripts};
 use super::stats::{bump, Counters, RedisStats};
-use crate::{Algorithm, Denied, ExceedsBurst, Plan, Quota};
+use crate::{Algorithm, Cost, Denied, ExceedsBurst, Plan, Quota};
 
 /// A reply with the local instants around its round trip: the script ran in between.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +47,9 @@ pub(crate) struct Backend {
     rest: Box<[(Shape, Params)]>,
     /// The plan as built (its first quota is the one in force in `rates`).
     plan: Plan,
+    /// Where the plan counts other resources than requests: 1 for each quota that counts
+    /// requests, 0 for the others (a request's amounts, per token of it).
+    requests: Option<Box<[u64]>>,
     /// The base plan's marker: what a plan's state with no marker was written with
     /// (`lua/stack/parts.lua`). A keyed limit's default plan as built, for all its plans.
     base: Arc<str>,
@@ -138,6 +141,7 @@ impl Backend {
             rates,
             rest,
             plan: plan.clone(),
+            requests: (!plan.counts_requests_only()).then(|| plan.amounts(&1.into()).collect()),
             base,
             stacked,
             refused_by: AtomicUsize::new(0),
@@ -269,10 +273,41 @@ impl Backend {
         Duration::from_micros(self.rates.shape.max_pause_us)
     }
 
-    /// Take `n` (1..=max_cost) tokens of the bucket at `key`, if they fit now.
-    pub(crate) async fn acquire(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.acquire, key, Op::Acquire { n, book: false })
-            .await
+    /// Take `n` (1..=max_cost) tokens of the bucket at `key`, if they fit now; `each`: the
+    /// amount of each quota of a plan, where they differ (else `n` requests).
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        n: u32,
+        each: Option<&[u64]>,
+    ) -> Result<Timed, RedisError> {
+        let op = Op::Acquire { n, book: false };
+        self.run(&self.scripts.acquire, key, op, each).await
+    }
+
+    /// Count `each` (an amount per quota) at `key` now, whether it fits or not: a
+    /// settlement's overrun. The scripts' clamps bound the debt.
+    pub(crate) async fn owe(&self, key: &str, each: &[u64]) -> Result<Timed, RedisError> {
+        let op = Op::Owe { n: 0 };
+        self.run(&self.scripts.acquire, key, op, Some(each)).await
+    }
+
+    /// What `cost` counts in each quota of the plan.
+    pub(crate) fn amounts(&self, cost: &Cost) -> Arc<[u64]> {
+        self.plan.amounts(cost).collect()
+    }
+
+    /// Whether an amount per quota can ever fit now.
+    pub(crate) fn check_each(&self, each: &[u64]) -> Result<(), ExceedsBurst> {
+        let caps = std::iter::once(self.params().max_cost)
+            .chain(self.rest.iter().map(|(_, p)| p.max_cost));
+        match caps.zip(each).find(|(cap, n)| **n > u64::from(*cap)) {
+            Some((burst, &n)) => Err(ExceedsBurst {
+                requested: u32::try_from(n).unwrap_or(u32::MAX),
+                burst,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Token bucket with leases: give back `back` unused tokens of an expired lease, then
@@ -289,15 +324,22 @@ impl Backend {
             return Err(RedisError::config("leases need the token bucket"));
         };
         bump(&self.counters.leases);
-        self.run(script, key, Op::Lease { want, need, back }).await
+        self.run(script, key, Op::Lease { want, need, back }, None)
+            .await
     }
 
     /// Take `n` tokens of the bucket at `key` for the earliest instant they fit (after
     /// every earlier booking), if that is within the reservation horizon. An admitted
-    /// reply's `wait` is the time from the script's run to that instant.
-    pub(crate) async fn reserve(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.acquire, key, Op::Acquire { n, book: true })
-            .await
+    /// reply's `wait` is the time from the script's run to that instant. `each` as in
+    /// [`acquire`](Self::acquire).
+    pub(crate) async fn reserve(
+        &self,
+        key: &str,
+        n: u32,
+        each: Option<&[u64]>,
+    ) -> Result<Timed, RedisError> {
+        let op = Op::Acquire { n, book: true };
+        self.run(&self.scripts.acquire, key, op, each).await
     }
 
     /// How far ahead [`reserve`](Self::reserve) books an instant.
@@ -307,20 +349,22 @@ impl Backend {
 
     /// Give back `n` tokens of an unused admission of the bucket at `key`.
     pub(crate) async fn release(&self, key: &str, n: u32) -> Result<Timed, RedisError> {
-        self.release_booked(key, n, 0).await
+        self.release_booked(key, n, 0, None).await
     }
 
     /// Give back `n` tokens of an admission booked for the instant `at_us` (Redis clock,
     /// from its reply; 0: an admission made now) that was not used. The windows give them
     /// back to the window of that instant (the token and leaky bucket need no instant).
+    /// `each` as in [`acquire`](Self::acquire).
     pub(crate) async fn release_booked(
         &self,
         key: &str,
         n: u32,
         at_us: u64,
+        each: Option<&[u64]>,
     ) -> Result<Timed, RedisError> {
-        self.run(&self.scripts.release, key, Op::Release { n, at_us })
-            .await
+        let op = Op::Release { n, at_us };
+        self.run(&self.scripts.release, key, op, each).await
     }
 
     /// Give back `n` tokens of an admission of the limit at `key` that was not used: as
@@ -354,17 +398,37 @@ impl Backend {
         let us = u64::try_from(d.as_nanos().div_ceil(1000))
             .unwrap_or(u64::MAX)
             .min(self.rates.shape.max_pause_us);
-        self.run(&self.scripts.pause, key, Op::Pause { us }).await
+        self.run(&self.scripts.pause, key, Op::Pause { us }, None)
+            .await
     }
 
-    async fn run(&self, script: &::redis::Script, key: &str, op: Op) -> Result<Timed, RedisError> {
+    async fn run(
+        &self,
+        script: &::redis::Script,
+        key: &str,
+        op: Op,
+        each: Option<&[u64]>,
+    ) -> Result<Timed, RedisError> {
         self.breaker.admit()?;
         bump(&self.counters.round_trips);
         let mut conn = self.conn.clone();
         // One read: every argument of this call is of one rate.
         let p = self.params();
-        let (keys, args, marker) =
-            call_args(key, &p, &self.rates.shape, &self.rest, self.stacked, op);
+        // `n` requests, nothing of the other resources.
+        let requests: Option<Vec<u64>> = match (each, &self.requests, op.amount()) {
+            (None, Some(per), Some(n)) => Some(per.iter().map(|r| r * u64::from(n)).collect()),
+            _ => None,
+        };
+        let each = each.or(requests.as_deref());
+        let (keys, args, marker) = call_args(
+            key,
+            &p,
+            &self.rates.shape,
+            &self.rest,
+            self.stacked,
+            op,
+            each,
+        );
         // The plan scripts' markers: this call's and the base plan's.
         let markers = marker.as_deref().map(|m| [m, &*self.base]);
         let max_grant = if let Op::Lease { want, need, .. } = op {

@@ -28,6 +28,8 @@ pub(crate) struct Admission {
     pub(crate) reply: Reply,
     /// Whether the waiter slept (before booking, or until its instant).
     pub(crate) slept: bool,
+    /// The admission's instant on the Redis clock, µs, which a release names.
+    pub(crate) at_us: u64,
 }
 
 /// Why a waiter was not admitted.
@@ -42,12 +44,14 @@ pub(crate) enum Unbooked {
 
 /// Wait for `n` tokens of the limit at `key`: book the earliest instant they fit in Redis,
 /// after every earlier booking, then sleep until it. `hint` holds what the last replies
-/// said of this limit, and the pauses of this process and of the others.
+/// said of this limit, and the pauses of this process and of the others. `each`: the amount
+/// of each quota of a plan, where they differ (`n` is the first's).
 pub(crate) async fn book(
     backend: &Arc<Backend>,
     hint: &Hint,
     key: &str,
     n: u32,
+    each: Option<Arc<[u64]>>,
 ) -> Result<Admission, Unbooked> {
     let mut slept = false;
     loop {
@@ -55,7 +59,11 @@ pub(crate) async fn book(
         // before the check, so no change is missed).
         let mut changed = std::pin::pin!(hint.next_quota_change());
         changed.as_mut().enable();
-        backend.check(n).map_err(Unbooked::Exceeds)?;
+        match &each {
+            Some(each) => backend.check_each(each),
+            None => backend.check(n),
+        }
+        .map_err(Unbooked::Exceeds)?;
         // Read again after every sleep: a reply or a pause may have moved the instant.
         if let Some(early) = fits_at(backend, hint, n).checked_sub(backend.reserve_horizon()) {
             if early > Instant::now() {
@@ -72,7 +80,7 @@ pub(crate) async fn book(
         }
         // A pause made (or heard of) while the booking is on its way voids it too.
         let voids = hint.voids();
-        let t = reserve_apart(backend, key, n)
+        let t = reserve_apart(backend, key, n, each.clone())
             .await
             .map_err(Unbooked::Failed)?;
         let reply = learn(backend, hint, &t, n);
@@ -84,6 +92,7 @@ pub(crate) async fn book(
                 backend: Some(backend),
                 key,
                 n,
+                each: each.clone(),
                 at_us: t.at_us,
             };
             slept = true;
@@ -97,7 +106,11 @@ pub(crate) async fn book(
                 continue;
             }
         }
-        return Ok(Admission { reply, slept });
+        return Ok(Admission {
+            reply,
+            slept,
+            at_us: t.at_us,
+        });
     }
 }
 
@@ -123,17 +136,24 @@ pub(crate) fn learn(backend: &Backend, hint: &Hint, t: &Timed, n: u32) -> Reply 
 
 /// [`Backend::reserve`], run apart from the waiter: a waiter that goes away while its
 /// booking is on its way leaves the reply to that task, which gives the tokens back.
-async fn reserve_apart(backend: &Arc<Backend>, key: &str, n: u32) -> Result<Timed, RedisError> {
+async fn reserve_apart(
+    backend: &Arc<Backend>,
+    key: &str,
+    n: u32,
+    each: Option<Arc<[u64]>>,
+) -> Result<Timed, RedisError> {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return backend.reserve(key, n).await;
+        return backend.reserve(key, n, each.as_deref()).await;
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (backend, key) = (Arc::clone(backend), key.to_owned());
     rt.spawn(async move {
-        let t = backend.reserve(&key, n).await;
+        let t = backend.reserve(&key, n, each.as_deref()).await;
         if let Err(Ok(t)) = tx.send(t) {
             if t.reply.admitted {
-                let _ = backend.release_booked(&key, n, t.at_us).await;
+                let _ = backend
+                    .release_booked(&key, n, t.at_us, each.as_deref())
+                    .await;
             }
         }
     });
@@ -150,6 +170,7 @@ struct Booked<'a> {
     backend: Option<&'a Arc<Backend>>,
     key: &'a str,
     n: u32,
+    each: Option<Arc<[u64]>>,
     /// The booked instant on the Redis clock, µs, as the reply said (windows; else 0).
     at_us: u64,
 }
@@ -168,9 +189,12 @@ impl Drop for Booked<'_> {
         };
         let (backend, key, n, at_us) =
             (Arc::clone(backend), self.key.to_owned(), self.n, self.at_us);
+        let each = self.each.take();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let _ = backend.release_booked(&key, n, at_us).await;
+                let _ = backend
+                    .release_booked(&key, n, at_us, each.as_deref())
+                    .await;
             });
         }
     }

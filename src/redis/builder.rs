@@ -15,8 +15,8 @@ use crate::observe::Observer;
 use crate::Bucket;
 use crate::{Algorithm, Plan};
 
-/// Why a plan with a quota of another resource than requests is refused.
-const UNCOUNTED: &str = "on Redis, every quota of a plan counts requests";
+/// Why a keyed plan with a quota of another resource than requests is refused.
+const UNCOUNTED: &str = "on Redis, every quota of a keyed limit's plans counts requests";
 
 /// The settings both builders share, with their docs.
 macro_rules! shared_settings {
@@ -300,8 +300,10 @@ impl RedisBucketBuilder {
     /// work; unless [`connect_lazily`](Self::connect_lazily) is set, an error of another kind
     /// when Redis does not answer within the connect timeout.
     pub async fn build(mut self) -> Result<RedisBucket, RedisError> {
-        if !self.plan.counts_requests_only() {
-            return Err(RedisError::config(UNCOUNTED));
+        if self.lease.is_some() && !self.plan.counts_requests_only() {
+            return Err(RedisError::config(
+                "leases need a plan whose quotas count requests alone",
+            ));
         }
         if let Some(max) = self.lease {
             let period = self.lease_period;

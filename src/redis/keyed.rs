@@ -269,7 +269,7 @@ impl RedisKeyed {
         }
         let backend = self.backend_at(tier);
         backend.check(n).map_err(|e| (e.into(), 0))?;
-        match backend.acquire(&self.key_of(&id), n).await {
+        match backend.acquire(&self.key_of(&id), n, None).await {
             Ok(t) => t.reply.decision().map_err(|e| (e.into(), t.part)),
             Err(e) => backend
                 .fallback()
@@ -333,7 +333,7 @@ impl RedisKeyed {
         // The key's hint, shared by this process's waiters for it while any waits.
         let entered = inner.lanes.enter(id);
         let backend = self.backend_at(tier);
-        match booking::book(backend, entered.lane(), &self.key_of(&id), n).await {
+        match booking::book(backend, entered.lane(), &self.key_of(&id), n, None).await {
             Ok(_) => Ok(()),
             Err(Unbooked::Exceeds(e)) => Err(e.into()),
             Err(Unbooked::Failed(e)) => {

@@ -20,6 +20,9 @@ pub struct RedisStats {
     /// Tokens admitted with leases: from a lease's tokens, or from a refill that asked for
     /// them with the others waiting (no round trip of their own).
     pub leased_admissions: u64,
+    /// Settlements of [charges](crate::Charge) done with: sent to Redis and answered (or
+    /// failed); each is one round trip, or two when some quotas give back and others owe.
+    pub settlements: u64,
 }
 
 /// The live counters behind [`RedisStats`], shared by a handle's clones.
@@ -30,6 +33,7 @@ pub(crate) struct Counters {
     pub(crate) fallbacks: AtomicU64,
     pub(crate) leases: AtomicU64,
     pub(crate) leased_admissions: AtomicU64,
+    pub(crate) settlements: AtomicU64,
 }
 
 impl Counters {
@@ -41,6 +45,7 @@ impl Counters {
             fallbacks: self.fallbacks.load(Ordering::Relaxed),
             leases: self.leases.load(Ordering::Relaxed),
             leased_admissions: self.leased_admissions.load(Ordering::Relaxed),
+            settlements: self.settlements.load(Ordering::Relaxed),
         }
     }
 }

@@ -16,11 +16,8 @@ enum Price {
     One,
     /// A number of tokens, known before the request goes.
     Fixed(Arc<dyn Fn(&Request) -> u32 + Send + Sync>),
-    /// An estimate, settled on the bucket once the response tells the real cost.
-    Estimate(
-        Arc<dyn Fn(&Request) -> crate::Cost + Send + Sync>,
-        crate::Bucket,
-    ),
+    /// An estimate, settled on the limit once the response tells the real cost.
+    Estimate(Arc<dyn Fn(&Request) -> crate::Cost + Send + Sync>),
 }
 
 /// Waits for a token of a shared [`Bucket`](crate::Bucket) before each request: the
@@ -98,10 +95,6 @@ impl RateLimitMiddleware {
     /// was never sent and is refunded; any other error keeps the estimate; a `429` answer
     /// is settled at once to its requests alone.
     ///
-    /// # Panics
-    /// When the limit is kept in Redis: estimates are settled in this process, on a
-    /// [`Bucket`](crate::Bucket).
-    ///
     /// ```
     /// use tower_throttle::reqwest::RateLimitMiddleware;
     /// use tower_throttle::{Bucket, Cost, Plan, Quota, Resource};
@@ -121,11 +114,10 @@ impl RateLimitMiddleware {
         F: Fn(&Request) -> E + Send + Sync + 'static,
         E: Into<crate::Cost>,
     {
-        let bucket = crate::rate_limit::in_process(&self.limit);
         let estimate = Arc::new(move |request: &Request| estimate(request).into());
         RateLimitMiddleware {
             limit: self.limit,
-            price: Price::Estimate(estimate, bucket),
+            price: Price::Estimate(estimate),
         }
     }
 
@@ -144,7 +136,7 @@ impl fmt::Debug for RateLimitMiddleware {
                 &match self.price {
                     Price::One => "one token",
                     Price::Fixed(_) => "Fn(&Request) -> u32",
-                    Price::Estimate(..) => "an estimate, settled",
+                    Price::Estimate(_) => "an estimate, settled",
                 },
             )
             .finish()
@@ -162,8 +154,8 @@ impl Middleware for RateLimitMiddleware {
         let n = match &self.price {
             Price::One => 1,
             Price::Fixed(cost) => cost(&req),
-            Price::Estimate(estimate, bucket) => {
-                let charge = bucket.charge(estimate(&req)).await;
+            Price::Estimate(estimate) => {
+                let charge = self.limit.charge(estimate(&req)).await;
                 let charge = charge.map_err(reqwest_middleware::Error::middleware)?;
                 super::sent::admitted(&self.limit, extensions);
                 return match next.run(req, extensions).await {

@@ -23,6 +23,7 @@ use crate::bucket::{Steered, Steering};
 use crate::observe::Observer;
 use crate::{Algorithm, Bucket, Denied, Plan, Quota, Throttled};
 
+mod charge;
 mod leased;
 
 /// A rate limit kept in Redis: one limit shared by every process, task and clone that uses
@@ -293,7 +294,7 @@ impl RedisBucket {
                 Err(e) => fallback(e),
             };
         }
-        match inner.backend.acquire(&inner.key, n).await {
+        match inner.backend.acquire(&inner.key, n, None).await {
             Ok(t) => {
                 let reply = booking::learn(&inner.backend, &inner.hint, &t, n);
                 Outcome {
@@ -370,7 +371,7 @@ impl RedisBucket {
                 Err(e) => return self.acquire_fallback(n, e, asked).await,
             }
         }
-        match booking::book(&inner.backend, &inner.hint, &inner.key, n).await {
+        match booking::book(&inner.backend, &inner.hint, &inner.key, n, None).await {
             Ok(admission) => Outcome {
                 result: Ok(if admission.slept {
                     asked.elapsed()

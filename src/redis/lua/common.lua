@@ -20,9 +20,11 @@
 --   none. The state is re-read in the parameters of this call first, never holding more
 --   tokens than it held in those (`lua/gcra/state.lua`, `lua/window/convert.lua`).
 -- The call's, the same for every quota of a plan (read once, from the first):
--- ARGV[3] = the operation's argument           ARGV[4] = P, the longest pause, µs
+-- ARGV[3] = the operation's argument (a plan's acquire and release read each quota's own,
+--   at ARGV[O + 3])                              ARGV[4] = P, the longest pause, µs
 -- ARGV[8] = 1 to book a later instant (acquire: a request that fits within the booking
---   horizon is admitted for that instant), else 0; release: the instant of the booking
+--   horizon is admitted for that instant), 2 to count the tokens now whether they fit or
+--   not (acquire: a debt), else 0; release: the instant of the booking
 -- ARGV[9] = the fewest tokens a lease may grant, ARGV[10] = unused tokens of an expired lease
 --   to give back (the token bucket's lease only; else absent or 0)
 -- Integers only, all below 2^53 (exact in Lua's doubles); the caller checks it.

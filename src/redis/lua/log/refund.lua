@@ -5,27 +5,35 @@ local function keep(q)
   local stale = q.newest ~= nil and redis.call('PTTL', q.log) < 0
   if stale or must_repair(q, q.dirty, horizon(q)) then save(q) end
 end
--- Take the first entry of n tokens among `members` out of the log. Whether there was one.
-local function take_one(q, members, n)
+-- Take n tokens out of the log: the first entry of n tokens among `members`, else, with
+-- `at` (all of them logged at that instant, interchangeable), the smallest entry of more,
+-- which keeps the rest (a settlement's partial refund). Whether there was one.
+local function take_one(q, members, n, at)
+  local best, size = nil, nil
   for i = 1, #members do
-    if tokens_of(q, members[i]) == n then
-      redis.call('ZREM', q.log, members[i])
-      q.total = q.total - n
-      find_newest(q)
-      return true
-    end
+    local t = tokens_of(q, members[i])
+    if t == n then best, size = i, t; break end
+    if at and t > n and (size == nil or t < size) then best, size = i, t end
   end
-  return false
+  if not best then return false end
+  redis.call('ZREM', q.log, members[best])
+  if size > n then
+    q.seq = q.seq + 1
+    redis.call('ZADD', q.log, fmt(at), string.format('%d:%d', q.seq, size - n))
+  end
+  q.total = q.total - n
+  find_newest(q)
+  return true
 end
--- Give back n tokens of an admission that was not used: the entry of n tokens booked for
--- the instant `at` (when > 0: a waiter that went away before it), else the newest entry of
+-- Give back n tokens of an admission that was not used: of the entry booked for the
+-- instant `at` (when > 0: a waiter that went away before it), else the newest entry of
 -- n tokens logged by now (another limit refused it right after), looked for among the
 -- newest first: O(log N). The ramp after a pause keeps the place it gave: a release never
 -- lets the restart go faster.
 local function give(q, n, at)
   local released = false
   if at > 0 then
-    released = take_one(q, redis.call('ZRANGEBYSCORE', q.log, fmt(at), fmt(at)), n)
+    released = take_one(q, redis.call('ZRANGEBYSCORE', q.log, fmt(at), fmt(at)), n, at)
   else
     -- The newest entries first, in growing batches: the entry given back is almost always
     -- the newest, so a release costs O(log N), not the whole log.

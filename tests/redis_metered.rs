@@ -1,0 +1,249 @@
+//! Metered APIs on a real Redis: a cost per resource decided on every quota in one script
+//! run (refused by one, charged to none), settlements given back and owed, and two handles
+//! settling on one key.
+//!
+//! The quotas refill over an hour and the windows have no phase (the sliding log): nothing
+//! here depends on where the Redis clock's second or window falls. A settlement goes to
+//! Redis in a task: the tests wait for `stats().settlements` to count it, not for time.
+#![cfg(feature = "redis")]
+
+mod redis_support;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use http::{Request, Response};
+use redis_support::{redis_url, unique_prefix};
+use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_throttle::redis::RedisBucket;
+use tower_throttle::{Algorithm, Charge, Cost, Denied, Plan, Quota, RateLimitLayer, Resource};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn tokens(n: u32) -> Cost {
+    Cost::new().and(Resource::TOKENS, n)
+}
+
+/// Tokens alone, no request.
+fn only_tokens(n: u32) -> Cost {
+    Cost::from(0).and(Resource::TOKENS, n)
+}
+
+/// `requests` and `tokens` per hour, each with its hour as burst; the tokens counted by
+/// `algorithm`.
+fn plan(requests: u32, tokens: u32, algorithm: Algorithm) -> Plan {
+    Plan::new(Quota::new(requests, HOUR).burst(requests))
+        .and(Quota::new(tokens, HOUR).burst(tokens))
+        .counting(Resource::TOKENS)
+        .algorithm(algorithm)
+}
+
+async fn bucket(prefix: &str, plan: Plan) -> RedisBucket {
+    RedisBucket::builder(plan)
+        .url(redis_url())
+        .key_prefix(prefix)
+        .key("metered")
+        .build()
+        .await
+        .expect("connects")
+}
+
+/// Wait until `bucket` has `n` settlements done with Redis.
+async fn landed(bucket: &RedisBucket, n: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while bucket.stats().settlements < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "settlement {n} never reached Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn refused(result: Result<Charge, Denied>) -> Duration {
+    match result {
+        Err(Denied::Throttled(t)) => t.wait(),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// A request refused for its tokens charges no request, and one refused for its request
+/// charges no tokens: on the token bucket and on the sliding log.
+#[tokio::test]
+async fn a_refusal_by_one_resource_charges_none_of_the_others() {
+    for algorithm in [Algorithm::TokenBucket, Algorithm::SlidingLog] {
+        let limit = bucket(&unique_prefix("metered-atomic"), plan(3, 1_000, algorithm)).await;
+        drop(limit.try_charge(tokens(800)).await.unwrap());
+        // Refused for its tokens (200 left), not for its request (2 left).
+        assert!(refused(limit.try_charge(tokens(300)).await) > Duration::ZERO);
+        // Neither was charged: 200 tokens and two requests.
+        drop(limit.try_charge(tokens(200)).await.unwrap());
+        drop(limit.try_charge(Cost::new()).await.unwrap());
+        refused(limit.try_charge(Cost::new()).await);
+        refused(limit.try_charge(only_tokens(1)).await);
+
+        let limit = bucket(&unique_prefix("metered-atomic"), plan(1, 1_000, algorithm)).await;
+        drop(limit.try_charge(tokens(100)).await.unwrap());
+        // Refused for its request: its tokens stay, 900.
+        refused(limit.try_charge(tokens(100)).await);
+        drop(limit.try_charge(only_tokens(900)).await.unwrap());
+        refused(limit.try_charge(only_tokens(1)).await);
+    }
+}
+
+/// An overestimate comes back, an overrun is owed, a refund gives all back, a second
+/// settlement changes nothing, and a charge dropped unsettled keeps its estimate.
+#[tokio::test]
+async fn settlements_give_back_and_owe_in_redis() {
+    for algorithm in [Algorithm::TokenBucket, Algorithm::SlidingLog] {
+        let limit = bucket(
+            &unique_prefix("metered-settle"),
+            plan(100, 1_000, algorithm),
+        )
+        .await;
+        let charge = limit.try_charge(tokens(600)).await.unwrap();
+        refused(limit.try_charge(only_tokens(401)).await);
+        assert!(charge.settle(tokens(200)));
+        assert!(!charge.settle(tokens(0)), "settled once");
+        assert!(!charge.clone().refund());
+        landed(&limit, 1).await;
+        // 800 left: 400 came back.
+        refused(limit.try_charge(only_tokens(801)).await);
+        let all = limit.try_charge(only_tokens(800)).await.unwrap();
+        assert!(all.refund());
+        landed(&limit, 2).await;
+        assert_eq!(
+            limit.stats().settlements,
+            2,
+            "the second settlement sent nothing"
+        );
+
+        // Taken 600 of 800, used 1,000: 200 tokens owed beyond empty.
+        let charge = limit.try_charge(tokens(600)).await.unwrap();
+        assert!(charge.settle(tokens(1_000)));
+        landed(&limit, 3).await;
+        let wait = refused(limit.try_charge(only_tokens(1)).await);
+        // A token every 3.6 s: the debt's 200 and one more take 12 minutes.
+        assert!(wait > Duration::from_secs(600), "{algorithm:?}: {wait:?}");
+
+        // Dropped unsettled, the estimate stands.
+        let limit = bucket(&unique_prefix("metered-drop"), plan(100, 1_000, algorithm)).await;
+        drop(limit.try_charge(tokens(700)).await.unwrap());
+        drop(limit.try_charge(tokens(300)).await.unwrap());
+        refused(limit.try_charge(only_tokens(1)).await);
+        assert_eq!(limit.stats().settlements, 0);
+    }
+}
+
+/// Two handles on one key, each charging an estimate of 500 tokens and settling real costs
+/// from 50 to 700: the tokens used never exceed the quota plus one underestimate per handle
+/// (each waits for its settlement to reach Redis before its next charge), and the
+/// overestimates that came back were used (without them, three quarters of the quota).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_handles_settling_on_one_key_stay_within_the_quota() {
+    const QUOTA: u32 = 20_000;
+    let prefix = unique_prefix("metered-race");
+    let plan = Plan::new(Quota::new(10_000, HOUR).burst(10_000))
+        .and(Quota::new(QUOTA, HOUR))
+        .counting(Resource::TOKENS)
+        .algorithm(Algorithm::SlidingLog);
+    let workers: Vec<_> = (0..2u32)
+        .map(|w| {
+            let (prefix, plan) = (prefix.clone(), plan.clone());
+            tokio::spawn(async move {
+                let limit = bucket(&prefix, plan).await;
+                let (mut used, mut settled, mut refusals) = (0u64, 0u64, 0);
+                let mut i = w;
+                while refusals < 3 {
+                    match limit.try_charge(tokens(500)).await {
+                        Ok(charge) => {
+                            refusals = 0;
+                            let actual = 50 + (i * 263) % 651;
+                            i += 2;
+                            used += u64::from(actual);
+                            assert!(charge.settle(tokens(actual)));
+                            settled += 1;
+                            landed(&limit, settled).await;
+                        }
+                        Err(Denied::Throttled(_)) => {
+                            refusals += 1;
+                            tokio::task::yield_now().await;
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                used
+            })
+        })
+        .collect();
+    let mut used = 0;
+    for w in workers {
+        used += w.await.unwrap();
+    }
+    let most = u64::from(QUOTA) + 2 * 200;
+    assert!(used <= most, "{used} tokens used, at most {most}");
+    assert!(
+        used >= u64::from(QUOTA) - 2_000,
+        "{used}: the refunds were used"
+    );
+}
+
+/// The waiting layer charges on Redis: the estimate before the request, the settlement
+/// from its answer.
+#[tokio::test]
+async fn the_layer_charges_and_settles_on_redis() {
+    let limit = bucket(
+        &unique_prefix("metered-layer"),
+        plan(100, 1_000, Algorithm::SlidingLog),
+    )
+    .await;
+    let api = service_fn(|_: Request<u32>| async {
+        Ok::<_, Infallible>(
+            Response::builder()
+                .header("x-used", "150")
+                .body(())
+                .unwrap(),
+        )
+    });
+    let client = ServiceBuilder::new()
+        .map_response(|response: Response<()>| {
+            let used = response.headers()["x-used"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let charge = response.extensions().get::<Charge>().unwrap();
+            assert!(charge.settle(tokens(used)));
+            response
+        })
+        .layer(RateLimitLayer::new(limit.clone()).charge(|r: &Request<u32>| tokens(*r.body())))
+        .service(api);
+    client.oneshot(Request::new(900)).await.unwrap();
+    landed(&limit, 1).await;
+    // 150 used of 1,000: 850 left.
+    refused(limit.try_charge(only_tokens(851)).await);
+    drop(limit.try_charge(only_tokens(850)).await.unwrap());
+}
+
+/// Leases count requests: a plan that counts other resources is refused with them; keyed
+/// limits on Redis count requests alone.
+#[tokio::test]
+async fn leases_and_keyed_limits_refuse_plans_of_other_resources() {
+    let leased = RedisBucket::builder(Plan::new(Quota::per_second(10)).counting(Resource::TOKENS))
+        .url(redis_url())
+        .key_prefix(unique_prefix("metered-lease"))
+        .key("metered")
+        .lease(2)
+        .build()
+        .await;
+    assert!(leased
+        .unwrap_err()
+        .to_string()
+        .contains("count requests alone"));
+    let keyed = tower_throttle::redis::RedisKeyed::builder(plan(10, 100, Algorithm::TokenBucket))
+        .url(redis_url())
+        .key_prefix(unique_prefix("metered-keyed"))
+        .build()
+        .await;
+    assert!(keyed.unwrap_err().to_string().contains("counts requests"));
+}
