@@ -92,7 +92,8 @@ async fn a_refusal_by_one_resource_charges_none_of_the_others() {
 }
 
 /// An overestimate comes back, an overrun is owed, a refund gives all back, a second
-/// settlement changes nothing, and a charge dropped unsettled keeps its estimate.
+/// settlement changes nothing, and a charge dropped unsettled keeps its estimate; a charge
+/// and a settlement are one round trip each.
 #[tokio::test]
 async fn settlements_give_back_and_owe_in_redis() {
     for algorithm in [Algorithm::TokenBucket, Algorithm::SlidingLog] {
@@ -101,12 +102,23 @@ async fn settlements_give_back_and_owe_in_redis() {
             plan(100, 1_000, algorithm),
         )
         .await;
+        let trips = limit.stats().round_trips;
         let charge = limit.try_charge(tokens(600)).await.unwrap();
+        assert_eq!(
+            limit.stats().round_trips,
+            trips + 1,
+            "one round trip, every quota"
+        );
         refused(limit.try_charge(only_tokens(401)).await);
         assert!(charge.settle(tokens(200)));
         assert!(!charge.settle(tokens(0)), "settled once");
         assert!(!charge.clone().refund());
         landed(&limit, 1).await;
+        assert_eq!(
+            limit.stats().round_trips,
+            trips + 3,
+            "a settlement is one more"
+        );
         // 800 left: 400 came back.
         refused(limit.try_charge(only_tokens(801)).await);
         let all = limit.try_charge(only_tokens(800)).await.unwrap();

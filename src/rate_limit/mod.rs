@@ -29,7 +29,6 @@ mod service;
 
 pub use self::charged::{ChargeFuture, Charged};
 pub use self::future::{CostFuture, ResponseFuture};
-#[cfg(feature = "reqwest")]
 pub use self::layer::RateLimitLayer;
 pub use self::service::RateLimit;
 
