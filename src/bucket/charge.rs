@@ -77,6 +77,16 @@ pub(crate) trait Settle: Send + Sync {
     fn settle(&self, actual: &Cost);
 }
 
+/// What settling at `actual` gives back and owes, quota by quota, of an admission of
+/// `estimate` (amounts per quota).
+pub(crate) fn differences(estimate: &[u64], actual: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    estimate
+        .iter()
+        .zip(actual)
+        .map(|(e, a)| (e.saturating_sub(*a), a.saturating_sub(*e)))
+        .unzip()
+}
+
 impl Charge {
     pub(super) fn new(
         bucket: Bucket,
@@ -154,16 +164,7 @@ impl Charge {
             }
             return true;
         };
-        let actual = actual_each.unwrap_or_default();
-        let diff = |f: fn(u64, u64) -> u64| -> Vec<u64> {
-            estimate
-                .iter()
-                .zip(actual.iter())
-                .map(|(e, a)| f(*e, *a))
-                .collect()
-        };
-        let back = diff(|e, a| e.saturating_sub(a));
-        let owed = diff(|e, a| a.saturating_sub(e));
+        let (back, owed) = differences(estimate, &actual_each.unwrap_or_default());
         let tokens = |a: &[u64]| u32::try_from(a[0]).unwrap_or(u32::MAX);
         let permit = Permit {
             tokens: tokens(&back),

@@ -41,7 +41,7 @@ pub use self::acquire::Acquire;
 pub use self::builder::BucketBuilder;
 pub use self::charge::Charge;
 #[cfg(feature = "redis")]
-pub(crate) use self::charge::Settle;
+pub(crate) use self::charge::{differences, Settle};
 #[cfg(feature = "redis")]
 pub(crate) use self::feedback::Adopt;
 pub use self::feedback::{Feedback, Sent};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::{Inner, RedisBucket};
-use crate::bucket::Settle;
+use crate::bucket::{differences, Settle};
 use crate::redis::booking::{self, Unbooked};
 use crate::redis::stats::bump;
 use crate::{Charge, Cost, Denied};
@@ -104,15 +104,7 @@ impl Settle for Settlement {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let actual = self.inner.backend.amounts(actual);
-        let diff = |f: fn(u64, u64) -> u64| -> Vec<u64> {
-            self.each
-                .iter()
-                .zip(actual.iter())
-                .map(|(e, a)| f(*e, *a))
-                .collect()
-        };
-        let (back, owed) = (diff(u64::saturating_sub), diff(|e, a| a.saturating_sub(e)));
+        let (back, owed) = differences(&self.each, &self.inner.backend.amounts(actual));
         let (inner, at_us) = (Arc::clone(&self.inner), self.at_us);
         rt.spawn(async move {
             let (backend, key) = (&inner.backend, &inner.key);
