@@ -112,6 +112,13 @@ impl Plan {
     }
 
     /// Whether every quota counts requests.
+    /// Which quotas count `resource`, when some do and others do not: a pause of that
+    /// resource alone holds these.
+    pub(crate) fn held(&self, resource: &Resource) -> Option<Vec<bool>> {
+        let held: Vec<bool> = self.parts.iter().map(|p| p.resource == *resource).collect();
+        (held.contains(&true) && held.contains(&false)).then_some(held)
+    }
+
     pub(crate) fn counts_requests_only(&self) -> bool {
         self.parts.iter().all(|p| p.resource == Resource::REQUESTS)
     }

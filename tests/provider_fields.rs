@@ -10,7 +10,7 @@ use http::{Request, Response, StatusCode};
 use tokio::time::Instant;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::adaptive::Adaptive;
-use tower_throttle::{Bucket, Quota, RateLimitLayer, RetryAfterLayer};
+use tower_throttle::{Bucket, Cost, Plan, Quota, RateLimitLayer, Resource, RetryAfterLayer};
 
 type Headers = Vec<(&'static str, &'static str)>;
 type Arrivals = Arc<Mutex<Vec<Duration>>>;
@@ -153,5 +153,59 @@ async fn hostile_provider_fields_are_ignored() {
     .await;
     // Resets years away are not believed: nothing holds the next request.
     assert_eq!(times, [Duration::ZERO, Duration::ZERO]);
+    assert_eq!(bucket.rate(), 100.0);
+}
+
+/// A `429` that names the tokens as spent holds the quota of tokens alone: a request that
+/// costs no tokens goes at once, one that costs tokens waits for their reset, and the rate
+/// of requests is not cut.
+#[tokio::test(start_paused = true)]
+async fn a_429_for_tokens_holds_the_tokens_alone() {
+    let plan = Plan::new(Quota::per_second(100))
+        .and(Quota::per_minute(1_000_000).burst(1_000_000))
+        .counting(Resource::TOKENS);
+    let bucket = Bucket::new(plan);
+    let (api, log) = server(vec![(
+        429,
+        vec![
+            ("retry-after", "1"),
+            ("x-ratelimit-remaining-requests", "5999"),
+            ("x-ratelimit-reset-requests", "10ms"),
+            ("x-ratelimit-remaining-tokens", "0"),
+            ("x-ratelimit-reset-tokens", "2.5s"),
+        ],
+    )]);
+    let client = ServiceBuilder::new()
+        .layer(RetryAfterLayer::new(bucket.clone()).retry_after_jitter(Duration::ZERO))
+        .layer(
+            RateLimitLayer::new(bucket.clone()).charge(|r: &Request<()>| {
+                let tokens = r
+                    .headers()
+                    .get("x-tokens")
+                    .map_or(0, |v| v.to_str().unwrap().parse().unwrap());
+                Cost::new().and(Resource::TOKENS, tokens)
+            }),
+        )
+        .service(api);
+    let call = |tokens: &'static str, after: u64| {
+        let client = client.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(after)).await;
+            let request = Request::builder()
+                .header("x-tokens", tokens)
+                .body(())
+                .unwrap();
+            client.oneshot(request).await.unwrap().status()
+        }
+    };
+    let statuses = tokio::join!(call("10", 0), call("0", 100), call("10", 100));
+    assert_eq!(statuses, (StatusCode::OK, StatusCode::OK, StatusCode::OK));
+    let mut times = log.lock().unwrap().clone();
+    times.sort();
+    let ms = Duration::from_millis;
+    // The 429, the request of no tokens, then the two of tokens from the reset on, the
+    // quota of tokens restarting as from empty (20 tokens at 60 µs each, on 1 ms timers).
+    assert_eq!(times[..2], [ms(0), ms(100)]);
+    assert!(times[2] >= ms(2500) && times[3] <= ms(2503), "{times:?}");
     assert_eq!(bucket.rate(), 100.0);
 }

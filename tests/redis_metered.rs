@@ -259,3 +259,25 @@ async fn leases_and_keyed_limits_refuse_plans_of_other_resources() {
         .await;
     assert!(keyed.unwrap_err().to_string().contains("counts requests"));
 }
+
+/// A pause of the tokens holds their quota alone, for every handle on the key: requests
+/// without tokens go on, a request of tokens is refused until the end of the pause.
+#[tokio::test]
+async fn a_pause_of_one_resource_holds_its_quotas_alone_in_every_process() {
+    for algorithm in [Algorithm::TokenBucket, Algorithm::SlidingLog] {
+        let prefix = unique_prefix("metered-pause");
+        let (one, two) = (
+            bucket(&prefix, plan(100, 1_000, algorithm)).await,
+            bucket(&prefix, plan(100, 1_000, algorithm)).await,
+        );
+        one.pause_resource(&Resource::TOKENS, HOUR).await.unwrap();
+        let wait = refused(two.try_charge(tokens(1)).await);
+        assert!(wait > HOUR - Duration::from_secs(60), "{algorithm:?}: {wait:?}");
+        drop(two.try_charge(tokens(0)).await.expect("a request alone goes"));
+        // The requests' quota untouched but for that request: 99 more, then none.
+        for _ in 0..99 {
+            drop(one.try_charge(tokens(0)).await.unwrap());
+        }
+        assert!(one.try_charge(tokens(0)).await.is_err(), "{algorithm:?}");
+    }
+}

@@ -66,6 +66,25 @@ async fn the_wait_is_the_longest_and_a_refusal_for_requests_charges_no_token() {
     drop(limit.try_charge(tokens(50)).expect("all 50 tokens"));
 }
 
+/// A pause of the tokens holds their quota alone, on every algorithm: requests without
+/// tokens go on, a request of tokens waits until the end, waiters included.
+#[tokio::test(start_paused = true)]
+async fn a_pause_of_one_resource_holds_its_quotas_alone() {
+    for algorithm in ALGORITHMS {
+        let limit = limit(algorithm);
+        limit.pause_resource(&Resource::TOKENS, Duration::from_secs(3));
+        let refused = limit.try_charge(tokens(1)).unwrap_err();
+        assert_eq!(refused.wait(), Some(Duration::from_secs(3)), "{algorithm:?}");
+        assert!(limit.try_charge(tokens(0)).is_ok(), "{algorithm:?}");
+        let start = Instant::now();
+        let waiter = limit.charge(tokens(1)).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(3), "{algorithm:?}");
+        drop(waiter);
+        // Requests were never held: their quota refilled meanwhile.
+        assert!(limit.try_charge(tokens(0)).is_ok(), "{algorithm:?}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_cost_of_one_number_counts_requests_only() {
     let limit = limit(Algorithm::TokenBucket);

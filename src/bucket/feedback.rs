@@ -289,6 +289,6 @@ impl Steered for super::Shared {
     }
 
     fn pause(&self, cooldown: Duration) {
-        super::Shared::pause(self, cooldown);
+        super::Shared::pause(self, cooldown, None);
     }
 }

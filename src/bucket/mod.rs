@@ -53,7 +53,7 @@ pub(crate) use self::waiter::Waiter;
 use crate::adaptive::{Adaptive, Control};
 pub use crate::algorithm::Algorithm;
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
-use crate::{Cost, Plan, Quota};
+use crate::{Cost, Plan, Quota, Resource};
 
 /// A token bucket shared by every clone of this handle.
 ///
@@ -333,7 +333,32 @@ impl Bucket {
     ///
     /// Any `cooldown`, up to [`Duration::MAX`], takes constant time and memory.
     pub fn pause(&self, cooldown: Duration) {
-        self.shared.pause(cooldown);
+        self.shared.pause(cooldown, None);
+    }
+
+    /// Hold only the quotas that count `resource` for `cooldown`, the others going on: a
+    /// server said that resource ran out. Each held quota restarts as [`pause`](Self::pause)
+    /// says for a token or leaky bucket; a window keeps its own bound, with no ramp. Where
+    /// every quota counts `resource`, or none does, the whole bucket pauses.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{Bucket, Cost, Plan, Quota, Resource};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let plan = Plan::new(Quota::per_minute(60))
+    ///     .and(Quota::per_minute(10_000).burst(10_000))
+    ///     .counting(Resource::TOKENS);
+    /// let bucket = Bucket::new(plan);
+    /// bucket.pause_resource(&Resource::TOKENS, Duration::from_secs(20));
+    /// assert!(bucket.try_charge(Cost::new()).is_ok()); // a request alone goes
+    /// assert!(bucket.try_charge(Cost::new().and(Resource::TOKENS, 1)).is_err());
+    /// # }
+    /// ```
+    pub fn pause_resource(&self, resource: &Resource, cooldown: Duration) {
+        let held = self.plan().held(resource);
+        self.shared.pause(cooldown, held.as_deref());
     }
 
     /// Change the quota of this live bucket, for every clone, without rebuilding it.

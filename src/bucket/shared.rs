@@ -481,8 +481,9 @@ impl Shared {
     }
 
     /// Hold every admission, waiters included, until `now + d`; restart as from an empty
-    /// bucket whose first token is due when the cooldown ends. O(1) for any `d`.
-    pub(crate) fn pause(&self, d: Duration) {
+    /// bucket whose first token is due when the cooldown ends. O(1) for any `d`. `held`:
+    /// only the quotas of a plan it marks, the others going on ([`Engine::hold`]).
+    pub(crate) fn pause(&self, d: Duration, held: Option<&[bool]>) {
         let mut st = self.lock();
         let now = self.clock.now_ns();
         let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
@@ -490,8 +491,9 @@ impl Shared {
         let end = now.saturating_add(d).min(u64::MAX / 4);
         // `0` is also "never paused": a pause at the clock's origin (a bucket paused the
         // instant it was made) empties it too.
-        let before = self.paused_until.fetch_max(end, Ordering::AcqRel);
-        if before < end || before == 0 {
+        if let (Some(held), Kind::Window(w)) = (held, &mut st.engine) {
+            w.hold(held, end);
+        } else if self.paused_until.fetch_max(end, Ordering::AcqRel) < end || end == 0 {
             st.resumed = true;
             let interval = st.quota.interval_ns();
             match &mut st.engine {

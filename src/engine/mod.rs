@@ -215,6 +215,14 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
     /// `end`: no ramp.
     fn restart(&self, state: &mut Self::State, end: u64) -> u64;
 
+    /// Pause only the quotas `held` marks until `end` (a [`Stack`]'s: each restarts as
+    /// [`restart`](Engine::restart) says and takes nothing before `end`, the others go on);
+    /// an engine of one quota restarts.
+    fn hold(&self, state: &mut Self::State, held: &[bool], end: u64) {
+        let _ = held;
+        self.restart(state, end);
+    }
+
     /// The engine for `quota` from `now` on, with `state` carried over: never more available
     /// at `now` than before (no burst), fractional progress kept. `phase`: where the windows
     /// of a new period fall.

@@ -85,6 +85,8 @@ pub(crate) trait Model: Send + fmt::Debug {
     fn ramping(&self, t: u64) -> bool;
     /// Restart after a pause ending at `end` ([`pause`]).
     fn pause(&mut self, end: u64, interval: u64);
+    /// [`Engine::hold`]: pause only some quotas, without a ramp.
+    fn hold(&mut self, held: &[bool], end: u64);
     /// [`Engine::with_quota`]; the ramp goes on at the new rate.
     fn set_quota(&mut self, quota: Quota, phase: Phase, now: u64);
     /// [`Engine::refused_by`].
@@ -165,6 +167,10 @@ impl<E: Engine> Model for Paused<E> {
 
     fn pause(&mut self, end: u64, interval: u64) {
         self.ramp = pause(&self.engine, &mut self.state, end, interval);
+    }
+
+    fn hold(&mut self, held: &[bool], end: u64) {
+        self.engine.hold(&mut self.state, held, end);
     }
 
     fn refused_by(&self, cost: u64, now: u64) -> usize {

@@ -102,6 +102,8 @@ pub(crate) struct Stack {
 pub(crate) struct Layers {
     states: Box<[OneState]>,
     last: Box<[Admit]>,
+    /// Each quota takes nothing before this instant: the end of a pause of its resource.
+    held: Box<[u64]>,
     /// Admissions and undos so far: an admission can be undone while this is its number.
     seq: u64,
     /// When the state stops mattering (kept for [`Packed::expires`]).
@@ -192,7 +194,7 @@ impl Stack {
                 .enumerate()
                 .map(|(i, (one, s))| match amount(i) {
                     0 => at,
-                    n => on_one!(one, s, e, s => e.earliest(s, n, at)),
+                    n => on_one!(one, s, e, s => e.earliest(s, n, at.max(state.held[i]))),
                 })
                 .fold(at, u64::max);
             if next == at {
@@ -262,6 +264,7 @@ impl Stack {
             .collect();
         let mut layers = Layers {
             last: vec![Admit::default(); states.len()].into(),
+            held: vec![0; states.len()].into(),
             states,
             seq: 0,
             expires: 0,
@@ -385,8 +388,11 @@ impl Engine for Stack {
     fn available(&self, state: &Layers, now: u64) -> u64 {
         self.ones
             .iter()
-            .zip(state.states.iter())
-            .map(|(one, s)| on_one!(one, s, e, s => e.available(s, now)))
+            .zip(state.states.iter().zip(state.held.iter()))
+            .map(|(one, (s, held))| match now < *held {
+                true => 0,
+                false => on_one!(one, s, e, s => e.available(s, now)),
+            })
             .min()
             .unwrap_or(0)
     }
@@ -396,6 +402,7 @@ impl Engine for Stack {
             .iter()
             .zip(state.states.iter())
             .map(|(one, s)| on_one!(one, s, e, s => e.expires(s)))
+            .chain(state.held.iter().copied())
             .max()
             .unwrap_or(0)
     }
@@ -409,6 +416,17 @@ impl Engine for Stack {
             .fold(end, u64::max);
         state.expires = self.expires(state);
         until
+    }
+
+    fn hold(&self, state: &mut Layers, held: &[bool], end: u64) {
+        let quotas = self.ones.iter().zip(state.states.iter_mut());
+        for (i, (one, s)) in quotas.enumerate() {
+            if held.get(i).copied().unwrap_or(false) {
+                on_one!(one, s, e, s => e.restart(s, end));
+                state.held[i] = state.held[i].max(end);
+            }
+        }
+        state.expires = self.expires(state);
     }
 
     /// A new first quota (a bucket's rate); the other quotas stay.

@@ -79,6 +79,7 @@ impl Classify for Grpc {
             kind,
             stated: None,
             spent_for: None,
+            spent: None,
         })
     }
 }

@@ -130,15 +130,15 @@ pub fn read_provider_limits(headers: &HeaderMap, now: SystemTime) -> Vec<Resourc
     hints
 }
 
-/// The longest reset among the resources that have nothing left, when one has nothing left
-/// and states a reset still ahead.
-pub(crate) fn spent_for(hints: &[ResourceHint]) -> Option<Duration> {
+/// The resource with nothing left whose reset is the longest, and that reset, when one has
+/// nothing left and states a reset still ahead.
+pub(crate) fn spent_for(hints: &[ResourceHint]) -> Option<(Duration, &Resource)> {
     hints
         .iter()
         .filter(|h| h.remaining == Some(0))
-        .filter_map(|h| h.reset)
-        .max()
-        .filter(|d| !d.is_zero())
+        .filter_map(|h| Some((h.reset?, &h.resource)))
+        .max_by_key(|(reset, _)| *reset)
+        .filter(|(reset, _)| !reset.is_zero())
 }
 
 /// The rate of requests a provider states, per second: its requests per minute over 60 s.
@@ -453,7 +453,8 @@ mod tests {
         assert_eq!(hints[0].reset, Some(Duration::from_secs(1)));
         assert_eq!(hints[1].reset, Some(Duration::from_secs(30)));
         assert_eq!(hints[2].reset, Some(Duration::ZERO), "an instant past");
-        assert_eq!(spent_for(&hints), Some(Duration::from_secs(30)));
+        let spent = Some((Duration::from_secs(30), &Resource::INPUT_TOKENS));
+        assert_eq!(spent_for(&hints), spent);
         assert_eq!(stated_requests(&hints), Some(50.0 / 60.0));
     }
 

@@ -14,7 +14,9 @@ pub(crate) use self::turn::Turn;
 use crate::bucket::{Permit, Reservation};
 #[cfg(feature = "redis")]
 use crate::redis::RedisBucket;
-use crate::{Bucket, Charge, Cost, Denied, ExceedsBurst, Feedback, Plan, QueueFull, Quota};
+use crate::{
+    Bucket, Charge, Cost, Denied, ExceedsBurst, Feedback, Plan, QueueFull, Quota, Resource,
+};
 
 /// One limit for every request of a layer: a [`Bucket`] in this process, or a
 /// `redis::RedisBucket` shared with other processes.
@@ -151,6 +153,20 @@ impl Limit {
             #[cfg(feature = "redis")]
             Store::Redis(r) => r.pause_detached(cooldown),
         }
+    }
+
+    /// Hold only the quotas that count `resource` for `cooldown`, when the plan has others
+    /// (`true`); else nothing (`false`: the caller pauses the whole limit).
+    pub(crate) fn pause_resource(&self, resource: &Resource, cooldown: Duration) -> bool {
+        if self.plan().held(resource).is_none() {
+            return false;
+        }
+        match &self.store {
+            Store::Bucket(b) => b.pause_resource(resource, cooldown),
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => r.pause_resource_detached(resource, cooldown),
+        }
+        true
     }
 
     /// Wait until `n` tokens are admitted, then take them ([`Bucket::acquire`], or

@@ -41,6 +41,7 @@ impl Op {
             Op::Acquire { book, .. } => Op::Acquire { n, book },
             Op::Release { at_us, .. } => Op::Release { n, at_us },
             Op::Owe { .. } => Op::Owe { n },
+            Op::Pause { .. } => Op::Pause { us: amount },
             other => other,
         }
     }

@@ -392,13 +392,21 @@ impl Backend {
         let _ = tokio::time::timeout(self.options.timeout, cmd.query_async::<i64>(&mut conn)).await;
     }
 
-    /// Pause the bucket at `key` for `d` (capped at `max_pause`).
-    pub(crate) async fn pause(&self, key: &str, d: Duration) -> Result<Timed, RedisError> {
-        // Rounded up: never end a pause early.
+    /// Pause the bucket at `key` for `d` (capped at `max_pause`); `held`: only the quotas
+    /// of a plan it marks (the others are sent a pause of 0 µs: none).
+    pub(crate) async fn pause(
+        &self,
+        key: &str,
+        d: Duration,
+        held: Option<&[bool]>,
+    ) -> Result<Timed, RedisError> {
+        // Rounded up: never end a pause early; at least 1 µs, so that 0 says "not held".
         let us = u64::try_from(d.as_nanos().div_ceil(1000))
             .unwrap_or(u64::MAX)
-            .min(self.rates.shape.max_pause_us);
-        self.run(&self.scripts.pause, key, Op::Pause { us }, None)
+            .min(self.rates.shape.max_pause_us)
+            .max(1);
+        let each: Option<Vec<u64>> = held.map(|h| h.iter().map(|&h| us * u64::from(h)).collect());
+        self.run(&self.scripts.pause, key, Op::Pause { us }, each.as_deref())
             .await
     }
 

@@ -230,7 +230,7 @@ pub(crate) async fn pause(
     cooldown: Duration,
     tell: Tell<'_>,
 ) -> Result<(), Denied> {
-    let result = backend.pause(key, cooldown).await;
+    let result = backend.pause(key, cooldown, None).await;
     hint.pause_done();
     match result {
         Ok(t) => {

@@ -11,6 +11,7 @@ use super::RedisBucket;
 use crate::adaptive::Decision;
 use crate::bucket::{Adopt, Feedback, Steered};
 use crate::observe::Ignored;
+use crate::Resource;
 
 /// What the control of a [`RedisBucket`] steers: the limit, while a handle to it is left.
 #[derive(Debug)]
@@ -96,5 +97,11 @@ impl RedisBucket {
         let cooldown = self.hold_here(cooldown);
         let this = self.clone();
         detach(async move { this.pause_in_redis(cooldown).await });
+    }
+
+    /// [`pause_resource`](Self::pause_resource), in the background.
+    pub(crate) fn pause_resource_detached(&self, resource: &Resource, cooldown: Duration) {
+        let (this, resource) = (self.clone(), resource.clone());
+        detach(async move { this.pause_resource(&resource, cooldown).await });
     }
 }

@@ -11,6 +11,7 @@ use crate::headers::{
     read_provider_limits, read_quota_hint, read_quota_rate, read_retry_after, read_stated_rate,
     spent_for, stated_requests, RetryAfterError,
 };
+use crate::Resource;
 
 /// What a response says.
 #[derive(Debug)]
@@ -20,6 +21,8 @@ pub(crate) struct Reading {
     pub(crate) stated: Option<f64>,
     /// The server's quota is spent for this long: everyone holds until it comes back.
     pub(crate) spent_for: Option<Duration>,
+    /// The provider's resource that ran out, when it says which.
+    pub(crate) spent: Option<Resource>,
 }
 
 #[derive(Debug)]
@@ -75,7 +78,10 @@ impl Policy {
             (None, None, Vec::new())
         };
         // A provider's resource that ran out says for how long; else the generic fields.
-        let provider_spent = spent_for(&provider);
+        let (provider_spent, spent) = match spent_for(&provider) {
+            Some((reset, resource)) => (Some(reset), Some(resource.clone())),
+            None => (None, None),
+        };
         let exhausted = hint.filter(|h| h.remaining == 0);
         let rate_limited_403 = status == StatusCode::FORBIDDEN
             && (exhausted.is_some() || provider.iter().any(|h| h.remaining == Some(0)));
@@ -110,6 +116,7 @@ impl Policy {
             kind,
             stated,
             spent_for,
+            spent,
         }
     }
 

@@ -185,11 +185,20 @@ impl Policy {
         a: &Attempt<'_>,
     ) -> Verdict {
         let reading = self.read(status, headers);
+        // A resource the server names, counted by some of the limit's quotas only: those
+        // hold alone, and the rate control, which steers requests, is not told.
+        let mut alone = false;
         if let Some(reset) = reading.spent_for {
             // Slow down before the 429: hold everyone until the quota resets.
             if !reset.is_zero() && reset <= self.max_retry_after {
                 trace_event!(info, ?reset, "server quota exhausted; pausing the bucket");
-                self.limit.pause(reset);
+                alone = reading
+                    .spent
+                    .as_ref()
+                    .is_some_and(|r| self.limit.pause_resource(r, reset));
+                if !alone {
+                    self.limit.pause(reset);
+                }
             }
         }
         let (action, cooldown) = match reading.kind {
@@ -214,7 +223,9 @@ impl Policy {
                         ?cooldown,
                         "server pushed back; pausing the bucket"
                     );
-                    a.sent.report_pushed_back(cooldown, reading.stated);
+                    if !alone {
+                        a.sent.report_pushed_back(cooldown, reading.stated);
+                    }
                     if retry && self.may_retry(unprocessed, a) {
                         let jitter = self.cooldown_jitter.sample(cooldown);
                         self.retry_after(a, cooldown.saturating_add(jitter))

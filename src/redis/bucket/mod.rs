@@ -21,7 +21,7 @@ use super::told;
 use crate::adaptive::Control;
 use crate::bucket::{Steered, Steering};
 use crate::observe::Observer;
-use crate::{Algorithm, Bucket, Denied, Plan, Quota, Throttled};
+use crate::{Algorithm, Bucket, Denied, Plan, Quota, Resource, Throttled};
 
 mod charge;
 mod leased;
@@ -425,6 +425,32 @@ impl RedisBucket {
     pub async fn pause(&self, cooldown: Duration) -> Result<(), Denied> {
         let cooldown = self.hold_here(cooldown);
         self.pause_in_redis(cooldown).await
+    }
+
+    /// Hold only the quotas that count `resource` for `cooldown`, in every process, as
+    /// [`Bucket::pause_resource`] does: in Redis alone (this process's waiters booked on
+    /// those quotas keep their instants). Where every quota counts `resource`, or none
+    /// does, this is [`pause`](Self::pause).
+    ///
+    /// # Errors
+    /// [`Denied::Backend`] when Redis fails and the policy is
+    /// [`FailurePolicy::Closed`].
+    pub async fn pause_resource(
+        &self,
+        resource: &Resource,
+        cooldown: Duration,
+    ) -> Result<(), Denied> {
+        let Some(held) = self.plan().held(resource) else {
+            return self.pause(cooldown).await;
+        };
+        if let Some(o) = self.observer() {
+            o.paused(cooldown);
+        }
+        let backend = &self.inner.backend;
+        match backend.pause(&self.inner.key, cooldown, Some(&held)).await {
+            Ok(_) => Ok(()),
+            Err(e) => backend.policy().pause(e),
+        }
     }
 
     /// The part of [`pause`](Self::pause) this process does at once: hold its own
