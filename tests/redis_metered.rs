@@ -272,8 +272,15 @@ async fn a_pause_of_one_resource_holds_its_quotas_alone_in_every_process() {
         );
         one.pause_resource(&Resource::TOKENS, HOUR).await.unwrap();
         let wait = refused(two.try_charge(tokens(1)).await);
-        assert!(wait > HOUR - Duration::from_secs(60), "{algorithm:?}: {wait:?}");
-        drop(two.try_charge(tokens(0)).await.expect("a request alone goes"));
+        assert!(
+            wait > HOUR - Duration::from_secs(60),
+            "{algorithm:?}: {wait:?}"
+        );
+        drop(
+            two.try_charge(tokens(0))
+                .await
+                .expect("a request alone goes"),
+        );
         // The requests' quota untouched but for that request: 99 more, then none.
         for _ in 0..99 {
             drop(one.try_charge(tokens(0)).await.unwrap());

@@ -74,7 +74,11 @@ async fn a_pause_of_one_resource_holds_its_quotas_alone() {
         let limit = limit(algorithm);
         limit.pause_resource(&Resource::TOKENS, Duration::from_secs(3));
         let refused = limit.try_charge(tokens(1)).unwrap_err();
-        assert_eq!(refused.wait(), Some(Duration::from_secs(3)), "{algorithm:?}");
+        assert_eq!(
+            refused.wait(),
+            Some(Duration::from_secs(3)),
+            "{algorithm:?}"
+        );
         assert!(limit.try_charge(tokens(0)).is_ok(), "{algorithm:?}");
         let start = Instant::now();
         let waiter = limit.charge(tokens(1)).await.unwrap();

@@ -3,9 +3,10 @@
 //! durations (`6m0s`, `59.52s`, `20ms`), and Anthropic's
 //! `anthropic-ratelimit-{resource}-{limit,remaining,reset}`, with RFC 3339 instants.
 
+use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 use super::ratelimit::LONGEST_WINDOW;
 use super::values::{date, digits, trim_ows};
@@ -25,53 +26,29 @@ pub struct ResourceHint {
     pub reset: Option<Duration>,
 }
 
-/// Each resource's fields: Anthropic's limit, remaining and reset, then OpenAI's.
-const FIELDS: [(Resource, [&str; 6]); 4] = [
-    (
-        Resource::REQUESTS,
-        [
-            "anthropic-ratelimit-requests-limit",
-            "anthropic-ratelimit-requests-remaining",
-            "anthropic-ratelimit-requests-reset",
-            "x-ratelimit-limit-requests",
-            "x-ratelimit-remaining-requests",
-            "x-ratelimit-reset-requests",
-        ],
-    ),
-    (
-        Resource::TOKENS,
-        [
-            "anthropic-ratelimit-tokens-limit",
-            "anthropic-ratelimit-tokens-remaining",
-            "anthropic-ratelimit-tokens-reset",
-            "x-ratelimit-limit-tokens",
-            "x-ratelimit-remaining-tokens",
-            "x-ratelimit-reset-tokens",
-        ],
-    ),
-    (
-        Resource::INPUT_TOKENS,
-        [
-            "anthropic-ratelimit-input-tokens-limit",
-            "anthropic-ratelimit-input-tokens-remaining",
-            "anthropic-ratelimit-input-tokens-reset",
-            "x-ratelimit-limit-input-tokens",
-            "x-ratelimit-remaining-input-tokens",
-            "x-ratelimit-reset-input-tokens",
-        ],
-    ),
-    (
-        Resource::OUTPUT_TOKENS,
-        [
-            "anthropic-ratelimit-output-tokens-limit",
-            "anthropic-ratelimit-output-tokens-remaining",
-            "anthropic-ratelimit-output-tokens-reset",
-            "x-ratelimit-limit-output-tokens",
-            "x-ratelimit-remaining-output-tokens",
-            "x-ratelimit-reset-output-tokens",
-        ],
-    ),
+/// The resources the providers state, in the order they are read.
+const RESOURCES: [Resource; 4] = [
+    Resource::REQUESTS,
+    Resource::TOKENS,
+    Resource::INPUT_TOKENS,
+    Resource::OUTPUT_TOKENS,
 ];
+
+/// Each resource's fields: Anthropic's limit, remaining and reset, then OpenAI's.
+static FIELDS: LazyLock<[[HeaderName; 6]; 4]> = LazyLock::new(|| {
+    RESOURCES.map(|r| {
+        let n = r.name();
+        [
+            format!("anthropic-ratelimit-{n}-limit"),
+            format!("anthropic-ratelimit-{n}-remaining"),
+            format!("anthropic-ratelimit-{n}-reset"),
+            format!("x-ratelimit-limit-{n}"),
+            format!("x-ratelimit-remaining-{n}"),
+            format!("x-ratelimit-reset-{n}"),
+        ]
+        .map(|name| HeaderName::try_from(name).expect("a resource's name is a field's"))
+    })
+});
 
 /// Read the rate-limit fields of OpenAI (and Azure OpenAI) and of Anthropic: one hint per
 /// resource that has at least one well-formed field, in the order requests, tokens, input
@@ -105,10 +82,11 @@ const FIELDS: [(Resource, [&str; 6]); 4] = [
 /// ```
 pub fn read_provider_limits(headers: &HeaderMap, now: SystemTime) -> Vec<ResourceHint> {
     let reference = date(headers).unwrap_or(now);
-    let field = |name: &str| headers.get(name).map(|v| trim_ows(v.as_bytes()));
+    let field = |name: &HeaderName| headers.get(name).map(|v| trim_ows(v.as_bytes()));
     let mut hints = Vec::new();
-    for (resource, [a_limit, a_remaining, a_reset, o_limit, o_remaining, o_reset]) in FIELDS {
-        let number = |anthropic: &str, openai: &str| {
+    for (resource, fields) in RESOURCES.into_iter().zip(FIELDS.iter()) {
+        let [a_limit, a_remaining, a_reset, o_limit, o_remaining, o_reset] = fields;
+        let number = |anthropic, openai| {
             field(anthropic)
                 .and_then(digits)
                 .or_else(|| field(openai).and_then(digits))
