@@ -62,7 +62,9 @@ impl fmt::Debug for Resource {
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct Cost {
-    amounts: Vec<(Resource, u32)>,
+    requests: u32,
+    /// The other resources it names (none for a number of requests: nothing allocated).
+    others: Vec<(Resource, u32)>,
 }
 
 impl Cost {
@@ -73,19 +75,30 @@ impl Cost {
 
     /// The cost with `amount` of `resource` (in place of what it had of it).
     pub fn and(mut self, resource: Resource, amount: u32) -> Self {
-        match self.amounts.iter_mut().find(|(r, _)| *r == resource) {
-            Some((_, a)) => *a = amount,
-            None => self.amounts.push((resource, amount)),
+        if resource == Resource::REQUESTS {
+            self.requests = amount;
+        } else if let Some((_, a)) = self.others.iter_mut().find(|(r, _)| *r == resource) {
+            *a = amount;
+        } else {
+            self.others.push((resource, amount));
         }
         self
     }
 
     /// The amount of `resource` (0 when the cost does not name it).
     pub fn of(&self, resource: &Resource) -> u32 {
-        self.amounts
+        if *resource == Resource::REQUESTS {
+            return self.requests;
+        }
+        self.others
             .iter()
             .find(|(r, _)| r == resource)
             .map_or(0, |(_, a)| *a)
+    }
+
+    /// Whether it costs nothing of any resource.
+    pub(crate) fn is_free(&self) -> bool {
+        self.requests == 0 && self.others.iter().all(|(_, a)| *a == 0)
     }
 }
 
@@ -99,15 +112,17 @@ impl From<u32> for Cost {
     /// `n` requests.
     fn from(n: u32) -> Self {
         Cost {
-            amounts: vec![(Resource::REQUESTS, n)],
+            requests: n,
+            others: Vec::new(),
         }
     }
 }
 
 impl fmt::Debug for Cost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let requests = (&Resource::REQUESTS, &self.requests);
         f.debug_map()
-            .entries(self.amounts.iter().map(|(r, a)| (r, a)))
+            .entries(std::iter::once(requests).chain(self.others.iter().map(|(r, a)| (r, a))))
             .finish()
     }
 }

@@ -111,7 +111,6 @@ impl Plan {
         self.parts.iter().map(|p| u64::from(cost.of(&p.resource)))
     }
 
-    /// Whether every quota counts requests.
     /// Which quotas count `resource`, when some do and others do not: a pause of that
     /// resource alone holds these.
     pub(crate) fn held(&self, resource: &Resource) -> Option<Vec<bool>> {
@@ -119,6 +118,7 @@ impl Plan {
         (held.contains(&true) && held.contains(&false)).then_some(held)
     }
 
+    /// Whether every quota counts requests.
     pub(crate) fn counts_requests_only(&self) -> bool {
         self.parts.iter().all(|p| p.resource == Resource::REQUESTS)
     }

@@ -209,12 +209,3 @@ proptest::proptest! {
         })?;
     }
 }
-
-#[test]
-#[should_panic(expected = "every quota of its plans must count requests")]
-fn a_keyed_bucket_refuses_a_quota_of_tokens() {
-    let plan = Plan::new(Quota::per_second(2))
-        .and(Quota::per_second(100))
-        .counting(Resource::TOKENS);
-    let _ = tower_throttle::keyed::KeyedBucket::<u64>::builder(plan).build();
-}

@@ -336,6 +336,11 @@ impl Bucket {
         self.shared.pause(cooldown, None);
     }
 
+    /// Whether every quota of the plan counts requests.
+    pub(crate) fn counts_requests_only(&self) -> bool {
+        self.shared.plan.counts_requests_only()
+    }
+
     /// Hold only the quotas that count `resource` for `cooldown`, the others going on: a
     /// server said that resource ran out. Each held quota restarts as [`pause`](Self::pause)
     /// says for a token or leaky bucket; a window keeps its own bound, with no ramp. Where

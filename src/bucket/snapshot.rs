@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::shared::{Kind, Shared};
 use super::Bucket;
-use crate::engine::{Engine as _, View};
+use crate::engine::{Engine as _, Price, View};
 use crate::Quota;
 
 /// A read-only view of a [`Bucket`], from [`Bucket::snapshot`].
@@ -54,7 +54,7 @@ impl Shared {
     pub(crate) fn holding_back(&self, tokens: u32) -> usize {
         let st = self.lock();
         match &st.engine {
-            Kind::Window(w) => w.refused_by(u64::from(tokens), self.clock.now_ns()),
+            Kind::Window(w) => w.refused_by(Price::One(u64::from(tokens)), self.clock.now_ns()),
             Kind::Gcra(_) => 0,
         }
     }

@@ -185,6 +185,7 @@ impl Engine for Gcra {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Price;
     use std::time::Duration;
 
     #[test]
@@ -193,14 +194,14 @@ mod tests {
         let t = gcra.interval;
         assert_eq!(t, 500_000_000);
         let mut s = gcra.empty();
-        let _ = gcra.admit(&mut s, 0, 1, 0).unwrap();
-        let a = gcra.admit(&mut s, 0, 1, 0).unwrap();
-        assert_eq!(gcra.admit(&mut s, 0, 1, 0), Err(t));
+        let _ = gcra.admit(&mut s, 0, Price::One(1), 0).unwrap();
+        let a = gcra.admit(&mut s, 0, Price::One(1), 0).unwrap();
+        assert_eq!(gcra.admit(&mut s, 0, Price::One(1), 0), Err(t));
         assert_eq!(gcra.status(&a), (0, t));
         assert_eq!(gcra.view(&s, t - 1).available, 0);
         assert_eq!(gcra.view(&s, t).available, 1);
         // A booking within the allowed wait moves `tat` and names its instant.
-        let r = gcra.admit(&mut s, 0, 1, t).unwrap();
+        let r = gcra.admit(&mut s, 0, Price::One(1), t).unwrap();
         assert_eq!(r.at, t);
         assert_eq!(gcra.capacity(), 2);
     }
@@ -209,8 +210,8 @@ mod tests {
     fn undo_only_when_nothing_came_after() {
         let gcra = Gcra::new(Quota::per_second(1).burst(2), Algorithm::TokenBucket);
         let mut s = gcra.empty();
-        let first = gcra.admit(&mut s, 0, 1, 0).unwrap();
-        let second = gcra.admit(&mut s, 0, 1, 0).unwrap();
+        let first = gcra.admit(&mut s, 0, Price::One(1), 0).unwrap();
+        let second = gcra.admit(&mut s, 0, Price::One(1), 0).unwrap();
         gcra.undo(&mut s, &first); // stale: `second` came after it
         assert_eq!(s, second.after[0]);
         gcra.undo(&mut s, &second);
@@ -226,11 +227,14 @@ mod tests {
         let t = Duration::from_millis(250).as_nanos() as u64;
         // Idle: a cost of 3 goes at once and drains over the next 3 intervals.
         let mut s = gcra.empty();
-        assert_eq!(gcra.admit(&mut s, 0, 3, 0).unwrap().at, 0);
-        assert_eq!(gcra.admit(&mut s, 0, 1, 0), Err(3 * t));
-        assert_eq!(gcra.admit(&mut s, 3 * t, 1, 0).unwrap().at, 3 * t);
+        assert_eq!(gcra.admit(&mut s, 0, Price::One(3), 0).unwrap().at, 0);
+        assert_eq!(gcra.admit(&mut s, 0, Price::One(1), 0), Err(3 * t));
+        assert_eq!(
+            gcra.admit(&mut s, 3 * t, Price::One(1), 0).unwrap().at,
+            3 * t
+        );
         // Then a cost of 2 waits for that one to drain.
-        assert_eq!(gcra.admit(&mut s, 3 * t, 2, 0), Err(t));
+        assert_eq!(gcra.admit(&mut s, 3 * t, Price::One(2), 0), Err(t));
         assert_eq!(gcra.view(&s, 3 * t).available, 0);
         assert_eq!(gcra.view(&s, 4 * t).available, 1);
     }

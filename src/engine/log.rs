@@ -196,6 +196,7 @@ impl Engine for Log {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Price;
     use std::time::Duration;
 
     fn log(count: u32, width_ns: u64) -> Log {
@@ -227,14 +228,14 @@ mod tests {
     fn exact_per_key_window() {
         let l = log(3, 100);
         let mut s = l.empty();
-        l.admit(&mut s, 0, 1, 0).unwrap();
-        let second = l.admit(&mut s, 50, 2, 0).unwrap();
+        l.admit(&mut s, 0, Price::One(1), 0).unwrap();
+        let second = l.admit(&mut s, 50, Price::One(2), 0).unwrap();
         assert_eq!(l.status(&second), (0, 100));
-        assert_eq!(l.admit(&mut s, 60, 1, 0), Err(40));
-        assert_eq!(l.admit(&mut s, 60, 2, 0), Err(90));
+        assert_eq!(l.admit(&mut s, 60, Price::One(1), 0), Err(40));
+        assert_eq!(l.admit(&mut s, 60, Price::One(2), 0), Err(90));
         // Booked for 150; a later one of 1 goes after it.
-        assert_eq!(l.admit(&mut s, 60, 2, 100).unwrap().at, 150);
-        assert_eq!(l.admit(&mut s, 60, 1, 100).unwrap().at, 150);
+        assert_eq!(l.admit(&mut s, 60, Price::One(2), 100).unwrap().at, 150);
+        assert_eq!(l.admit(&mut s, 60, Price::One(1), 100).unwrap().at, 150);
         // Now, only the 2 of 50 count (the view ignores bookings after it).
         assert_eq!(l.view(&s, 120).available, 1);
         let packed = l.pack(s);

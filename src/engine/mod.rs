@@ -138,15 +138,21 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
         &self,
         state: &mut Self::State,
         now: u64,
-        cost: u64,
+        cost: Price<'_>,
         max_wait: u64,
     ) -> Result<Admit, u64> {
         self.forget(state, now);
-        let at = self.earliest(state, cost, now);
+        let at = match cost {
+            Price::One(n) => self.earliest(state, n, now),
+            Price::Each(a) => self.earliest_each(state, a, now),
+        };
         if at > now.saturating_add(max_wait.min(Self::MAX_AHEAD)) {
             return Err(at - now);
         }
-        let mut admit = self.commit(state, cost, at);
+        let mut admit = match cost {
+            Price::One(n) => self.commit(state, n, at),
+            Price::Each(a) => self.commit_each(state, a, at),
+        };
         self.describe(state, &mut admit);
         Ok(admit)
     }
@@ -154,7 +160,7 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
     /// Which of the engine's quotas holds `cost` back longest at `now` (a [`Stack`]'s; `0`
     /// for an engine of one quota).
     #[inline]
-    fn refused_by(&self, _state: &Self::State, _cost: u64, _now: u64) -> usize {
+    fn refused_by(&self, _state: &Self::State, _cost: Price<'_>, _now: u64) -> usize {
         0
     }
 

@@ -90,7 +90,7 @@ pub(crate) trait Model: Send + fmt::Debug {
     /// [`Engine::with_quota`]; the ramp goes on at the new rate.
     fn set_quota(&mut self, quota: Quota, phase: Phase, now: u64);
     /// [`Engine::refused_by`].
-    fn refused_by(&self, cost: u64, now: u64) -> usize;
+    fn refused_by(&self, cost: Price<'_>, now: u64) -> usize;
     /// [`Engine::reset_in`].
     fn reset_in(&self, now: u64) -> Option<u64>;
 }
@@ -173,7 +173,7 @@ impl<E: Engine> Model for Paused<E> {
         self.engine.hold(&mut self.state, held, end);
     }
 
-    fn refused_by(&self, cost: u64, now: u64) -> usize {
+    fn refused_by(&self, cost: Price<'_>, now: u64) -> usize {
         self.engine.refused_by(&self.state, cost, now)
     }
 

@@ -4,7 +4,7 @@
 //! Each quota's fit is upward-closed in time (once a cost fits, it fits later too), so the
 //! earliest instant the stack takes a cost is the latest of its quotas' earliest instants.
 
-use super::{Admit, Engine, Gcra, Log, Packed, Phase, Windows};
+use super::{Admit, Engine, Gcra, Log, Packed, Phase, Price, Windows};
 use crate::plan::{Part, Plan};
 use crate::{Algorithm, Quota, Resource};
 
@@ -152,14 +152,18 @@ impl Stack {
 
     /// The quota that holds `cost` back longest at `now`; when every quota has room, the
     /// tightest: the fewest tokens left, among those the longest until as if unused.
-    fn refusing(&self, state: &Layers, cost: u64, now: u64) -> usize {
+    fn refusing(&self, state: &Layers, cost: Price<'_>, now: u64) -> usize {
         let views = self
             .ones
             .iter()
             .zip(state.states.iter())
             .enumerate()
             .map(|(i, (one, s))| {
-                let cost = self.scalar(cost, i).max(1);
+                let cost = match cost {
+                    Price::One(n) => self.scalar(n, i),
+                    Price::Each(a) => a.get(i).copied().unwrap_or(0),
+                }
+                .max(1);
                 on_one!(one, s, e, s => (e.earliest(s, cost, now), e.view(s, now)))
             });
         let (mut part, mut worst) = (0, None);
@@ -370,12 +374,12 @@ impl Engine for Stack {
         (admit.after[1], admit.after[2])
     }
 
-    fn refused_by(&self, state: &Layers, cost: u64, now: u64) -> usize {
+    fn refused_by(&self, state: &Layers, cost: Price<'_>, now: u64) -> usize {
         self.refusing(state, cost, now)
     }
 
     fn reset_in(&self, state: &Layers, now: u64) -> Option<u64> {
-        let part = self.refusing(state, 1, now);
+        let part = self.refusing(state, Price::One(1), now);
         let (one, s) = (self.ones.get(part)?, state.states.get(part)?);
         let full_in = on_one!(one, s, e, s => e.view(s, now).full_in);
         Some(match one {
@@ -529,32 +533,32 @@ mod tests {
     fn a_cost_goes_where_every_quota_has_room() {
         let stack = per_second_and_per_10s();
         let mut s = stack.empty();
-        assert!(stack.admit(&mut s, 0, 2, 0).is_ok());
+        assert!(stack.admit(&mut s, 0, Price::One(2), 0).is_ok());
         // The per-second quota refuses: half a second.
-        assert_eq!(stack.admit(&mut s, 0, 1, 0), Err(SEC / 2));
-        assert!(stack.admit(&mut s, SEC, 1, 0).is_ok());
+        assert_eq!(stack.admit(&mut s, 0, Price::One(1), 0), Err(SEC / 2));
+        assert!(stack.admit(&mut s, SEC, Price::One(1), 0).is_ok());
         // Now the 10 s window is full: the wait is the longest, to its end.
-        assert_eq!(stack.admit(&mut s, 2 * SEC, 1, 0), Err(8 * SEC));
-        assert_eq!(stack.refused_by(&s, 1, 2 * SEC), 1);
+        assert_eq!(stack.admit(&mut s, 2 * SEC, Price::One(1), 0), Err(8 * SEC));
+        assert_eq!(stack.refused_by(&s, Price::One(1), 2 * SEC), 1);
         assert_eq!(stack.available(&s, 2 * SEC), 0);
-        assert!(stack.admit(&mut s, 10 * SEC, 1, 0).is_ok());
+        assert!(stack.admit(&mut s, 10 * SEC, Price::One(1), 0).is_ok());
     }
 
     #[test]
     fn a_refusal_charges_no_quota_and_an_undo_gives_back_to_all() {
         let stack = per_second_and_per_10s();
         let mut s = stack.empty();
-        let first = stack.admit(&mut s, 0, 1, 0).unwrap();
-        let second = stack.admit(&mut s, 0, 1, 0).unwrap();
+        let first = stack.admit(&mut s, 0, Price::One(1), 0).unwrap();
+        let second = stack.admit(&mut s, 0, Price::One(1), 0).unwrap();
         // Refused by the per-second quota: the window keeps its 2.
-        assert!(stack.admit(&mut s, 0, 1, 0).is_err());
+        assert!(stack.admit(&mut s, 0, Price::One(1), 0).is_err());
         assert_eq!(stack.ones()[1..].len(), 1);
         stack.undo(&mut s, &first); // stale: `second` came after it
         stack.undo(&mut s, &second);
         assert_eq!(stack.available(&s, 0), 1);
         // Both quotas got the token back: 2 more fit at 1 s, the window's third among them.
-        assert!(stack.admit(&mut s, SEC, 2, 0).is_ok());
-        assert_eq!(stack.admit(&mut s, 2 * SEC, 1, 0), Err(8 * SEC));
+        assert!(stack.admit(&mut s, SEC, Price::One(2), 0).is_ok());
+        assert_eq!(stack.admit(&mut s, 2 * SEC, Price::One(1), 0), Err(8 * SEC));
         stack.undo(&mut s, &second); // no longer the last
         assert_eq!(stack.available(&s, 2 * SEC), 0);
     }
@@ -563,13 +567,13 @@ mod tests {
     fn the_status_is_the_tightest_quota() {
         let stack = per_second_and_per_10s();
         let mut s = stack.empty();
-        let a = stack.admit(&mut s, 0, 1, 0).unwrap();
+        let a = stack.admit(&mut s, 0, Price::One(1), 0).unwrap();
         // 1 left per second, 2 in the window.
         assert_eq!((Stack::tightest(&a), stack.status(&a)), (0, (1, SEC / 2)));
         // 1 left of each: the window resets later.
-        let b = stack.admit(&mut s, SEC, 1, 0).unwrap();
+        let b = stack.admit(&mut s, SEC, Price::One(1), 0).unwrap();
         assert_eq!((Stack::tightest(&b), stack.status(&b)), (1, (1, 9 * SEC)));
-        let c = stack.admit(&mut s, 5 * SEC, 1, 0).unwrap();
+        let c = stack.admit(&mut s, 5 * SEC, Price::One(1), 0).unwrap();
         assert_eq!((Stack::tightest(&c), stack.status(&c)), (1, (0, 5 * SEC)));
     }
 
@@ -577,17 +581,20 @@ mod tests {
     fn bookings_wait_for_every_quota() {
         let stack = per_second_and_per_10s();
         let mut s = stack.empty();
-        stack.admit(&mut s, 0, 2, 0).unwrap();
-        let booked = stack.admit(&mut s, 0, 1, SEC).unwrap();
+        stack.admit(&mut s, 0, Price::One(2), 0).unwrap();
+        let booked = stack.admit(&mut s, 0, Price::One(1), SEC).unwrap();
         assert_eq!(booked.at, SEC / 2);
-        assert_eq!(stack.admit(&mut s, 0, 1, 20 * SEC).unwrap().at, 10 * SEC);
+        assert_eq!(
+            stack.admit(&mut s, 0, Price::One(1), 20 * SEC).unwrap().at,
+            10 * SEC
+        );
     }
 
     #[test]
     fn a_new_first_quota_keeps_the_others() {
         let stack = per_second_and_per_10s();
         let mut s = stack.empty();
-        stack.admit(&mut s, 0, 2, 0).unwrap();
+        stack.admit(&mut s, 0, Price::One(2), 0).unwrap();
         let faster = stack.with_quota(&mut s, Quota::per_second(4), Phase::KeepEnd, 0);
         assert_eq!(faster.quotas()[0], Quota::per_second(4));
         // No burst from the change; the window still holds 2 of 3.
@@ -664,7 +671,7 @@ mod tests {
                         })
                         .collect();
                     let wait = waits.iter().copied().max().unwrap_or(0);
-                    let decided = stack.admit(&mut together, now, cost, 0);
+                    let decided = stack.admit(&mut together, now, Price::One(cost), 0);
                     let what = format!("{first:?} + {second:?}, op {op} at {now}, cost {cost}");
                     if wait == 0 {
                         assert!(decided.is_ok(), "{what}: {decided:?}");
@@ -675,7 +682,7 @@ mod tests {
                         }
                     } else {
                         assert_eq!(decided, Err(wait), "{what}");
-                        let part = stack.refused_by(&together, cost, now);
+                        let part = stack.refused_by(&together, Price::One(cost), now);
                         assert_eq!(waits[part], wait, "{what}");
                     }
                     let available = ones

@@ -343,6 +343,7 @@ impl Engine for Windows {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Price;
     use std::time::Duration;
 
     const MS: u64 = 1_000_000;
@@ -356,18 +357,20 @@ mod tests {
     fn fixed_fills_windows_in_order() {
         let f = windows(Algorithm::FixedWindow);
         let mut s = f.empty();
-        let a = f.admit(&mut s, 10 * MS, 2, 0).unwrap();
+        let a = f.admit(&mut s, 10 * MS, Price::One(2), 0).unwrap();
         assert_eq!(a.at, 10 * MS);
         assert_eq!(f.expires(&s), 100 * MS);
-        assert_eq!(f.admit(&mut s, 20 * MS, 2, 0), Err(80 * MS));
-        f.admit(&mut s, 20 * MS, 1, 0).unwrap();
+        assert_eq!(f.admit(&mut s, 20 * MS, Price::One(2), 0), Err(80 * MS));
+        f.admit(&mut s, 20 * MS, Price::One(1), 0).unwrap();
         assert_eq!(f.view(&s, 50 * MS).available, 0);
         assert_eq!(f.view(&s, 50 * MS).next_in, 50 * MS);
         // A booking in the next window; a later request cannot go before it.
-        let booked = f.admit(&mut s, 50 * MS, 3, 60 * MS).unwrap();
+        let booked = f.admit(&mut s, 50 * MS, Price::One(3), 60 * MS).unwrap();
         assert_eq!(booked.at, 100 * MS);
         assert_eq!(
-            f.admit(&mut s, 50 * MS, 1, u64::MAX / 4).unwrap().at,
+            f.admit(&mut s, 50 * MS, Price::One(1), u64::MAX / 4)
+                .unwrap()
+                .at,
             200 * MS
         );
         // Once its windows have passed, the limit is as if unused.
@@ -399,12 +402,12 @@ mod tests {
     fn sliding_carries_the_previous_window() {
         let r = windows(Algorithm::SlidingWindow);
         let mut s = r.empty();
-        r.admit(&mut s, 90 * MS, 3, 0).unwrap();
+        r.admit(&mut s, 90 * MS, Price::One(3), 0).unwrap();
         // At 110 ms, 90 % of the previous 3 still counts: ceil(2.7) = 3.
         // One token fits once ceil(3 · left / 100) ≤ 2: left ≤ 66.6 ms, at 133.4 ms.
-        let wait = r.admit(&mut s, 110 * MS, 1, 0).unwrap_err();
+        let wait = r.admit(&mut s, 110 * MS, Price::One(1), 0).unwrap_err();
         assert_eq!(110 * MS + wait, 200 * MS - 66_666_666);
-        let a = r.admit(&mut s, 110 * MS + wait, 1, 0).unwrap();
+        let a = r.admit(&mut s, 110 * MS + wait, Price::One(1), 0).unwrap();
         assert_eq!(r.status(&a).0, 0);
         assert_eq!(r.expires(&s), 300 * MS);
         // Two windows later nothing counts.
@@ -432,8 +435,8 @@ mod tests {
     fn undo_only_the_last_admission() {
         let r = windows(Algorithm::FixedWindow);
         let mut s = r.empty();
-        let first = r.admit(&mut s, 0, 1, 0).unwrap();
-        let second = r.admit(&mut s, 0, 1, 0).unwrap();
+        let first = r.admit(&mut s, 0, Price::One(1), 0).unwrap();
+        let second = r.admit(&mut s, 0, Price::One(1), 0).unwrap();
         r.undo(&mut s, &first);
         assert_eq!(r.view(&s, 0).available, 1);
         r.undo(&mut s, &second);
@@ -448,8 +451,8 @@ mod tests {
         for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
             let r = windows(algorithm);
             let mut s = r.empty();
-            r.admit(&mut s, 150 * MS, 2, 0).unwrap();
-            r.admit(&mut s, 250 * MS, 1, 0).unwrap();
+            r.admit(&mut s, 150 * MS, Price::One(2), 0).unwrap();
+            r.admit(&mut s, 250 * MS, Price::One(1), 0).unwrap();
             let mut packed = r.pack(s);
             assert_eq!(packed.expires(), r.expires(&s));
             assert_eq!(r.unpacked(&mut packed, |c| *c), s);
@@ -462,7 +465,7 @@ mod tests {
         for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
             let r = windows(algorithm);
             let mut s = r.empty();
-            r.admit(&mut s, 50 * MS, 2, 0).unwrap();
+            r.admit(&mut s, 50 * MS, Price::One(2), 0).unwrap();
             let quota = Quota::new(6, Duration::from_millis(300));
             let mut kept = s;
             let new = r.with_quota(&mut kept, quota, Phase::KeepEnd, 50 * MS);

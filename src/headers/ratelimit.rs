@@ -136,18 +136,24 @@ pub fn read_quota_rate(headers: &HeaderMap, now: SystemTime) -> Option<f64> {
     })
 }
 
-/// `RateLimit-Policy` value for a quota of `limit` tokens per window of `window_secs` seconds
-/// (draft syntax, e.g. `"default";q=100;w=60`).
+/// `RateLimit-Policy` value for a quota of `limit` of `unit` per window of `window_secs`
+/// seconds (draft syntax, e.g. `"default";q=100;w=60`, or `"tpm";q=10000;w=60;qu="tokens"`:
+/// a unit other than requests is stated).
 ///
 /// `name` is used only if it is a non-empty HTTP token (letters, digits and
-/// ``!#$%&'*+-.^_`|~``); otherwise the policy is named `default`. Numbers above the largest
-/// structured-field integer (10^15 − 1) are clamped to it.
-pub(crate) fn policy_value(name: &str, limit: u64, window_secs: u64) -> HeaderValue {
+/// ``!#$%&'*+-.^_`|~``); otherwise the policy is named `default`; a `unit` that is not a
+/// token is left out. Numbers above the largest structured-field integer (10^15 − 1) are
+/// clamped to it.
+pub(crate) fn policy_value(name: &str, limit: u64, window_secs: u64, unit: &str) -> HeaderValue {
+    let stated = unit != "requests" && !unit.is_empty() && unit.bytes().all(is_tchar);
     header_value(format!(
-        "\"{}\";q={};w={}",
+        "\"{}\";q={};w={}{}{}{}",
         policy_name(name),
         limit.min(SF_INTEGER_MAX),
         window_secs.min(SF_INTEGER_MAX),
+        if stated { ";qu=\"" } else { "" },
+        if stated { unit } else { "" },
+        if stated { "\"" } else { "" },
     ))
 }
 
@@ -586,8 +592,14 @@ mod tests {
 
     #[test]
     fn emitted_values() {
-        assert_eq!(policy_value("default", 100, 60), "\"default\";q=100;w=60");
-        assert_eq!(policy_value("per-user_1", 5, 1), "\"per-user_1\";q=5;w=1");
+        assert_eq!(
+            policy_value("default", 100, 60, "requests"),
+            "\"default\";q=100;w=60"
+        );
+        assert_eq!(
+            policy_value("per-user_1", 5, 1, "requests"),
+            "\"per-user_1\";q=5;w=1"
+        );
         assert_eq!(
             ratelimit_value("default", 0, Duration::from_millis(2001)),
             "\"default\";r=0;t=3"
@@ -599,7 +611,7 @@ mod tests {
             );
         }
         assert_eq!(
-            policy_value("default", u64::MAX, u64::MAX),
+            policy_value("default", u64::MAX, u64::MAX, "requests"),
             "\"default\";q=999999999999999;w=999999999999999"
         );
         assert_eq!(
@@ -611,7 +623,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let mut headers = HeaderMap::new();
-        headers.insert("ratelimit-policy", policy_value("api", 100, 60));
+        headers.insert("ratelimit-policy", policy_value("api", 100, 60, "requests"));
         headers.insert(
             "ratelimit",
             ratelimit_value("api", 42, Duration::from_millis(1500)),
@@ -632,7 +644,7 @@ mod tests {
             let expected = ceil_secs(reset).min(SF_INTEGER_MAX);
             prop_assert_eq!(read, hint(remaining.min(SF_INTEGER_MAX), Some(expected)));
             // The policy value is always valid too.
-            let _ = policy_value(&name, remaining, secs);
+            let _ = policy_value(&name, remaining, secs, &name);
         }
 
         #[test]

@@ -119,11 +119,6 @@ impl<K> KeyedBucketBuilder<K> {
     }
 
     /// The keyed bucket; nothing is allocated until the first key arrives.
-    ///
-    /// # Panics
-    /// When a quota of a plan counts a resource other than requests
-    /// ([`Plan::counting`]): keys are charged requests, and costs per resource are a
-    /// [`Bucket`](crate::Bucket)'s.
     pub fn build(self) -> KeyedBucket<K>
     where
         K: Hash + Eq + Clone,
@@ -136,10 +131,6 @@ impl<K> KeyedBucketBuilder<K> {
         let align = Align::new(self.window_origin, &self.clock);
         let mut plans = vec![(Box::from(""), self.plan)];
         plans.extend(self.plans);
-        assert!(
-            plans.iter().all(|(_, plan)| plan.counts_requests_only()),
-            "a KeyedBucket charges requests: every quota of its plans must count requests"
-        );
         KeyedBucket {
             shared: Arc::new(Tiers::new(
                 plans,

@@ -7,7 +7,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::table::{slot_size, Table};
-use crate::engine::{Admit, Engine, Phase, View};
+use crate::engine::{Admit, Engine, Phase, Price, View};
 use crate::Quota;
 
 /// Where an admission was recorded, to undo it.
@@ -103,21 +103,21 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
             .lock()
     }
 
-    /// Admit `tokens` for `key`, or reserve them up to `max_wait` ahead; else the refusal.
+    /// Admit `price` for `key`, or reserve them up to `max_wait` ahead; else the refusal.
     /// `describe`: with the [status](Granted::status).
     #[inline]
     pub(crate) fn acquire(
         &self,
         key: &K,
         now: u64,
-        tokens: u64,
+        price: Price<'_>,
         max_wait: u64,
         describe: bool,
     ) -> Result<Granted, Refused>
     where
         K: Clone,
     {
-        self.decide(key, now, tokens, max_wait, false, granted(describe))
+        self.decide(key, now, price, max_wait, false, granted(describe))
             .unwrap_or(Err(Refused { wait: 0, part: 0 }))
     }
 
@@ -126,14 +126,14 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
         &self,
         key: &K,
         now: u64,
-        tokens: u64,
+        price: Price<'_>,
         max_wait: u64,
         describe: bool,
     ) -> Option<Result<Granted, Refused>>
     where
         K: Clone,
     {
-        self.decide(key, now, tokens, max_wait, true, granted(describe))
+        self.decide(key, now, price, max_wait, true, granted(describe))
     }
 
     /// Admit `tokens` for `key` now, keeping nothing of the admission; else the wait.
@@ -142,7 +142,7 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
     where
         K: Clone,
     {
-        self.decide(key, now, tokens, 0, false, |_, _| ())
+        self.decide(key, now, Price::One(tokens), 0, false, |_, _| ())
             .unwrap_or(Err(Refused { wait: 0, part: 0 }))
             .map_err(|r| r.wait)
     }
@@ -154,7 +154,7 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
         &self,
         key: &K,
         now: u64,
-        tokens: u64,
+        price: Price<'_>,
         max_wait: u64,
         only_known: bool,
         made: impl FnOnce(&E, Admit) -> R,
@@ -166,9 +166,9 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
         let mut shard = self.shard(hash);
         let Held { engine: e, states } = &mut *shard;
         let decide = |s: &mut E::State| {
-            e.admit(s, now, tokens, max_wait).map_err(|wait| Refused {
+            e.admit(s, now, price, max_wait).map_err(|wait| Refused {
                 wait,
-                part: e.refused_by(s, tokens, now),
+                part: e.refused_by(s, price, now),
             })
         };
         let admitted = if let Some(i) = states.find(hash, key) {
@@ -191,17 +191,17 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
     pub(crate) fn acquire_keyless(
         &self,
         now: u64,
-        tokens: u64,
+        price: Price<'_>,
         max_wait: u64,
     ) -> Result<Granted, Refused> {
         let mut held = self.keyless.lock();
         let Held { engine: e, states } = &mut *held;
         let state = states.get_or_insert_with(|| e.empty());
         let admit = e
-            .admit(state, now, tokens, max_wait)
+            .admit(state, now, price, max_wait)
             .map_err(|wait| Refused {
                 wait,
-                part: e.refused_by(state, tokens, now),
+                part: e.refused_by(state, price, now),
             })?;
         Ok(Granted {
             status: Some(e.status(&admit)),

@@ -12,7 +12,7 @@ use super::builder::KeyedBucketBuilder;
 use super::tables::on_core;
 use super::tiers::{Grant, Refusal, Tiers};
 use crate::clock::Clock;
-use crate::{Algorithm, Denied, ExceedsBurst, Plan, Quota, Snapshot, Throttled};
+use crate::{Algorithm, Cost, Denied, ExceedsBurst, Plan, Quota, Snapshot, Throttled};
 
 /// The default cap on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -162,15 +162,44 @@ where
             // One plan: the store's decision inlined per engine, nothing kept of the grant.
             return on_core!(&tier.tables, core => {
                 if tokens > core.capacity() {
-                    return Err(self.denied(&Refusal::never(0), n));
+                    return Err(self.denied(&Refusal::never(0, 0), &n.into()));
                 }
                 core.try_acquire(key, s.clock.now_ns(), tokens)
                     .map_err(|wait| Throttled::after(Duration::from_nanos(wait)).into())
             });
         }
-        match s.acquire(Some(key), tokens, 0, false) {
+        self.try_acquire_cost(key, &n.into())
+    }
+
+    /// Take `cost` (an amount per [`Resource`](crate::Resource), as
+    /// [`Bucket::try_charge`](crate::Bucket::try_charge) takes) from the bucket of `key`
+    /// now, charged to every quota of the key's plan that counts one of its resources or to
+    /// none; else say how long until it fits.
+    ///
+    /// ```
+    /// use tower_throttle::keyed::KeyedBucket;
+    /// use tower_throttle::{Cost, Plan, Quota, Resource};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Per key: 60 requests and 10,000 tokens per minute.
+    /// let plan = Plan::new(Quota::per_minute(60).burst(60))
+    ///     .and(Quota::per_minute(10_000).burst(10_000))
+    ///     .counting(Resource::TOKENS);
+    /// let keys = KeyedBucket::<&str>::new(plan);
+    /// let prompt = |tokens| Cost::new().and(Resource::TOKENS, tokens);
+    /// assert!(keys.try_acquire_cost(&"alice", &prompt(9_000)).is_ok());
+    /// assert!(keys.try_acquire_cost(&"alice", &prompt(2_000)).is_err());
+    /// assert!(keys.try_acquire_cost(&"bob", &prompt(2_000)).is_ok());
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire), for any quota.
+    pub fn try_acquire_cost(&self, key: &K, cost: &Cost) -> Result<(), Denied> {
+        match self.shared.acquire(Some(key), cost, 0, false) {
             Ok(_) => Ok(()),
-            Err(refusal) => Err(self.denied(&refusal, n)),
+            Err(refusal) => Err(self.denied(&refusal, cost)),
         }
     }
 
@@ -202,21 +231,25 @@ where
     pub(crate) fn acquire(
         &self,
         key: Option<&K>,
-        n: u32,
+        cost: &Cost,
         max_wait: u64,
         describe: bool,
     ) -> Result<Grant, Refusal> {
-        self.shared.acquire(key, u64::from(n), max_wait, describe)
+        self.shared.acquire(key, cost, max_wait, describe)
     }
 
-    /// The error of `refusal`, for `n` tokens.
-    pub(crate) fn denied(&self, refusal: &Refusal, n: u32) -> Denied {
+    /// The error of `refusal`, for `cost`.
+    pub(crate) fn denied(&self, refusal: &Refusal, cost: &Cost) -> Denied {
         match refusal.refused.wait {
-            u64::MAX => Denied::ExceedsBurst(ExceedsBurst {
-                requested: n,
-                burst: u32::try_from(self.shared.tiers[refusal.tier].tables.capacity())
-                    .unwrap_or(u32::MAX),
-            }),
+            u64::MAX => {
+                let tier = &self.shared.tiers[refusal.tier];
+                let (requested, burst) = tier.asked(cost, refusal.refused.part);
+                let narrow = |n| u32::try_from(n).unwrap_or(u32::MAX);
+                Denied::ExceedsBurst(ExceedsBurst {
+                    requested: narrow(requested),
+                    burst: narrow(burst),
+                })
+            }
             wait => Throttled::after(Duration::from_nanos(wait)).into(),
         }
     }

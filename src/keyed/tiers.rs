@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use super::core::{Granted, Place, Refused};
 use super::tables::{on_core, Tables};
 use crate::clock::{Align, Clock};
-use crate::engine::{Admit, Engine as _, Phase, Stack, View};
-use crate::{Plan, Quota};
+use crate::engine::{Admit, Engine as _, Phase, Price, Stack, View};
+use crate::{Cost, Plan, Quota, Resource};
 
 /// Finds the name of a key's plan.
 pub(super) type Resolver<K> = Box<dyn Fn(&K) -> Option<&str> + Send + Sync>;
@@ -18,6 +18,8 @@ pub(super) struct Tier<K> {
     /// `""` for the default plan.
     pub(super) name: Box<str>,
     plan: Mutex<(Plan, Stack)>,
+    /// Every quota counts requests: a cost is its number of requests.
+    requests_only: bool,
     pub(super) tables: Tables<K>,
 }
 
@@ -65,13 +67,13 @@ impl Grant {
 }
 
 impl Refusal {
-    /// A cost that never fits plan `tier`.
-    pub(super) fn never(tier: usize) -> Self {
+    /// A cost that never fits quota `part` of plan `tier`.
+    pub(super) fn never(tier: usize, part: usize) -> Self {
         Refusal {
             tier,
             refused: Refused {
                 wait: u64::MAX,
-                part: 0,
+                part,
             },
         }
     }
@@ -84,6 +86,21 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl<K> Tier<K> {
     pub(super) fn plan(&self) -> Plan {
         lock(&self.plan).0.clone()
+    }
+}
+
+impl<K: Hash + Eq + Clone> Tier<K> {
+    /// What `cost` asks of quota `part`, and the most that quota takes of one request.
+    pub(super) fn asked(&self, cost: &Cost, part: usize) -> (u64, u64) {
+        if self.requests_only {
+            return (
+                u64::from(cost.of(&Resource::REQUESTS)),
+                self.tables.capacity(),
+            );
+        }
+        let plan = lock(&self.plan);
+        let asked = plan.0.amounts(cost).nth(part).unwrap_or(0);
+        (asked, plan.1.capacity_at(part))
     }
 }
 
@@ -103,6 +120,7 @@ impl<K: Hash + Eq + Clone> Tiers<K> {
                 let shape = Stack::new(&plan, |width| align.phase(width, now));
                 Tier {
                     name,
+                    requests_only: plan.counts_requests_only(),
                     tables: Tables::new(&shape, shards, shard_max),
                     plan: Mutex::new((plan, shape)),
                 }
@@ -130,13 +148,13 @@ impl<K: Hash + Eq + Clone> Tiers<K> {
             .map_or(0, |i| i + 1)
     }
 
-    /// Admit `tokens` for `key` (`None`: the requests without a key, on the default plan),
-    /// or reserve them up to `max_wait` ahead. `describe`: with the status.
+    /// Admit `cost` for `key` (`None`: the requests without a key, on the default plan),
+    /// or reserve it up to `max_wait` ahead. `describe`: with the status.
     #[inline]
     pub(super) fn acquire(
         &self,
         key: Option<&K>,
-        tokens: u64,
+        cost: &Cost,
         max_wait: u64,
         describe: bool,
     ) -> Result<Grant, Refusal> {
@@ -144,9 +162,21 @@ impl<K: Hash + Eq + Clone> Tiers<K> {
         let t = key.map_or(0, |k| self.tier_of(k));
         let tier = &self.tiers[t];
         let refusal = |refused| Refusal { tier: t, refused };
-        if tokens > tier.tables.capacity() {
-            return Err(Refusal::never(t));
-        }
+        let amounts: Vec<u64>;
+        let tokens = if tier.requests_only {
+            let tokens = u64::from(cost.of(&Resource::REQUESTS));
+            if tokens > tier.tables.capacity() {
+                return Err(Refusal::never(t, 0));
+            }
+            Price::One(tokens)
+        } else {
+            let plan = lock(&tier.plan);
+            amounts = plan.0.amounts(cost).collect();
+            if let Some(i) = (0..amounts.len()).find(|&i| amounts[i] > plan.1.capacity_at(i)) {
+                return Err(Refusal::never(t, i));
+            }
+            Price::Each(&amounts)
+        };
         let granted = on_core!(&tier.tables, core => match key {
             None => core.acquire_keyless(now, tokens, max_wait),
             Some(key) if self.tiers.len() == 1 => {

@@ -15,7 +15,9 @@ use crate::extract::{KeyDigest, StableKey};
 use crate::keyed::{Grant, KeyedBucket};
 #[cfg(feature = "redis")]
 use crate::redis::RedisKeyed;
-use crate::{Denied, Plan, Quota};
+#[cfg(feature = "redis")]
+use crate::Resource;
+use crate::{Cost, Denied, Plan, Quota};
 
 /// The name of requests that have no key (`MissingKey::Shared`) in Redis: reserved bytes,
 /// not the digest of any key's bytes (short of a SHA-1 preimage).
@@ -101,26 +103,27 @@ pub(crate) enum KeyDecision<K: Hash + Eq> {
 }
 
 impl<K: Hash + Eq + Clone> KeyedLimit<K> {
-    /// Admit `n` tokens for `key` (`None`: the requests without a key, together), or
-    /// reserve them up to `max_wait` nanoseconds ahead. `describe`: keep what the fields
-    /// need ([`KeyHold::level`]).
+    /// Admit `cost` for `key` (`None`: the requests without a key, together), or reserve
+    /// it up to `max_wait` nanoseconds ahead. `describe`: keep what the fields need
+    /// ([`KeyHold::level`]). In Redis, every quota counts requests: the cost is its
+    /// requests.
     pub(crate) fn decide(
         &self,
         key: Option<K>,
-        n: u32,
+        cost: &Cost,
         max_wait: u64,
         describe: bool,
     ) -> KeyDecision<K> {
         match &self.store {
             Store::Table(table) => {
-                let grant = match table.acquire(key.as_ref(), n, max_wait, describe) {
+                let grant = match table.acquire(key.as_ref(), cost, max_wait, describe) {
                     Ok(grant) => grant,
                     Err(refusal) => {
                         let which = Which {
                             tier: refusal.tier,
                             part: refusal.refused.part,
                         };
-                        return KeyDecision::Refused(table.denied(&refusal, n), which);
+                        return KeyDecision::Refused(table.denied(&refusal, cost), which);
                     }
                 };
                 let due = table.due(&grant);
@@ -144,6 +147,7 @@ impl<K: Hash + Eq + Clone> KeyedLimit<K> {
             }
             #[cfg(feature = "redis")]
             Store::Redis { redis, name } => {
+                let n = cost.of(&Resource::REQUESTS);
                 let id = key.as_ref().map_or(KEYLESS, name);
                 let max_wait = Duration::from_nanos(max_wait);
                 let (r, deciding) = (redis.clone(), redis.clone());

@@ -228,10 +228,23 @@ impl Limit {
         }
     }
 
-    /// Admit `n` tokens now; else, when the wait is within `max_wait` (zero: never), a turn
-    /// that comes within `max_wait` or is refused then.
-    pub(crate) fn decide(&self, n: u32, max_wait: Duration) -> Decision {
+    /// Admit `cost` now; else, when the wait is within `max_wait` (zero: never), a turn
+    /// that comes within `max_wait` or is refused then. A plan that counts other resources
+    /// than requests takes its costs now or refuses them.
+    pub(crate) fn decide(&self, cost: &Cost, max_wait: Duration) -> Decision {
+        let n = cost.of(&Resource::REQUESTS);
         match &self.store {
+            // A charge dropped unsettled keeps what it took.
+            Store::Bucket(b) if !b.counts_requests_only() => {
+                Decision::Now(b.try_charge(cost.clone()).map(|_| Permit::tokens_only(n)))
+            }
+            #[cfg(feature = "redis")]
+            Store::Redis(r) if !r.counts_requests_only() => {
+                let (r, cost) = (r.clone(), cost.clone());
+                Decision::Later(Turn::shared(n, async move {
+                    r.try_charge(cost).await.map(drop)
+                }))
+            }
             Store::Bucket(b) => {
                 let denied = match b.try_take(n) {
                     Ok(p) => return Decision::Now(Ok(p)),

@@ -292,6 +292,11 @@ impl Backend {
         self.run(&self.scripts.acquire, key, op, Some(each)).await
     }
 
+    /// Whether every quota of the plan counts requests.
+    pub(crate) fn counts_requests_only(&self) -> bool {
+        self.requests.is_none()
+    }
+
     /// What `cost` counts in each quota of the plan.
     pub(crate) fn amounts(&self, cost: &Cost) -> Arc<[u64]> {
         self.plan.amounts(cost).collect()

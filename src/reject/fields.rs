@@ -21,21 +21,16 @@ use crate::headers::{
     insert_x_ratelimit, policy_value, ratelimit_value, RATELIMIT, RATELIMIT_POLICY,
     X_RATELIMIT_REMAINING,
 };
-use crate::Quota;
+use crate::{Quota, Resource};
 
 /// The policy of `quota` as (`q`, `w`): see [`Quota::policy_window`].
 pub(crate) fn window(quota: Quota) -> (u64, u64) {
     quota.policy_window()
 }
 
-/// `RateLimit-Policy` for `quota` under `name`.
-pub(crate) fn policy(name: &str, quota: Quota) -> HeaderValue {
-    let (q, w) = window(quota);
-    policy_value(name, q, w)
-}
-
-/// The limits of a layer as `RateLimit-Policy` names them, one per quota.
-pub(crate) type Policies = Vec<(Arc<str>, Quota)>;
+/// The limits of a layer as `RateLimit-Policy` names them, one per quota, with the
+/// resource each counts.
+pub(crate) type Policies = Vec<(Arc<str>, Quota, Resource)>;
 
 /// What a service adds to its responses.
 #[derive(Debug, Clone, Copy)]
@@ -119,8 +114,9 @@ impl Fields {
             }
         }
         if !headers.contains_key(RATELIMIT_POLICY) {
-            for (name, quota) in &self.policies {
-                headers.append(RATELIMIT_POLICY, policy(name, *quota));
+            for (name, quota, unit) in &self.policies {
+                let (q, w) = window(*quota);
+                headers.append(RATELIMIT_POLICY, policy_value(name, q, w, unit.name()));
             }
         }
         let statuses = self.statuses.iter().flatten();
@@ -166,7 +162,7 @@ mod tests {
         );
         assert_eq!(window(Quota::new(3, Duration::from_millis(2500))), (3, 3));
         assert_eq!(
-            policy("per-key", Quota::per_second(5)),
+            policy_value("per-key", 5, 1, "requests"),
             "\"per-key\";q=5;w=1"
         );
     }
@@ -174,7 +170,11 @@ mod tests {
     #[test]
     fn apply_keeps_existing_fields() {
         let fields = Fields {
-            policies: vec![(Arc::from("default"), Quota::per_second(1))],
+            policies: vec![(
+                Arc::from("default"),
+                Quota::per_second(1),
+                Resource::REQUESTS,
+            )],
             statuses: [
                 Some(Status {
                     name: Arc::from("default"),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use http::Response;
 use tower_layer::Layer;
 
+use super::cost::PerResource;
 use super::fields::Spec;
 use super::limits::{Keyed, Limits, Single};
 use super::missing::{FailOnce, MissingKey};
@@ -164,6 +165,36 @@ impl<K, E, O, C> RejectLayer<K, E, O, C> {
             dry_run: self.dry_run,
             observer: self.observer,
         }
+    }
+
+    /// Price each request per [`Resource`](crate::Resource): `cost(&request)` names its
+    /// requests and, say, its tokens, each charged to the quotas that count it, in the key's
+    /// plan and in the global ceiling alike: admitted when every quota has room, charged to
+    /// all of them; refused by one, charged to none, with the longest wait. Each quota's
+    /// `RateLimit-Policy` member names the resource it counts (`qu`). A limit whose plan
+    /// counts other resources than requests, as the single limit or the global ceiling,
+    /// decides at once, without [`max_wait`](Self::max_wait).
+    ///
+    /// ```
+    /// use tower_throttle::extract::{HeaderKey, KeyDigest};
+    /// use tower_throttle::keyed::KeyedBucket;
+    /// use tower_throttle::{Cost, Plan, Quota, RejectLayer, Resource};
+    ///
+    /// // Per API key: 60 requests and 100,000 tokens per minute.
+    /// let plan = Plan::new(Quota::per_minute(60).burst(60))
+    ///     .and(Quota::per_minute(100_000).burst(100_000))
+    ///     .counting(Resource::TOKENS);
+    /// let keys = HeaderKey::x_api_key();
+    /// let layer = RejectLayer::keyed(KeyedBucket::<KeyDigest>::new(plan), keys).cost_per_resource(
+    ///     |req: &http::Request<String>| {
+    ///         let tokens = req.body().len() as u32 / 4 + 1_000;
+    ///         Cost::new().and(Resource::TOKENS, tokens)
+    ///     },
+    /// );
+    /// # drop(layer);
+    /// ```
+    pub fn cost_per_resource<F>(self, cost: F) -> RejectLayer<K, E, O, PerResource<F>> {
+        self.cost(PerResource(cost))
     }
 
     /// Let a request over the limit wait up to `max_wait` for its turn before it is refused.

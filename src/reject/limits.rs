@@ -21,6 +21,7 @@ use super::rejected::Rejected;
 use super::wait::Pending;
 use crate::extract::KeyExtractor;
 use crate::limit::{Decision, KeyDecision, KeyHold, KeyedLimit, Limit};
+use crate::{Cost, Resource};
 
 /// The extractor of a layer of one limit, which has no keys: one limit for every request is
 /// [`RejectLayer::new`](super::RejectLayer::new).
@@ -139,13 +140,13 @@ impl<K, E> Limits<K, E>
 where
     K: Hash + Eq + Clone,
 {
-    /// Decide for `req`, which costs `n` tokens. `max_wait` (nanoseconds) bounds a wait for
+    /// Decide for `req`, which costs `cost`. `max_wait` (nanoseconds) bounds a wait for
     /// the key's limit or the single limit; the global ceiling of a keyed layer never queues.
     /// `describe` asks for the state of each limit after admission (for the rate-limit fields).
     pub(crate) fn check<B>(
         &self,
         req: &Request<B>,
-        n: u32,
+        cost: &Cost,
         max_wait: u64,
         describe: bool,
     ) -> Verdict<K>
@@ -154,14 +155,14 @@ where
     {
         let mut statuses = [None, None];
         let mut held = None;
-        if n == 0 {
+        if cost.is_free() {
             return Verdict::Admit(statuses, 0);
         }
         if let Some(k) = &self.keyed {
             let decision = match k.extractor.extract(req) {
-                Some(key) => Some(k.limit.decide(Some(key), n, max_wait, describe)),
+                Some(key) => Some(k.limit.decide(Some(key), cost, max_wait, describe)),
                 None => match k.on_missing::<B>() {
-                    Ok(MissingKey::Shared) => Some(k.limit.decide(None, n, max_wait, describe)),
+                    Ok(MissingKey::Shared) => Some(k.limit.decide(None, cost, max_wait, describe)),
                     Ok(_) => None,
                     Err(rejected) => return Verdict::Reject(rejected),
                 },
@@ -173,7 +174,12 @@ where
                 }
                 Some(KeyDecision::Later(turn)) => {
                     let global = self.limit.clone();
-                    return Verdict::Wait(Box::new(Pending::key(k.limit.clone(), turn, global, n)));
+                    return Verdict::Wait(Box::new(Pending::key(
+                        k.limit.clone(),
+                        turn,
+                        global,
+                        cost.clone(),
+                    )));
                 }
                 Some(KeyDecision::Now(hold)) => {
                     if describe {
@@ -190,7 +196,7 @@ where
                 Some(_) => Duration::ZERO,
                 None => Duration::from_nanos(max_wait),
             };
-            match limit.decide(n, max_wait) {
+            match limit.decide(cost, max_wait) {
                 Decision::Now(Ok(_)) => {
                     if describe {
                         statuses[1] = limit_status(limit, name);
@@ -201,7 +207,10 @@ where
                     if let Some(hold) = held.as_mut() {
                         hold.refund();
                     }
-                    return Verdict::Reject(limit_refusal(limit, name, n, denied).in_plan(tier));
+                    return Verdict::Reject(
+                        limit_refusal(limit, name, cost.of(&Resource::REQUESTS), denied)
+                            .in_plan(tier),
+                    );
                 }
                 Decision::Later(turn) => {
                     return Verdict::Wait(Box::new(match (&self.keyed, held) {

@@ -57,6 +57,7 @@ mod respond;
 mod service;
 mod wait;
 
+pub use self::cost::{PerResource, Weigh};
 pub use self::future::ResponseFuture;
 pub use self::layer::RejectLayer;
 pub use self::missing::MissingKey;

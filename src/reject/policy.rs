@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::fields::Policies;
 use super::rejected::{Rejected, Status};
 use crate::limit::{KeyedLimit, Limit, Which};
-use crate::{Denied, Plan, Quota};
+use crate::{Denied, Plan, Quota, Resource};
 
 /// Policy names in `RateLimit-Policy` and `RateLimit`.
 pub(crate) const SINGLE: &str = "default";
@@ -32,18 +32,29 @@ pub(crate) fn policies<K>(
     policies
 }
 
-/// The quotas of `plan` with their names, for a limit named `scope`.
-fn named(plan: &Plan, scope: &str) -> impl Iterator<Item = (Arc<str>, Quota)> {
-    let quotas: Vec<Quota> = plan.quotas().map(|q| q.0).collect();
-    plan.names(scope).into_vec().into_iter().zip(quotas)
+/// The quotas of `plan` with their names and resources, for a limit named `scope`.
+fn named(plan: &Plan, scope: &str) -> impl Iterator<Item = (Arc<str>, Quota, Resource)> {
+    let parts: Vec<_> = plan
+        .parts()
+        .iter()
+        .map(|p| (p.quota, p.resource.clone()))
+        .collect();
+    let names = plan.names(scope).into_vec().into_iter();
+    names
+        .zip(parts)
+        .map(|(name, (quota, unit))| (name, quota, unit))
+}
+
+/// The name and quota of `part` of `plan`, for a limit named `scope`.
+fn policy_of(plan: &Plan, scope: &str, part: usize) -> (Arc<str>, Quota) {
+    named(plan, scope)
+        .nth(part)
+        .map_or_else(|| (Arc::from(scope), plan.quota()), |(n, q, _)| (n, q))
 }
 
 /// The name and quota of `which` quota of a key's plan.
 fn key_policy<K>(keyed: &KeyedLimit<K>, which: Which) -> (Arc<str>, Quota) {
-    let plan = keyed.plan(which.tier);
-    named(&plan, PER_KEY)
-        .nth(which.part)
-        .unwrap_or_else(|| (Arc::from(PER_KEY), plan.quota()))
+    policy_of(&keyed.plan(which.tier), PER_KEY, which.part)
 }
 
 /// A refusal by `which` quota of a key's plan.
@@ -70,10 +81,7 @@ pub(crate) fn key_status<K>(
 
 /// The name and quota of `part` of `limit`'s plan, for a limit named `scope`.
 fn limit_policy(limit: &Limit, scope: &str, part: usize) -> (Arc<str>, Quota) {
-    let plan = limit.plan();
-    named(&plan, scope)
-        .nth(part)
-        .unwrap_or_else(|| (Arc::from(scope), plan.quota()))
+    policy_of(&limit.plan(), scope, part)
 }
 
 /// A refusal of `n` tokens by `limit`, named `scope`: by the quota of its plan that holds

@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::cost::Cost;
+use super::cost::Weigh;
 use super::fields::Spec;
 use super::future::ResponseFuture;
 use super::limits::{Limits, Single, Verdict};
@@ -18,6 +18,7 @@ use super::wait::Wait;
 use crate::extract::KeyExtractor;
 use crate::observe::Observer;
 use crate::rate_limit::UnitCost;
+use crate::Resource;
 
 /// Answers requests over the limit at once (`429 Too Many Requests`), and passes the others
 /// to the inner service.
@@ -75,7 +76,7 @@ where
     E: KeyExtractor<ReqBody, Key = K>,
     K: Hash + Eq + Clone,
     O: OnReject<Request<ReqBody>, Response<ResBody>, S::Error> + Clone,
-    C: Cost<Request<ReqBody>>,
+    C: Weigh<Request<ReqBody>>,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -88,10 +89,11 @@ where
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let config = &*self.config;
-        let n = config.cost.cost(&req);
+        let cost = config.cost.weigh(&req);
+        let n = cost.of(&Resource::REQUESTS);
         let verdict = config
             .limits
-            .check(&req, n, config.max_wait, config.spec.admitted);
+            .check(&req, &cost, config.max_wait, config.spec.admitted);
         match verdict {
             Verdict::Admit(statuses, tier) => {
                 let fields = config

@@ -25,6 +25,7 @@ use super::policy::{self, limit_refusal, limit_status, policies, GLOBAL};
 use super::rejected::{Rejected, Status};
 use crate::limit::{Decision, KeyHold, KeyTurn, KeyedLimit, Limit, Turn};
 use crate::observe::Observer;
+use crate::{Cost, Resource};
 
 /// A reservation being waited for.
 // Kept in the future of a request that waits, made only on that path.
@@ -40,7 +41,7 @@ pub(crate) enum Pending<K: Hash + Eq> {
         /// The global ceiling's decision, once asked and not made at once.
         global_turn: Option<Turn>,
         /// The request's cost, for the global ceiling.
-        n: u32,
+        cost: Cost,
     },
     /// The turn of a single limit, or of the global ceiling of a request without a key.
     Single {
@@ -55,7 +56,7 @@ impl<K: Hash + Eq> Pending<K> {
         keyed: KeyedLimit<K>,
         turn: KeyTurn<K>,
         global: Option<Limit>,
-        n: u32,
+        cost: Cost,
     ) -> Self {
         Pending::Key {
             keyed,
@@ -63,7 +64,7 @@ impl<K: Hash + Eq> Pending<K> {
             hold: None,
             global,
             global_turn: None,
-            n,
+            cost,
         }
     }
 
@@ -75,7 +76,7 @@ impl<K: Hash + Eq> Pending<K> {
             hold: Some(hold),
             global: Some(global),
             global_turn: Some(turn),
-            n: 0, // the global ceiling's turn is taken already
+            cost: Cost::from(0), // the global ceiling's turn is taken already
         }
     }
 
@@ -154,7 +155,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                 hold,
                 global,
                 global_turn,
-                n,
+                cost,
             } => loop {
                 if hold.is_none() {
                     let t = turn.as_mut().expect("polled after completion");
@@ -178,7 +179,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                 };
                 let decided = match global_turn {
                     Some(t) => std::task::ready!(t.poll(self.sleep.as_mut(), cx)),
-                    None => match g.decide(*n, Duration::ZERO) {
+                    None => match g.decide(cost, Duration::ZERO) {
                         Decision::Now(decided) => decided,
                         Decision::Later(t) => {
                             *global_turn = Some(t);
@@ -198,7 +199,10 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     }
                     Err(denied) => {
                         h.refund();
-                        Err(limit_refusal(g, GLOBAL, *n, denied).in_plan(tier))
+                        Err(
+                            limit_refusal(g, GLOBAL, cost.of(&Resource::REQUESTS), denied)
+                                .in_plan(tier),
+                        )
                     }
                 };
             },

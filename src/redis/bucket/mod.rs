@@ -427,6 +427,11 @@ impl RedisBucket {
         self.pause_in_redis(cooldown).await
     }
 
+    /// Whether every quota of the plan counts requests.
+    pub(crate) fn counts_requests_only(&self) -> bool {
+        self.inner.backend.counts_requests_only()
+    }
+
     /// Hold only the quotas that count `resource` for `cooldown`, in every process, as
     /// [`Bucket::pause_resource`] does: in Redis alone (this process's waiters booked on
     /// those quotas keep their instants). Where every quota counts `resource`, or none
