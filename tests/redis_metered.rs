@@ -237,10 +237,9 @@ async fn the_layer_charges_and_settles_on_redis() {
     drop(limit.try_charge(only_tokens(850)).await.unwrap());
 }
 
-/// Leases count requests: a plan that counts other resources is refused with them; keyed
-/// limits on Redis count requests alone.
+/// Leases count requests: a plan that counts other resources is refused with them.
 #[tokio::test]
-async fn leases_and_keyed_limits_refuse_plans_of_other_resources() {
+async fn leases_refuse_plans_of_other_resources() {
     let leased = RedisBucket::builder(Plan::new(Quota::per_second(10)).counting(Resource::TOKENS))
         .url(redis_url())
         .key_prefix(unique_prefix("metered-lease"))
@@ -252,12 +251,69 @@ async fn leases_and_keyed_limits_refuse_plans_of_other_resources() {
         .unwrap_err()
         .to_string()
         .contains("count requests alone"));
-    let keyed = tower_throttle::redis::RedisKeyed::builder(plan(10, 100, Algorithm::TokenBucket))
-        .url(redis_url())
-        .key_prefix(unique_prefix("metered-keyed"))
-        .build()
-        .await;
-    assert!(keyed.unwrap_err().to_string().contains("counts requests"));
+}
+
+/// `n` tokens for `key` through `svc`.
+async fn send<S>(svc: &mut S, key: &str, n: u32) -> Response<String>
+where
+    S: tower::Service<Request<u32>, Response = Response<String>, Error = Infallible>,
+{
+    let req = Request::builder().header("x-api-key", key).body(n).unwrap();
+    svc.ready().await.unwrap().call(req).await.unwrap()
+}
+
+/// A keyed limit on Redis counts requests and tokens per key, one script run each: a key
+/// refused for its tokens is charged no request and the reverse, behind the rejecting layer
+/// too, whose fields state the tokens' policy; another key has its own.
+#[tokio::test]
+async fn a_keyed_limit_on_redis_counts_each_resource_per_key() {
+    use tower_throttle::extract::HeaderKey;
+    use tower_throttle::redis::RedisKeyed;
+    use tower_throttle::RejectLayer;
+
+    for algorithm in [Algorithm::TokenBucket, Algorithm::SlidingLog] {
+        let keyed = RedisKeyed::builder(plan(2, 100, algorithm))
+            .url(redis_url())
+            .key_prefix(unique_prefix("metered-keyed"))
+            .build()
+            .await
+            .unwrap();
+        let api = service_fn(|_: Request<u32>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        });
+        let mut svc = ServiceBuilder::new()
+            .layer(
+                RejectLayer::keyed(keyed.clone(), HeaderKey::x_api_key())
+                    .cost_per_resource(|r: &Request<u32>| tokens(*r.body())),
+            )
+            .service(api);
+        assert!(
+            send(&mut svc, "a", 80).await.status().is_success(),
+            "{algorithm:?}"
+        );
+        // 20 tokens left: refused for its tokens, and charged no request...
+        let refused = send(&mut svc, "a", 30).await;
+        assert_eq!(refused.status(), 429, "{algorithm:?}");
+        let policies: Vec<_> = refused
+            .headers()
+            .get_all("ratelimit-policy")
+            .iter()
+            .collect();
+        assert_eq!(
+            policies[1],
+            "\"per-key-3600s-2\";q=100;w=3600;qu=\"tokens\""
+        );
+        // ... so the second request still goes, and then none, charged no token.
+        assert!(
+            send(&mut svc, "a", 20).await.status().is_success(),
+            "{algorithm:?}"
+        );
+        assert_eq!(send(&mut svc, "a", 0).await.status(), 429, "{algorithm:?}");
+        assert!(
+            send(&mut svc, "b", 100).await.status().is_success(),
+            "{algorithm:?}"
+        );
+    }
 }
 
 /// A pause of the tokens holds their quota alone, for every handle on the key: requests

@@ -15,8 +15,6 @@ use crate::extract::{KeyDigest, StableKey};
 use crate::keyed::{Grant, KeyedBucket};
 #[cfg(feature = "redis")]
 use crate::redis::RedisKeyed;
-#[cfg(feature = "redis")]
-use crate::Resource;
 use crate::{Cost, Denied, Plan, Quota};
 
 /// The name of requests that have no key (`MissingKey::Shared`) in Redis: reserved bytes,
@@ -105,8 +103,7 @@ pub(crate) enum KeyDecision<K: Hash + Eq> {
 impl<K: Hash + Eq + Clone> KeyedLimit<K> {
     /// Admit `cost` for `key` (`None`: the requests without a key, together), or reserve
     /// it up to `max_wait` nanoseconds ahead. `describe`: keep what the fields need
-    /// ([`KeyHold::level`]). In Redis, every quota counts requests: the cost is its
-    /// requests.
+    /// ([`KeyHold::level`]).
     pub(crate) fn decide(
         &self,
         key: Option<K>,
@@ -147,7 +144,6 @@ impl<K: Hash + Eq + Clone> KeyedLimit<K> {
             }
             #[cfg(feature = "redis")]
             Store::Redis { redis, name } => {
-                let n = cost.of(&Resource::REQUESTS);
                 let id = key.as_ref().map_or(KEYLESS, name);
                 let max_wait = Duration::from_nanos(max_wait);
                 let (r, deciding) = (redis.clone(), redis.clone());
@@ -156,10 +152,11 @@ impl<K: Hash + Eq + Clone> KeyedLimit<K> {
                     kind: TurnKind::Shared {
                         redis: r,
                         id,
-                        n,
+                        cost: cost.clone(),
                         tier,
-                        deciding: Box::pin(async move {
-                            deciding.try_acquire_within(id, tier, n, max_wait).await
+                        deciding: Box::pin({
+                            let cost = cost.clone();
+                            async move { deciding.try_acquire_within(id, tier, &cost, max_wait).await }
                         }),
                     },
                 })
@@ -184,7 +181,7 @@ enum Hold<K> {
     Redis {
         redis: RedisKeyed,
         id: KeyDigest,
-        n: u32,
+        cost: Cost,
         tier: usize,
     },
 }
@@ -203,7 +200,12 @@ impl<K: Hash + Eq> KeyHold<K> {
         match &self.kind {
             Hold::Table { table, key, grant } => table.refund(key.as_ref(), grant),
             #[cfg(feature = "redis")]
-            Hold::Redis { redis, id, n, tier } => redis.release_detached(*id, *tier, *n),
+            Hold::Redis {
+                redis,
+                id,
+                cost,
+                tier,
+            } => redis.release_detached(*id, *tier, cost.clone()),
         }
     }
 
@@ -256,7 +258,7 @@ enum TurnKind<K: Hash + Eq> {
     Shared {
         redis: RedisKeyed,
         id: KeyDigest,
-        n: u32,
+        cost: Cost,
         tier: usize,
         deciding: Pin<Box<dyn Future<Output = Deciding> + Send>>,
     },
@@ -277,7 +279,7 @@ impl<K: Hash + Eq> KeyTurn<K> {
             TurnKind::Shared {
                 redis,
                 id,
-                n,
+                cost,
                 tier,
                 deciding,
             } => {
@@ -288,7 +290,7 @@ impl<K: Hash + Eq> KeyTurn<K> {
                     kind: Hold::Redis {
                         redis: redis.clone(),
                         id: *id,
-                        n: *n,
+                        cost: cost.clone(),
                         tier,
                     },
                     armed: true,

@@ -297,6 +297,13 @@ impl Backend {
         self.requests.is_none()
     }
 
+    /// The requests `cost` counts, and its amount per quota when the plan counts other
+    /// resources too.
+    pub(crate) fn price(&self, cost: &Cost) -> (u32, Option<Arc<[u64]>>) {
+        let each = (!self.counts_requests_only()).then(|| self.amounts(cost));
+        (cost.of(&crate::Resource::REQUESTS), each)
+    }
+
     /// What `cost` counts in each quota of the plan.
     pub(crate) fn amounts(&self, cost: &Cost) -> Arc<[u64]> {
         self.plan.amounts(cost).collect()

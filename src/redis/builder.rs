@@ -15,8 +15,6 @@ use crate::observe::Observer;
 use crate::Bucket;
 use crate::{Algorithm, Plan};
 
-/// Why a keyed plan with a quota of another resource than requests is refused.
-const UNCOUNTED: &str = "on Redis, every quota of a keyed limit's plans counts requests";
 
 /// The settings both builders share, with their docs.
 macro_rules! shared_settings {
@@ -440,10 +438,6 @@ impl RedisKeyedBuilder {
     /// [`connect_lazily`](Self::connect_lazily) is set, an error of another kind when Redis
     /// does not answer within the connect timeout.
     pub async fn build(self) -> Result<RedisKeyed, RedisError> {
-        let plans = std::iter::once(&self.plan).chain(self.plans.iter().map(|(_, p)| p));
-        if !plans.into_iter().all(Plan::counts_requests_only) {
-            return Err(RedisError::config(UNCOUNTED));
-        }
         if !self.options.prefix_named {
             return Err(RedisError::config(
                 "a keyed limit needs a key_prefix of its own: keyed limits on one prefix share \

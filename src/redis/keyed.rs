@@ -14,7 +14,7 @@ use super::lane::Lanes;
 use super::stats::RedisStats;
 use super::told;
 use crate::extract::{KeyDigest, StableKey};
-use crate::{Algorithm, Bucket, Denied, Plan, Quota};
+use crate::{Algorithm, Bucket, Cost, Denied, Plan, Quota};
 
 /// The name of a key's plan, from its digest.
 type PlanName = dyn Fn(&KeyDigest) -> Option<&str> + Send + Sync;
@@ -251,25 +251,30 @@ impl RedisKeyed {
     /// As [`RedisBucket::try_acquire`](super::RedisBucket::try_acquire).
     pub async fn try_acquire(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
         let id = key.key_digest();
-        self.try_acquire_at(id, self.tier_of(&id), n)
+        self.try_acquire_at(id, self.tier_of(&id), &n.into())
             .await
             .map_err(|(denied, _)| denied)
     }
 
-    /// [`try_acquire`](Self::try_acquire) for the key `id` on the plan `tier`, saying which
-    /// quota of the plan refused (0 when it cannot say).
+    /// [`try_acquire`](Self::try_acquire) of `cost` for the key `id` on the plan `tier`,
+    /// saying which quota of the plan refused (0 when it cannot say).
     pub(crate) async fn try_acquire_at(
         &self,
         id: KeyDigest,
         tier: usize,
-        n: u32,
+        cost: &Cost,
     ) -> Result<(), (Denied, usize)> {
-        if n == 0 {
+        let backend = self.backend_at(tier);
+        let (n, each) = backend.price(cost);
+        if cost.is_free() {
             return Ok(());
         }
-        let backend = self.backend_at(tier);
-        backend.check(n).map_err(|e| (e.into(), 0))?;
-        match backend.acquire(&self.key_of(&id), n, None).await {
+        match &each {
+            Some(each) => backend.check_each(each),
+            None => backend.check(n),
+        }
+        .map_err(|e| (e.into(), 0))?;
+        match backend.acquire(&self.key_of(&id), n, each.as_deref()).await {
             Ok(t) => t.reply.decision().map_err(|e| (e.into(), t.part)),
             Err(e) => backend
                 .fallback()
@@ -289,17 +294,25 @@ impl RedisKeyed {
     /// [`Denied::Backend`] when Redis could not be reached.
     pub async fn release(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
         let id = key.key_digest();
-        self.release_at(id, self.tier_of(&id), n).await
+        self.release_at(id, self.tier_of(&id), &n.into()).await
     }
 
-    /// [`release`](Self::release) for the key `id` on the plan `tier`.
+    /// [`release`](Self::release) of `cost` for the key `id` on the plan `tier`.
     pub(crate) async fn release_at(
         &self,
         id: KeyDigest,
         tier: usize,
-        n: u32,
+        cost: &Cost,
     ) -> Result<(), Denied> {
-        self.backend_at(tier).give_back(&self.key_of(&id), n).await
+        let backend = self.backend_at(tier);
+        match backend.price(cost) {
+            (n, None) => backend.give_back(&self.key_of(&id), n).await,
+            (n, Some(each)) => {
+                let key = self.key_of(&id);
+                let released = backend.release_booked(&key, n, 0, Some(&each)).await;
+                released.map(drop).map_err(Denied::from)
+            }
+        }
     }
 
     /// Wait until `n` tokens of `key`'s limit are available, then take them.
@@ -316,24 +329,25 @@ impl RedisKeyed {
     /// As [`RedisBucket::acquire`](super::RedisBucket::acquire).
     pub async fn acquire(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
         let id = key.key_digest();
-        self.acquire_at(id, self.tier_of(&id), n).await
+        self.acquire_at(id, self.tier_of(&id), &n.into()).await
     }
 
-    /// [`acquire`](Self::acquire) for the key `id` on the plan `tier`.
+    /// [`acquire`](Self::acquire) of `cost` for the key `id` on the plan `tier`.
     pub(crate) async fn acquire_at(
         &self,
         id: KeyDigest,
         tier: usize,
-        n: u32,
+        cost: &Cost,
     ) -> Result<(), Denied> {
-        if n == 0 {
+        if cost.is_free() {
             return Ok(());
         }
         let inner = &*self.inner;
         // The key's hint, shared by this process's waiters for it while any waits.
         let entered = inner.lanes.enter(id);
         let backend = self.backend_at(tier);
-        match booking::book(backend, entered.lane(), &self.key_of(&id), n, None).await {
+        let (n, each) = backend.price(cost);
+        match booking::book(backend, entered.lane(), &self.key_of(&id), n, each).await {
             Ok(_) => Ok(()),
             Err(Unbooked::Exceeds(e)) => Err(e.into()),
             Err(Unbooked::Failed(e)) => {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{RedisBucket, RedisKeyed};
 use crate::extract::KeyDigest;
 use crate::observe::Observer;
-use crate::Denied;
+use crate::{Cost, Denied};
 
 /// A decision, with what an observer of the limit is told: the time the caller waited for
 /// an admission, and the tokens left, when the store says.
@@ -105,20 +105,20 @@ impl RedisBucket {
 }
 
 impl RedisKeyed {
-    /// Take `n` tokens of `key` on the plan `tier` now, or, when the refusal's wait is
+    /// Take `cost` of `key` on the plan `tier` now, or, when the refusal's wait is
     /// within `max_wait`, wait for them until then (zero: never wait). A refusal says which
     /// quota of the plan refused.
     pub(crate) async fn try_acquire_within(
         &self,
         key: KeyDigest,
         tier: usize,
-        n: u32,
+        cost: &Cost,
         max_wait: Duration,
     ) -> Result<(), (Denied, usize)> {
-        match self.try_acquire_at(key, tier, n).await {
+        match self.try_acquire_at(key, tier, cost).await {
             Err((Denied::Throttled(t), part)) if !max_wait.is_zero() && t.wait() <= max_wait => {
                 let deadline = Instant::now() + max_wait;
-                match tokio::time::timeout_at(deadline, self.acquire_at(key, tier, n)).await {
+                match tokio::time::timeout_at(deadline, self.acquire_at(key, tier, cost)).await {
                     Ok(result) => result.map_err(|e| (e, part)),
                     // A pause intervened: the turn did not come within `max_wait`.
                     Err(_) => Err((t.into(), part)),
@@ -128,11 +128,11 @@ impl RedisKeyed {
         }
     }
 
-    /// Give back `n` tokens of an admission of `key` on the plan `tier` that another limit
-    /// refused, in the background.
-    pub(crate) fn release_detached(&self, key: KeyDigest, tier: usize, n: u32) {
+    /// Give back `cost`, admitted for `key` on the plan `tier` and refused by another limit,
+    /// in the background.
+    pub(crate) fn release_detached(&self, key: KeyDigest, tier: usize, cost: Cost) {
         let this = self.clone();
-        detach(async move { this.release_at(key, tier, n).await });
+        detach(async move { this.release_at(key, tier, &cost).await });
     }
 }
 
