@@ -15,7 +15,6 @@ use crate::observe::Observer;
 use crate::Bucket;
 use crate::{Algorithm, Plan};
 
-
 /// The settings both builders share, with their docs.
 macro_rules! shared_settings {
     () => {
