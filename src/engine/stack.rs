@@ -102,8 +102,9 @@ pub(crate) struct Stack {
 pub(crate) struct Layers {
     states: Box<[OneState]>,
     last: Box<[Admit]>,
-    /// Each quota takes nothing before this instant: the end of a pause of its resource.
-    held: Box<[u64]>,
+    /// Each quota takes nothing before this instant: the end of a pause of its resource
+    /// (`None` until one).
+    held: Option<Box<[u64]>>,
     /// Admissions and undos so far: an admission can be undone while this is its number.
     seq: u64,
     /// When the state stops mattering (kept for [`Packed::expires`]).
@@ -198,7 +199,10 @@ impl Stack {
                 .enumerate()
                 .map(|(i, (one, s))| match amount(i) {
                     0 => at,
-                    n => on_one!(one, s, e, s => e.earliest(s, n, at.max(state.held[i]))),
+                    n => {
+                        let from = state.held.as_ref().map_or(at, |h| at.max(h[i]));
+                        on_one!(one, s, e, s => e.earliest(s, n, from))
+                    }
                 })
                 .fold(at, u64::max);
             if next == at {
@@ -268,7 +272,7 @@ impl Stack {
             .collect();
         let mut layers = Layers {
             last: vec![Admit::default(); states.len()].into(),
-            held: vec![0; states.len()].into(),
+            held: None,
             states,
             seq: 0,
             expires: 0,
@@ -392,11 +396,14 @@ impl Engine for Stack {
     fn available(&self, state: &Layers, now: u64) -> u64 {
         self.ones
             .iter()
-            .zip(state.states.iter().zip(state.held.iter()))
-            .map(|(one, (s, held))| match now < *held {
-                true => 0,
-                false => on_one!(one, s, e, s => e.available(s, now)),
-            })
+            .zip(state.states.iter())
+            .enumerate()
+            .map(
+                |(i, (one, s))| match state.held.as_ref().is_some_and(|h| now < h[i]) {
+                    true => 0,
+                    false => on_one!(one, s, e, s => e.available(s, now)),
+                },
+            )
             .min()
             .unwrap_or(0)
     }
@@ -406,7 +413,7 @@ impl Engine for Stack {
             .iter()
             .zip(state.states.iter())
             .map(|(one, s)| on_one!(one, s, e, s => e.expires(s)))
-            .chain(state.held.iter().copied())
+            .chain(state.held.iter().flat_map(|h| h.iter().copied()))
             .max()
             .unwrap_or(0)
     }
@@ -427,7 +434,10 @@ impl Engine for Stack {
         for (i, (one, s)) in quotas.enumerate() {
             if held.get(i).copied().unwrap_or(false) {
                 on_one!(one, s, e, s => e.restart(s, end));
-                state.held[i] = state.held[i].max(end);
+                let h = state
+                    .held
+                    .get_or_insert_with(|| vec![0; self.ones.len()].into());
+                h[i] = h[i].max(end);
             }
         }
         state.expires = self.expires(state);

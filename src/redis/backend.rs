@@ -274,14 +274,18 @@ impl Backend {
     }
 
     /// Take `n` (1..=max_cost) tokens of the bucket at `key`, if they fit now; `each`: the
-    /// amount of each quota of a plan, where they differ (else `n` requests).
+    /// amount of each quota of a plan, where they differ (else `n` requests). `book`: take
+    /// them for the earliest instant they fit (after every earlier booking), if that is
+    /// within the reservation horizon; an admitted reply's `wait` is the time from the
+    /// script's run to that instant.
     pub(crate) async fn acquire(
         &self,
         key: &str,
         n: u32,
+        book: bool,
         each: Option<&[u64]>,
     ) -> Result<Timed, RedisError> {
-        let op = Op::Acquire { n, book: false };
+        let op = Op::Acquire { n, book };
         self.run(&self.scripts.acquire, key, op, each).await
     }
 
@@ -340,21 +344,7 @@ impl Backend {
             .await
     }
 
-    /// Take `n` tokens of the bucket at `key` for the earliest instant they fit (after
-    /// every earlier booking), if that is within the reservation horizon. An admitted
-    /// reply's `wait` is the time from the script's run to that instant. `each` as in
-    /// [`acquire`](Self::acquire).
-    pub(crate) async fn reserve(
-        &self,
-        key: &str,
-        n: u32,
-        each: Option<&[u64]>,
-    ) -> Result<Timed, RedisError> {
-        let op = Op::Acquire { n, book: true };
-        self.run(&self.scripts.acquire, key, op, each).await
-    }
-
-    /// How far ahead [`reserve`](Self::reserve) books an instant.
+    /// How far ahead a booking ([`acquire`](Self::acquire)) takes an instant.
     pub(crate) fn reserve_horizon(&self) -> Duration {
         Duration::from_micros(self.params().reserve_us)
     }

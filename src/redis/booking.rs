@@ -134,7 +134,7 @@ pub(crate) fn learn(backend: &Backend, hint: &Hint, t: &Timed, n: u32) -> Reply 
     t.reply
 }
 
-/// [`Backend::reserve`], run apart from the waiter: a waiter that goes away while its
+/// [`Backend::acquire`], booking, run apart from the waiter: a waiter that goes away while its
 /// booking is on its way leaves the reply to that task, which gives the tokens back.
 async fn reserve_apart(
     backend: &Arc<Backend>,
@@ -143,12 +143,12 @@ async fn reserve_apart(
     each: Option<Arc<[u64]>>,
 ) -> Result<Timed, RedisError> {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return backend.reserve(key, n, each.as_deref()).await;
+        return backend.acquire(key, n, true, each.as_deref()).await;
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (backend, key) = (Arc::clone(backend), key.to_owned());
     rt.spawn(async move {
-        let t = backend.reserve(&key, n, each.as_deref()).await;
+        let t = backend.acquire(&key, n, true, each.as_deref()).await;
         if let Err(Ok(t)) = tx.send(t) {
             if t.reply.admitted {
                 let _ = backend

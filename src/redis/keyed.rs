@@ -274,7 +274,10 @@ impl RedisKeyed {
             None => backend.check(n),
         }
         .map_err(|e| (e.into(), 0))?;
-        match backend.acquire(&self.key_of(&id), n, each.as_deref()).await {
+        match backend
+            .acquire(&self.key_of(&id), n, false, each.as_deref())
+            .await
+        {
             Ok(t) => t.reply.decision().map_err(|e| (e.into(), t.part)),
             Err(e) => backend
                 .fallback()

@@ -294,7 +294,7 @@ impl RedisBucket {
                 Err(e) => fallback(e),
             };
         }
-        match inner.backend.acquire(&inner.key, n, None).await {
+        match inner.backend.acquire(&inner.key, n, false, None).await {
             Ok(t) => {
                 let reply = booking::learn(&inner.backend, &inner.hint, &t, n);
                 Outcome {
