@@ -344,3 +344,27 @@ async fn a_pause_of_one_resource_holds_its_quotas_alone_in_every_process() {
         assert!(one.try_charge(tokens(0)).await.is_err(), "{algorithm:?}");
     }
 }
+
+/// The rejecting layer on a single `RedisBucket` counting requests and tokens: refused by
+/// one resource, charged to none.
+#[tokio::test]
+async fn the_rejecting_layer_on_redis_charges_each_resource_or_none() {
+    use tower_throttle::RejectLayer;
+
+    let limit = bucket(
+        &unique_prefix("metered-reject"),
+        plan(2, 100, Algorithm::TokenBucket),
+    )
+    .await;
+    let api =
+        service_fn(|_: Request<u32>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    let mut svc = ServiceBuilder::new()
+        .layer(RejectLayer::new(limit).cost_per_resource(|r: &Request<u32>| tokens(*r.body())))
+        .service(api);
+    assert!(send(&mut svc, "a", 80).await.status().is_success());
+    let refused = send(&mut svc, "a", 30).await;
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    assert!(send(&mut svc, "a", 20).await.status().is_success());
+    assert_eq!(send(&mut svc, "a", 0).await.status(), 429);
+}
