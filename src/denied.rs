@@ -57,6 +57,18 @@ pub struct ExceedsBurst {
 }
 
 impl ExceedsBurst {
+    /// `Err` when `requested` is more than `burst` (each saturated to `u32`).
+    pub(crate) fn check(requested: u64, burst: u64) -> Result<(), Self> {
+        let narrow = |n| u32::try_from(n).unwrap_or(u32::MAX);
+        match requested > burst {
+            true => Err(ExceedsBurst {
+                requested: narrow(requested),
+                burst: narrow(burst),
+            }),
+            false => Ok(()),
+        }
+    }
+
     /// The tokens asked for.
     pub fn requested(&self) -> u32 {
         self.requested
@@ -298,29 +310,23 @@ impl StdError for Denied {
     }
 }
 
-impl From<Throttled> for Denied {
-    fn from(e: Throttled) -> Self {
-        Denied::Throttled(e)
-    }
+/// `Denied` from each of its reasons.
+macro_rules! denied_from {
+    ($($reason:ident => $variant:ident),*) => {$(
+        impl From<$reason> for Denied {
+            fn from(e: $reason) -> Self {
+                Denied::$variant(e)
+            }
+        }
+    )*};
 }
 
-impl From<ExceedsBurst> for Denied {
-    fn from(e: ExceedsBurst) -> Self {
-        Denied::ExceedsBurst(e)
-    }
-}
-
-impl From<QueueFull> for Denied {
-    fn from(e: QueueFull) -> Self {
-        Denied::QueueFull(e)
-    }
-}
-
-impl From<BackendError> for Denied {
-    fn from(e: BackendError) -> Self {
-        Denied::Backend(e)
-    }
-}
+denied_from!(
+    Throttled => Throttled,
+    ExceedsBurst => ExceedsBurst,
+    QueueFull => QueueFull,
+    BackendError => Backend
+);
 
 #[cfg(test)]
 mod tests {

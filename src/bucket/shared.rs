@@ -108,14 +108,19 @@ impl Permit {
         self.tokens
     }
 
-    /// `tokens` admitted by a limit kept elsewhere (Redis), or none (`0`): only the count.
-    pub(crate) fn tokens_only(tokens: u32) -> Self {
+    /// `tokens` admitted at `at`, `tat` and `refunds` as [`Permit`] says.
+    pub(super) fn new(tokens: u32, at: u64, tat: u64, refunds: u64) -> Self {
         Permit {
             tokens,
-            at: 0,
-            tat: 0,
-            refunds: UNKNOWN,
+            at,
+            tat,
+            refunds,
         }
+    }
+
+    /// `tokens` admitted by a limit kept elsewhere (Redis), or none (`0`): only the count.
+    pub(crate) fn tokens_only(tokens: u32) -> Self {
+        Permit::new(tokens, 0, 0, UNKNOWN)
     }
 }
 
@@ -126,7 +131,7 @@ pub(crate) enum Reservation {
     Later(Waiter),
 }
 
-fn capacity_of(quota: &Quota, algorithm: Algorithm) -> u32 {
+pub(crate) fn capacity_of(quota: &Quota, algorithm: Algorithm) -> u32 {
     match algorithm {
         Algorithm::TokenBucket | Algorithm::LeakyBucket { .. } => quota.burst_size(),
         _ => quota.count(),
@@ -199,12 +204,7 @@ impl Shared {
         let now = self.clock.now_ns();
         let tat = self.cell.try_admit(u64::from(tokens), now).ok()?;
         self.observe_admitted(tokens, 0);
-        Some(Permit {
-            tokens,
-            at: now,
-            tat,
-            refunds: UNKNOWN,
-        })
+        Some(Permit::new(tokens, now, tat, UNKNOWN))
     }
 
     /// Report an admission after `waited_ns` of waiting.
@@ -265,16 +265,8 @@ impl Shared {
         each: Option<&[u64]>,
     ) -> Result<(), ExceedsBurst> {
         match (each, &st.engine) {
-            (Some(a), Kind::Window(w)) => {
-                let too_large = a.iter().enumerate().find(|(i, n)| **n > w.capacity_at(*i));
-                match too_large {
-                    Some((i, &n)) => Err(ExceedsBurst {
-                        requested: u32::try_from(n).unwrap_or(u32::MAX),
-                        burst: u32::try_from(w.capacity_at(i)).unwrap_or(u32::MAX),
-                    }),
-                    None => Ok(()),
-                }
-            }
+            (Some(a), Kind::Window(w)) => (a.iter().enumerate())
+                .try_for_each(|(i, &n)| ExceedsBurst::check(n, w.capacity_at(i))),
             _ => self.check(tokens),
         }
     }
@@ -282,14 +274,7 @@ impl Shared {
     /// Check a request's size against the capacity.
     #[inline]
     pub(crate) fn check(&self, tokens: u32) -> Result<(), ExceedsBurst> {
-        let capacity = self.capacity.load(Ordering::Acquire);
-        if tokens > capacity {
-            return Err(ExceedsBurst {
-                requested: tokens,
-                burst: capacity,
-            });
-        }
-        Ok(())
+        ExceedsBurst::check(tokens.into(), self.capacity.load(Ordering::Acquire).into())
     }
 
     /// Admit now or say how many nanoseconds until `tokens` fit. Never queues, never
@@ -301,12 +286,7 @@ impl Shared {
             return self
                 .cell
                 .try_admit(u64::from(tokens), now)
-                .map(|tat| Permit {
-                    tokens,
-                    at: now,
-                    tat,
-                    refunds: UNKNOWN,
-                });
+                .map(|tat| Permit::new(tokens, now, tat, UNKNOWN));
         }
         self.try_admit_locked(tokens, None, now)
     }

@@ -60,12 +60,7 @@ impl Shared {
         if let Kind::Gcra(_) = st.engine {
             let (at, tat) = self.cell.admit_from(u64::from(tokens), from, now)?;
             let refunds = st.refunded;
-            return Ok(Permit {
-                tokens,
-                at,
-                tat,
-                refunds,
-            });
+            return Ok(Permit::new(tokens, at, tat, refunds));
         }
         let at = self.predict(st, tokens, each, 0, from);
         if at > now {
@@ -78,12 +73,7 @@ impl Shared {
             w.commit(price(tokens, each), at);
         }
         st.tail = st.tail.max(at);
-        Ok(Permit {
-            tokens,
-            at,
-            tat: 0,
-            refunds: 0,
-        })
+        Ok(Permit::new(tokens, at, 0, 0))
     }
 
     /// The first in line may have to learn its turn: its timer is armed too late (someone

@@ -113,31 +113,20 @@ impl StableKey for KeyDigest {
     }
 }
 
-impl StableKey for str {
-    fn write_key_bytes(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self.as_bytes());
-    }
+/// Keys written as their bytes.
+macro_rules! as_bytes {
+    ($($t:ty),*) => {$(
+        impl StableKey for $t {
+            fn write_key_bytes(&self, out: &mut Vec<u8>) {
+                out.extend_from_slice(AsRef::<[u8]>::as_ref(self));
+            }
+        }
+    )*};
 }
 
-impl StableKey for String {
-    fn write_key_bytes(&self, out: &mut Vec<u8>) {
-        self.as_str().write_key_bytes(out);
-    }
-}
-
-impl StableKey for [u8] {
-    fn write_key_bytes(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self);
-    }
-}
+as_bytes!(str, String, [u8], Vec<u8>);
 
 impl<const N: usize> StableKey for [u8; N] {
-    fn write_key_bytes(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self);
-    }
-}
-
-impl StableKey for Vec<u8> {
     fn write_key_bytes(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self);
     }
@@ -202,35 +191,22 @@ impl StableKey for IpAddr {
     }
 }
 
-impl<T: StableKey + ?Sized> StableKey for &T {
-    fn write_key_bytes(&self, out: &mut Vec<u8>) {
-        (**self).write_key_bytes(out);
-    }
+/// Pointers: the key they point to.
+macro_rules! forward {
+    ($($t:ty),*) => {$(
+        impl<T: StableKey + ?Sized> StableKey for $t {
+            fn write_key_bytes(&self, out: &mut Vec<u8>) {
+                (**self).write_key_bytes(out);
+            }
 
-    fn key_digest(&self) -> KeyDigest {
-        (**self).key_digest()
-    }
+            fn key_digest(&self) -> KeyDigest {
+                (**self).key_digest()
+            }
+        }
+    )*};
 }
 
-impl<T: StableKey + ?Sized> StableKey for Box<T> {
-    fn write_key_bytes(&self, out: &mut Vec<u8>) {
-        (**self).write_key_bytes(out);
-    }
-
-    fn key_digest(&self) -> KeyDigest {
-        (**self).key_digest()
-    }
-}
-
-impl<T: StableKey + ?Sized> StableKey for Arc<T> {
-    fn write_key_bytes(&self, out: &mut Vec<u8>) {
-        (**self).write_key_bytes(out);
-    }
-
-    fn key_digest(&self) -> KeyDigest {
-        (**self).key_digest()
-    }
-}
+forward!(&T, Box<T>, Arc<T>);
 
 #[cfg(test)]
 mod tests {

@@ -36,6 +36,17 @@ enum Store {
     Redis(RedisBucket),
 }
 
+/// Runs `$body` with `$s` bound to the limit, wherever it is kept.
+macro_rules! on_store {
+    ($store:expr, $s:ident => $body:expr) => {
+        match $store {
+            Store::Bucket($s) => $body,
+            #[cfg(feature = "redis")]
+            Store::Redis($s) => $body,
+        }
+    };
+}
+
 /// Whether a request admitted now, waits for its turn, or finds a leaky bucket's line full.
 pub(crate) enum Reserved {
     Now(Permit),
@@ -74,11 +85,7 @@ impl From<RedisBucket> for Limit {
 impl Limit {
     /// The plan, its first quota as configured now.
     pub(crate) fn plan(&self) -> Plan {
-        match &self.store {
-            Store::Bucket(b) => b.plan(),
-            #[cfg(feature = "redis")]
-            Store::Redis(r) => r.plan(),
-        }
+        on_store!(&self.store, l => l.plan())
     }
 
     /// Which quota of the plan holds `n` tokens back longest now (in Redis: the one that
@@ -93,21 +100,13 @@ impl Limit {
 
     /// The configured quota: the most this limit ever enforces.
     pub(crate) fn quota(&self) -> Quota {
-        match &self.store {
-            Store::Bucket(b) => b.quota(),
-            #[cfg(feature = "redis")]
-            Store::Redis(r) => r.quota(),
-        }
+        on_store!(&self.store, l => l.quota())
     }
 
     /// Change the quota of the live limit, for every clone: [`Bucket::set_quota`], or
     /// `redis::RedisBucket::set_quota`.
     pub fn set_quota(&self, quota: Quota) {
-        match &self.store {
-            Store::Bucket(b) => b.set_quota(quota),
-            #[cfg(feature = "redis")]
-            Store::Redis(r) => r.set_quota(quota),
-        }
+        on_store!(&self.store, l => l.set_quota(quota))
     }
 
     /// The in-process bucket, if the limit is kept in this process.
@@ -126,23 +125,13 @@ impl Limit {
         estimate: Cost,
     ) -> impl std::future::Future<Output = Result<Charge, Denied>> + Send + 'static {
         let store = self.store.clone();
-        async move {
-            match store {
-                Store::Bucket(b) => b.charge(estimate).await,
-                #[cfg(feature = "redis")]
-                Store::Redis(r) => r.charge(estimate).await,
-            }
-        }
+        async move { on_store!(store, l => l.charge(estimate).await) }
     }
 
     /// Tell the limit's rate control about the requests it admits (see
     /// [`Bucket::feedback`]).
     pub(crate) fn feedback(&self) -> Feedback<'_> {
-        match &self.store {
-            Store::Bucket(b) => b.feedback(),
-            #[cfg(feature = "redis")]
-            Store::Redis(r) => r.feedback(),
-        }
+        on_store!(&self.store, l => l.feedback())
     }
 
     /// Hold every admission for `cooldown`; a limit kept in Redis holds this process at
@@ -173,11 +162,7 @@ impl Limit {
     /// [`RedisBucket::acquire`]).
     #[cfg_attr(not(feature = "reqwest"), allow(dead_code))] // the reqwest middleware waits here
     pub(crate) async fn acquire(&self, n: u32) -> Result<(), Denied> {
-        match &self.store {
-            Store::Bucket(b) => b.acquire(n).await,
-            #[cfg(feature = "redis")]
-            Store::Redis(r) => r.acquire(n).await,
-        }
+        on_store!(&self.store, l => l.acquire(n).await)
     }
 
     /// Whether `self` and `other` are handles to the same limit.
@@ -204,11 +189,7 @@ impl Limit {
 
     /// Whether `n` tokens can ever fit.
     pub(crate) fn check(&self, n: u32) -> Result<(), ExceedsBurst> {
-        match &self.store {
-            Store::Bucket(b) => b.check(n),
-            #[cfg(feature = "redis")]
-            Store::Redis(r) => r.check(n),
-        }
+        on_store!(&self.store, l => l.check(n))
     }
 
     /// Admit `n` tokens now, or a turn to wait for, however long (callers check the size
@@ -286,16 +267,8 @@ impl Limit {
     /// The requests left and the time until the next token, when this process knows them
     /// (an in-process limit).
     pub(crate) fn level(&self) -> Option<(u64, Duration)> {
-        let snap = match &self.store {
-            Store::Bucket(b) => b.snapshot(),
-            #[cfg(feature = "redis")]
-            Store::Redis(_) => return None,
-        };
-        let stacked = match &self.store {
-            Store::Bucket(b) => b.reset_in(),
-            #[cfg(feature = "redis")]
-            Store::Redis(_) => None,
-        };
+        let bucket = self.bucket()?;
+        let (snap, stacked) = (bucket.snapshot(), bucket.reset_in());
         let reset = if snap.available == 0 {
             snap.next_token_in
         } else if let Some(reset) = stacked {
@@ -317,10 +290,6 @@ impl Limit {
 
 impl fmt::Debug for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.store {
-            Store::Bucket(b) => fmt::Debug::fmt(b, f),
-            #[cfg(feature = "redis")]
-            Store::Redis(r) => fmt::Debug::fmt(r, f),
-        }
+        on_store!(&self.store, l => fmt::Debug::fmt(l, f))
     }
 }

@@ -221,14 +221,7 @@ impl Backend {
 
     /// Whether a request of `n` tokens can ever fit now.
     pub(crate) fn check(&self, n: u32) -> Result<(), ExceedsBurst> {
-        let max = self.max_cost();
-        if n > max {
-            return Err(ExceedsBurst {
-                requested: n,
-                burst: max,
-            });
-        }
-        Ok(())
+        ExceedsBurst::check(n.into(), self.max_cost().into())
     }
 
     /// Emission interval in ns, as the scripts see it (whole µs).
@@ -317,13 +310,8 @@ impl Backend {
     pub(crate) fn check_each(&self, each: &[u64]) -> Result<(), ExceedsBurst> {
         let caps = std::iter::once(self.params().max_cost)
             .chain(self.rest.iter().map(|(_, p)| p.max_cost));
-        match caps.zip(each).find(|(cap, n)| **n > u64::from(*cap)) {
-            Some((burst, &n)) => Err(ExceedsBurst {
-                requested: u32::try_from(n).unwrap_or(u32::MAX),
-                burst,
-            }),
-            None => Ok(()),
-        }
+        caps.zip(each)
+            .try_for_each(|(cap, &n)| ExceedsBurst::check(n, cap.into()))
     }
 
     /// Token bucket with leases: give back `back` unused tokens of an expired lease, then

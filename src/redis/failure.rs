@@ -134,11 +134,10 @@ impl FailurePolicy {
 /// Cost to ask from a fallback bucket: never more than its largest cost (its burst, or its
 /// count for the windows).
 fn local_cost(bucket: &Bucket, n: u32) -> u32 {
-    let most = match bucket.algorithm() {
-        Algorithm::TokenBucket | Algorithm::LeakyBucket { .. } => bucket.quota().burst_size(),
-        _ => bucket.quota().count(),
-    };
-    n.min(most)
+    n.min(crate::bucket::capacity_of(
+        &bucket.quota(),
+        bucket.algorithm(),
+    ))
 }
 
 /// The run of failures a local fallback last decided in: a new run starts it over, empty
