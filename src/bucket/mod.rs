@@ -46,9 +46,9 @@ pub(crate) use self::charge::{differences, Settle};
 pub(crate) use self::feedback::Adopt;
 pub use self::feedback::{Feedback, Sent};
 pub(crate) use self::feedback::{Steered, Steering};
-pub(crate) use self::shared::Shared;
 #[cfg(feature = "redis")]
 pub(crate) use self::shared::capacity_of;
+pub(crate) use self::shared::Shared;
 pub(crate) use self::shared::{Permit, Reservation};
 pub use self::snapshot::Snapshot;
 pub(crate) use self::waiter::Waiter;

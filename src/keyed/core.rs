@@ -39,7 +39,7 @@ pub(crate) struct Core<K, E: Engine> {
 }
 
 /// An admission in the table, described (`describe`) or not.
-fn granted<E: Engine>(describe: bool) -> impl FnOnce(&E, Admit) -> Granted {
+pub(super) fn granted<E: Engine>(describe: bool) -> impl FnOnce(&E, Admit) -> Granted {
     move |e, admit| Granted {
         status: describe.then(|| e.status(&admit)),
         admit,
@@ -121,21 +121,6 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
             .unwrap_or(Err(Refused { wait: 0, part: 0 }))
     }
 
-    /// [`acquire`](Self::acquire) for a key that has a state; `None` if it has none.
-    pub(crate) fn acquire_known(
-        &self,
-        key: &K,
-        now: u64,
-        price: Price<'_>,
-        max_wait: u64,
-        describe: bool,
-    ) -> Option<Result<Granted, Refused>>
-    where
-        K: Clone,
-    {
-        self.decide(key, now, price, max_wait, true, granted(describe))
-    }
-
     /// Admit `tokens` for `key` now, keeping nothing of the admission; else the wait.
     #[inline]
     pub(crate) fn try_acquire(&self, key: &K, now: u64, tokens: u64) -> Result<(), u64>
@@ -148,9 +133,9 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
     }
 
     /// The decision for `key` (none if `only_known` and it has no state), the admission
-    /// described by `made`.
+    /// described by `made` (as [`granted`] does).
     #[inline(always)]
-    fn decide<R>(
+    pub(super) fn decide<R>(
         &self,
         key: &K,
         now: u64,

@@ -118,7 +118,7 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// # }
 /// ```
 pub struct KeyedBucket<K> {
-    pub(super) shared: Arc<Tiers<K>>,
+    pub(crate) shared: Arc<Tiers<K>>,
 }
 
 impl<K> KeyedBucket<K>
@@ -225,19 +225,6 @@ where
         self.shared.set_quota(quota);
     }
 
-    /// Admit `n` tokens for `key` (`None`: the requests without a key, together), or reserve
-    /// them up to `max_wait` ahead. `describe`: with the status.
-    #[inline]
-    pub(crate) fn acquire(
-        &self,
-        key: Option<&K>,
-        cost: &Cost,
-        max_wait: u64,
-        describe: bool,
-    ) -> Result<Grant, Refusal> {
-        self.shared.acquire(key, cost, max_wait, describe)
-    }
-
     /// The error of `refusal`, for `cost`.
     pub(crate) fn denied(&self, refusal: &Refusal, cost: &Cost) -> Denied {
         match refusal.refused.wait {
@@ -272,13 +259,6 @@ impl<K: Hash + Eq> KeyedBucket<K> {
     /// the states of a plan of several quotas, boxed).
     pub fn allocated_bytes(&self) -> usize {
         self.shared.allocated_bytes()
-    }
-}
-
-impl<K: Hash + Eq> KeyedBucket<K> {
-    /// Undo `grant` (for `key`) if nothing was admitted after it in its bucket.
-    pub(crate) fn refund(&self, key: Option<&K>, grant: &Grant) {
-        self.shared.refund(key, grant);
     }
 }
 

@@ -4,7 +4,7 @@
 use std::hash::{BuildHasher, Hash};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::core::{Granted, Place, Refused};
+use super::core::{granted, Granted, Place, Refused};
 use super::tables::{on_core, Tables};
 use crate::clock::{Align, Clock};
 use crate::engine::{Admit, Engine as _, Phase, Price, Stack, View};
@@ -23,7 +23,7 @@ pub(super) struct Tier<K> {
     pub(super) tables: Tables<K>,
 }
 
-pub(super) struct Tiers<K> {
+pub(crate) struct Tiers<K> {
     /// The default plan first.
     pub(super) tiers: Box<[Tier<K>]>,
     resolve: Option<Resolver<K>>,
@@ -151,7 +151,7 @@ impl<K: Hash + Eq + Clone> Tiers<K> {
     /// Admit `cost` for `key` (`None`: the requests without a key, on the default plan),
     /// or reserve it up to `max_wait` ahead. `describe`: with the status.
     #[inline]
-    pub(super) fn acquire(
+    pub(crate) fn acquire(
         &self,
         key: Option<&K>,
         cost: &Cost,
@@ -182,7 +182,7 @@ impl<K: Hash + Eq + Clone> Tiers<K> {
             Some(key) if self.tiers.len() == 1 => {
                 core.acquire(key, now, tokens, max_wait, describe)
             }
-            Some(key) => match core.acquire_known(key, now, tokens, max_wait, describe) {
+            Some(key) => match core.decide(key, now, tokens, max_wait, true, granted(describe)) {
                 Some(decided) => decided,
                 None => {
                     let stripe = self.hasher.hash_one(key) as usize % self.moving.len();
@@ -252,7 +252,7 @@ impl<K: Hash + Eq + Clone> Tiers<K> {
 
 impl<K: Hash + Eq> Tiers<K> {
     /// Undo `grant` (for `key`) if nothing was admitted after it in its bucket.
-    pub(super) fn refund(&self, key: Option<&K>, grant: &Grant) {
+    pub(crate) fn refund(&self, key: Option<&K>, grant: &Grant) {
         let now = self.clock.now_ns();
         let place = match (grant.place, key) {
             (Place::Table, None) => Place::Keyless,

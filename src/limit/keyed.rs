@@ -113,7 +113,7 @@ impl<K: Hash + Eq + Clone> KeyedLimit<K> {
     ) -> KeyDecision<K> {
         match &self.store {
             Store::Table(table) => {
-                let grant = match table.acquire(key.as_ref(), cost, max_wait, describe) {
+                let grant = match table.shared.acquire(key.as_ref(), cost, max_wait, describe) {
                     Ok(grant) => grant,
                     Err(refusal) => {
                         let which = Which {
@@ -198,7 +198,7 @@ impl<K: Hash + Eq> KeyHold<K> {
             return;
         }
         match &self.kind {
-            Hold::Table { table, key, grant } => table.refund(key.as_ref(), grant),
+            Hold::Table { table, key, grant } => table.shared.refund(key.as_ref(), grant),
             #[cfg(feature = "redis")]
             Hold::Redis {
                 redis,

@@ -274,10 +274,8 @@ impl RedisKeyed {
             None => backend.check(n),
         }
         .map_err(|e| (e.into(), 0))?;
-        match backend
-            .acquire(&self.key_of(&id), n, false, each.as_deref())
-            .await
-        {
+        let key = self.key_of(&id);
+        match backend.acquire(&key, n, false, each.as_deref()).await {
             Ok(t) => t.reply.decision().map_err(|e| (e.into(), t.part)),
             Err(e) => backend
                 .fallback()

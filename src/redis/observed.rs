@@ -38,22 +38,19 @@ impl Outcome {
         let Some(o) = o else {
             return self.result.map(drop);
         };
-        match &self.result {
+        let level = match &self.result {
             Ok(waited) => {
                 o.admitted(n, *waited);
-                if !waited.is_zero() {
-                    if let Some(available) = self.available {
-                        o.tokens(available);
-                    }
-                }
+                !waited.is_zero()
             }
             Err(Denied::Throttled(t)) => {
                 o.refused(n, t.wait(), false);
-                if let Some(available) = self.available {
-                    o.tokens(available);
-                }
+                true
             }
-            Err(_) => {}
+            Err(_) => false,
+        };
+        if let (true, Some(available)) = (level, self.available) {
+            o.tokens(available);
         }
         self.result.map(drop)
     }

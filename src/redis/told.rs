@@ -179,32 +179,24 @@ impl Drop for Listener {
 /// and wait until the first attempt to subscribe is over, at most as long as `subscribe`
 /// says.
 pub(crate) async fn start<T: Told>(subscribe: Option<Subscribe>, channel: String, target: &Arc<T>) {
-    let (
-        Some(Subscribe {
-            url,
-            wait,
-            timeouts,
-        }),
-        Ok(rt),
-    ) = (subscribe, tokio::runtime::Handle::try_current())
-    else {
+    let (Some(sub), Ok(rt)) = (subscribe, tokio::runtime::Handle::try_current()) else {
         return;
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     let listener = target.listener();
     let task = rt.spawn(listen(
-        url,
+        sub.url,
         channel,
-        timeouts,
+        sub.timeouts,
         listener.id,
         Arc::downgrade(target),
         tx,
     ));
     let _ = listener.task.set(task.abort_handle());
-    if !wait.is_zero() {
+    if !sub.wait.is_zero() {
         // Built when the others' pauses can be heard (or the first attempt failed, or
         // took longer than `wait`: the listener keeps trying).
-        let _ = tokio::time::timeout(wait, rx).await;
+        let _ = tokio::time::timeout(sub.wait, rx).await;
     }
 }
 

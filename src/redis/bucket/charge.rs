@@ -30,11 +30,8 @@ impl RedisBucket {
         if each.iter().all(|a| *a == 0) {
             return Ok(Charge::elsewhere(None, estimate));
         }
-        match inner
-            .backend
-            .acquire(&inner.key, n, false, Some(&each))
-            .await
-        {
+        let backend = &inner.backend;
+        match backend.acquire(&inner.key, n, false, Some(&each)).await {
             Ok(t) => {
                 booking::learn(&inner.backend, &inner.hint, &t, n).decision()?;
                 Ok(self.charged(estimate, each, t.at_us))

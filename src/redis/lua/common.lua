@@ -37,6 +37,11 @@ if not (x and P and book and need and back) or x < 0 or P < 0 or need < 0 or bac
   return redis.error_reply('ERR tower-throttle: bad arguments')
 end
 local function fmt(i) return string.format('%d', i) end
+-- `v` with the end of a pause still ahead, `p`, appended (`:<p>`).
+local function with_pause(v, p)
+  if p > now then return v .. string.format(':%d', p) end
+  return v
+end
 -- The TTL of a state that matters until `horizon`: whole ms, rounded up, at least 1.
 local function ttl_ms(horizon)
   local ms = math.ceil((horizon - now) / 1000)

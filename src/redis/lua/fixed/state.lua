@@ -44,12 +44,7 @@ local function horizon(q)
   return math.max((q.w + 1) * q.W, q.pause, q.ramp_until)
 end
 local function save(q)
-  local value
-  if q.pause > now then
-    value = string.format('F%d:%d:%d', q.w, q.c, q.pause)
-  else
-    value = string.format('F%d:%d', q.w, q.c)
-  end
+  local value = with_pause(string.format('F%d:%d', q.w, q.c), q.pause)
   put(q, value .. ramp_suffix(q), horizon(q))
 end
 -- Only the last window with tokens is kept: a request goes no earlier than its start (the

@@ -19,13 +19,7 @@ local function save(q, t, p)
     drop(q)
     return
   end
-  local value
-  if p > now then
-    value = string.format('%s%d:%d', q.tag, t, p)
-  else
-    value = string.format('%s%d', q.tag, t)
-  end
-  put(q, value, horizon(t, p))
+  put(q, with_pause(string.format('%s%d', q.tag, t), p), horizon(t, p))
 end
 -- floor(d · T / FT) for d >= 0, exact while the product stays below 2^53; else one µs less
 -- (`less`) or more: rounded towards fewer tokens either way.

@@ -96,12 +96,7 @@ local function horizon(q)
   return h
 end
 local function save(q)
-  local value
-  if q.pause > now then
-    value = string.format('L%d:%d:%d', q.seq, q.total, q.pause)
-  else
-    value = string.format('L%d:%d', q.seq, q.total)
-  end
+  local value = with_pause(string.format('L%d:%d', q.seq, q.total), q.pause)
   local h = horizon(q)
   put(q, value .. ramp_suffix(q), h)
   if q.newest then redis.call('PEXPIRE', q.log, fmt(ttl_ms(h))) end

@@ -82,12 +82,7 @@ local function horizon(q)
   return math.max((q.w + 2) * q.W, q.pause, q.ramp_until, q.qb)
 end
 local function save(q)
-  local value
-  if q.pause > now then
-    value = string.format('S%d:%d:%d:%d', q.w, q.p, q.c, q.pause)
-  else
-    value = string.format('S%d:%d:%d', q.w, q.p, q.c)
-  end
+  local value = with_pause(string.format('S%d:%d:%d', q.w, q.p, q.c), q.pause)
   local suffix = ''
   if q.qb > now then suffix = string.format('Q%d', q.qb) end
   local h = horizon(q)
