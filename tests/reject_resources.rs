@@ -186,3 +186,36 @@ async fn a_key_waits_for_its_tokens_within_max_wait() {
     );
     assert_eq!(start.elapsed(), Duration::from_millis(1500));
 }
+
+/// A refusal for tokens by a single limit names the tokens' quota, and `RateLimit` reports
+/// it; a refusal for requests names the requests' quota.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_names_the_quota_of_the_resource_that_ran_out() {
+    let bucket = Bucket::builder(plan(Algorithm::TokenBucket))
+        .fixed_rate()
+        .build();
+    let mut svc = RejectLayer::new(bucket)
+        .cost_per_resource(asked)
+        .layer(ok());
+    assert_eq!(
+        send(&mut svc, get_tokens("a", 90)).await.status(),
+        StatusCode::OK
+    );
+    let for_tokens = send(&mut svc, get_tokens("a", 50)).await;
+    assert_eq!(for_tokens.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(for_tokens.headers()["ratelimit"]
+        .to_str()
+        .unwrap()
+        .starts_with("\"tps\";"));
+    assert_eq!(
+        send(&mut svc, get_tokens("a", 10)).await.status(),
+        StatusCode::OK
+    );
+    let for_requests = send(&mut svc, get_tokens("a", 0)).await;
+    assert_eq!(for_requests.status(), StatusCode::TOO_MANY_REQUESTS);
+    let field = for_requests.headers()["ratelimit"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(field.starts_with("\"default-1s\";"), "{field}");
+}

@@ -143,9 +143,9 @@ impl Bucket {
         self.control.configured()
     }
 
-    /// Which quota of the plan holds `n` tokens back longest now (`0` for a plan of one).
-    pub(crate) fn holding_back(&self, n: u32) -> usize {
-        self.shared.holding_back(n)
+    /// Which quota of the plan holds `cost` back longest now (`0` for a plan of one).
+    pub(crate) fn holding_back(&self, cost: &Cost) -> usize {
+        self.shared.holding_back(cost)
     }
 
     /// For a plan of several quotas: the time until its tightest quota has one more token.

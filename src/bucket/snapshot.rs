@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::shared::{Kind, Shared};
 use super::Bucket;
 use crate::engine::{Engine as _, Price, View};
-use crate::Quota;
+use crate::{Cost, Quota};
 
 /// A read-only view of a [`Bucket`], from [`Bucket::snapshot`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,11 +50,14 @@ impl Bucket {
 }
 
 impl Shared {
-    /// Which quota of the plan holds `tokens` back longest now (`0` for a plan of one).
-    pub(crate) fn holding_back(&self, tokens: u32) -> usize {
-        let st = self.lock();
-        match &st.engine {
-            Kind::Window(w) => w.refused_by(Price::One(u64::from(tokens)), self.clock.now_ns()),
+    /// Which quota of the plan holds `cost` back longest now (`0` for a plan of one).
+    pub(crate) fn holding_back(&self, cost: &Cost) -> usize {
+        let (tokens, each) = self.price_of(cost);
+        let price = each
+            .as_deref()
+            .map_or(Price::One(u64::from(tokens)), Price::Each);
+        match &self.lock().engine {
+            Kind::Window(w) => w.refused_by(price, self.clock.now_ns()),
             Kind::Gcra(_) => 0,
         }
     }

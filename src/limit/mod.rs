@@ -88,11 +88,11 @@ impl Limit {
         on_store!(&self.store, l => l.plan())
     }
 
-    /// Which quota of the plan holds `n` tokens back longest now (in Redis: the one that
+    /// Which quota of the plan holds `cost` back longest now (in Redis: the one that
     /// refused last).
-    pub(crate) fn holding_back(&self, n: u32) -> usize {
+    pub(crate) fn holding_back(&self, cost: &Cost) -> usize {
         match &self.store {
-            Store::Bucket(b) => b.holding_back(n),
+            Store::Bucket(b) => b.holding_back(cost),
             #[cfg(feature = "redis")]
             Store::Redis(r) => r.refused_by(),
         }

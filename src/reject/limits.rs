@@ -21,7 +21,7 @@ use super::rejected::Rejected;
 use super::wait::Pending;
 use crate::extract::KeyExtractor;
 use crate::limit::{Decision, KeyDecision, KeyHold, KeyedLimit, Limit};
-use crate::{Cost, Resource};
+use crate::Cost;
 
 /// The extractor of a layer of one limit, which has no keys: one limit for every request is
 /// [`RejectLayer::new`](super::RejectLayer::new).
@@ -207,10 +207,7 @@ where
                     if let Some(hold) = held.as_mut() {
                         hold.refund();
                     }
-                    return Verdict::Reject(
-                        limit_refusal(limit, name, cost.of(&Resource::REQUESTS), denied)
-                            .in_plan(tier),
-                    );
+                    return Verdict::Reject(limit_refusal(limit, name, cost, denied).in_plan(tier));
                 }
                 Decision::Later(turn) => {
                     return Verdict::Wait(Box::new(match (&self.keyed, held) {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::fields::Policies;
 use super::rejected::{Rejected, Status};
 use crate::limit::{KeyedLimit, Limit, Which};
-use crate::{Denied, Plan, Quota, Resource};
+use crate::{Cost, Denied, Plan, Quota, Resource};
 
 /// Policy names in `RateLimit-Policy` and `RateLimit`.
 pub(crate) const SINGLE: &str = "default";
@@ -84,10 +84,10 @@ fn limit_policy(limit: &Limit, scope: &str, part: usize) -> (Arc<str>, Quota) {
     policy_of(&limit.plan(), scope, part)
 }
 
-/// A refusal of `n` tokens by `limit`, named `scope`: by the quota of its plan that holds
-/// them back longest.
-pub(crate) fn limit_refusal(limit: &Limit, scope: &str, n: u32, denied: Denied) -> Rejected {
-    let (name, quota) = limit_policy(limit, scope, limit.holding_back(n.max(1)));
+/// A refusal of `cost` by `limit`, named `scope`: by the quota of its plan that holds it
+/// back longest.
+pub(crate) fn limit_refusal(limit: &Limit, scope: &str, cost: &Cost, denied: Denied) -> Rejected {
+    let (name, quota) = limit_policy(limit, scope, limit.holding_back(cost));
     Rejected::new(denied, name, quota)
 }
 
@@ -95,7 +95,7 @@ pub(crate) fn limit_refusal(limit: &Limit, scope: &str, n: u32, denied: Denied) 
 /// the next request back longest.
 pub(crate) fn limit_status(limit: &Limit, scope: &str) -> Option<Status> {
     let (remaining, reset) = limit.level()?;
-    let (name, quota) = limit_policy(limit, scope, limit.holding_back(1));
+    let (name, quota) = limit_policy(limit, scope, limit.holding_back(&Cost::from(1)));
     Some(Status {
         name,
         quota,

@@ -25,7 +25,7 @@ use super::policy::{self, limit_refusal, limit_status, policies, GLOBAL};
 use super::rejected::{Rejected, Status};
 use crate::limit::{Decision, KeyHold, KeyTurn, KeyedLimit, Limit, Turn};
 use crate::observe::Observer;
-use crate::{Cost, Resource};
+use crate::Cost;
 
 /// A reservation being waited for.
 // Kept in the future of a request that waits, made only on that path.
@@ -199,10 +199,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     }
                     Err(denied) => {
                         h.refund();
-                        Err(
-                            limit_refusal(g, GLOBAL, cost.of(&Resource::REQUESTS), denied)
-                                .in_plan(tier),
-                        )
+                        Err(limit_refusal(g, GLOBAL, cost, denied).in_plan(tier))
                     }
                 };
             },
@@ -216,7 +213,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                         };
                         Ok(([None, status], 0))
                     }
-                    Err(denied) => Err(limit_refusal(limit, name, 1, denied)),
+                    Err(denied) => Err(limit_refusal(limit, name, &Cost::from(1), denied)),
                 }
             }
         };
