@@ -282,7 +282,7 @@ impl Bucket {
 
     /// Take `estimate` now, to [`settle`](Charge::settle) once the real cost is known; as
     /// [`try_acquire`](Bucket::try_acquire) otherwise. A [`Cost`] names an amount per
-    /// [`Resource`](crate::Resource) (requests and tokens), charged to the quotas of the plan
+    /// [`Resource`] (requests and tokens), charged to the quotas of the plan
     /// that count each, all of them or none; a number is that many requests.
     ///
     /// # Errors
