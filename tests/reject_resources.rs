@@ -219,3 +219,38 @@ async fn a_refusal_names_the_quota_of_the_resource_that_ran_out() {
         .to_owned();
     assert!(field.starts_with("\"default-1s\";"), "{field}");
 }
+
+/// A single limit of requests and tokens lets a request wait for its tokens within
+/// `max_wait`, and refuses at once one that would wait longer.
+#[tokio::test(start_paused = true)]
+async fn a_single_limit_waits_for_tokens_within_max_wait() {
+    // 50 tokens a second, 100 at once.
+    let plan = Plan::new(Quota::per_second(2).burst(2))
+        .and(Quota::per_second(50).burst(100))
+        .counting(Resource::TOKENS);
+    let bucket = Bucket::builder(plan).fixed_rate().build();
+    let mut svc = RejectLayer::new(bucket)
+        .cost_per_resource(asked)
+        .max_wait(Duration::from_secs(1))
+        .layer(ok());
+    assert_eq!(
+        send(&mut svc, get_tokens("a", 100)).await.status(),
+        StatusCode::OK
+    );
+    let start = Instant::now();
+    assert_eq!(
+        send(&mut svc, get_tokens("a", 25)).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(500));
+    // 100 tokens more would take two seconds: refused at once, charged nothing.
+    let refused = send(&mut svc, get_tokens("a", 100)).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "2");
+    assert_eq!(start.elapsed(), Duration::from_millis(500));
+    assert_eq!(
+        send(&mut svc, get_tokens("a", 50)).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(1500));
+}

@@ -211,19 +211,31 @@ impl Limit {
 
     /// Admit `cost` now; else, when the wait is within `max_wait` (zero: never), a turn
     /// that comes within `max_wait` or is refused then. A plan that counts other resources
-    /// than requests takes its costs now or refuses them.
+    /// than requests is charged (a charge dropped unsettled keeps what it took).
     pub(crate) fn decide(&self, cost: &Cost, max_wait: Duration) -> Decision {
         let n = cost.of(&Resource::REQUESTS);
+        let waits =
+            move |d: &Denied| !max_wait.is_zero() && d.wait().is_some_and(|w| w <= max_wait);
         match &self.store {
-            // A charge dropped unsettled keeps what it took.
-            Store::Bucket(b) if !b.counts_requests_only() => {
-                Decision::Now(b.try_charge(cost.clone()).map(|_| Permit::tokens_only(n)))
-            }
+            Store::Bucket(b) if !b.counts_requests_only() => match b.try_charge(cost.clone()) {
+                Err(denied) if waits(&denied) => {
+                    let (b, cost) = (b.clone(), cost.clone());
+                    let charged = async move { b.charge(cost).await.map(drop) };
+                    Decision::Later(Turn::shared(n, within(max_wait, denied, charged)))
+                }
+                decided => Decision::Now(decided.map(|_| Permit::tokens_only(n))),
+            },
             #[cfg(feature = "redis")]
             Store::Redis(r) if !r.counts_requests_only() => {
                 let (r, cost) = (r.clone(), cost.clone());
                 Decision::Later(Turn::shared(n, async move {
-                    r.try_charge(cost).await.map(drop)
+                    match r.try_charge(cost.clone()).await {
+                        Err(denied) if waits(&denied) => {
+                            let charged = async { r.charge(cost).await.map(drop) };
+                            within(max_wait, denied, charged).await
+                        }
+                        decided => decided.map(drop),
+                    }
                 }))
             }
             Store::Bucket(b) => {
@@ -286,6 +298,16 @@ impl Limit {
         };
         Some((u64::from(snap.available), reset))
     }
+}
+
+/// `decided`, unless `max_wait` passes first: then `refused`.
+async fn within<F>(max_wait: Duration, refused: Denied, decided: F) -> Result<(), Denied>
+where
+    F: std::future::Future<Output = Result<(), Denied>>,
+{
+    tokio::time::timeout(max_wait, decided)
+        .await
+        .unwrap_or(Err(refused))
 }
 
 impl fmt::Debug for Limit {

@@ -171,9 +171,8 @@ impl<K, E, O, C> RejectLayer<K, E, O, C> {
     /// requests and, say, its tokens, each charged to the quotas that count it, in the key's
     /// plan and in the global ceiling alike: admitted when every quota has room, charged to
     /// all of them; refused by one, charged to none, with the longest wait. Each quota's
-    /// `RateLimit-Policy` member names the resource it counts (`qu`). A limit whose plan
-    /// counts other resources than requests, as the single limit or the global ceiling,
-    /// decides at once, without [`max_wait`](Self::max_wait).
+    /// `RateLimit-Policy` member names the resource it counts (`qu`). With
+    /// [`max_wait`](Self::max_wait), a request waits for every resource it costs.
     ///
     /// ```
     /// use tower_throttle::extract::{HeaderKey, KeyDigest};
