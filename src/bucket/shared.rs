@@ -469,11 +469,17 @@ impl Shared {
         let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         // Clamp far-off pauses so arithmetic stays in range (about 146 years).
         let end = now.saturating_add(d).min(u64::MAX / 4);
+        let alone = match (held, &mut st.engine) {
+            (Some(held), Kind::Window(w)) => {
+                w.hold(held, end);
+                true
+            }
+            _ => false,
+        };
         // `0` is also "never paused": a pause at the clock's origin (a bucket paused the
         // instant it was made) empties it too.
-        if let (Some(held), Kind::Window(w)) = (held, &mut st.engine) {
-            w.hold(held, end);
-        } else if self.paused_until.fetch_max(end, Ordering::AcqRel) < end || end == 0 {
+        let before = || self.paused_until.fetch_max(end, Ordering::AcqRel);
+        if !alone && matches!(before(), b if b < end || b == 0) {
             st.resumed = true;
             let interval = st.quota.interval_ns();
             match &mut st.engine {
@@ -490,7 +496,9 @@ impl Shared {
         next.into_iter().for_each(Waker::wake);
         if let Some(o) = &self.observer {
             o.paused(Duration::from_nanos(d));
-            o.tokens(0);
+            if !alone {
+                o.tokens(0);
+            }
         }
     }
 

@@ -2,6 +2,7 @@
 //! changes plan carried from one to the other on its next request.
 
 use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::core::{granted, Granted, Place, Refused};
@@ -18,8 +19,11 @@ pub(super) struct Tier<K> {
     /// `""` for the default plan.
     pub(super) name: Box<str>,
     plan: Mutex<(Plan, Stack)>,
-    /// Every quota counts requests: a cost is its number of requests.
-    requests_only: bool,
+    /// The resource each quota counts, when some count another than requests (`None`: a
+    /// cost is its number of requests).
+    resources: Option<Box<[Resource]>>,
+    /// The most one request may take of each quota (the first's follows `set_quota`).
+    caps: Box<[AtomicU64]>,
     pub(super) tables: Tables<K>,
 }
 
@@ -92,15 +96,17 @@ impl<K> Tier<K> {
 impl<K: Hash + Eq + Clone> Tier<K> {
     /// What `cost` asks of quota `part`, and the most that quota takes of one request.
     pub(super) fn asked(&self, cost: &Cost, part: usize) -> (u64, u64) {
-        if self.requests_only {
-            return (
+        match self.resources.as_ref().and_then(|r| r.get(part)) {
+            Some(resource) => (u64::from(cost.of(resource)), self.cap(part)),
+            None => (
                 u64::from(cost.of(&Resource::REQUESTS)),
                 self.tables.capacity(),
-            );
+            ),
         }
-        let plan = lock(&self.plan);
-        let asked = plan.0.amounts(cost).nth(part).unwrap_or(0);
-        (asked, plan.1.capacity_at(part))
+    }
+
+    fn cap(&self, part: usize) -> u64 {
+        self.caps[part].load(Ordering::Relaxed)
     }
 }
 
@@ -120,7 +126,11 @@ impl<K: Hash + Eq + Clone> Tiers<K> {
                 let shape = Stack::new(&plan, |width| align.phase(width, now));
                 Tier {
                     name,
-                    requests_only: plan.counts_requests_only(),
+                    resources: (!plan.counts_requests_only())
+                        .then(|| plan.parts().iter().map(|p| p.resource.clone()).collect()),
+                    caps: (0..plan.parts().len())
+                        .map(|i| AtomicU64::new(shape.capacity_at(i)))
+                        .collect(),
                     tables: Tables::new(&shape, shards, shard_max),
                     plan: Mutex::new((plan, shape)),
                 }
@@ -163,19 +173,21 @@ impl<K: Hash + Eq + Clone> Tiers<K> {
         let tier = &self.tiers[t];
         let refusal = |refused| Refusal { tier: t, refused };
         let amounts: Vec<u64>;
-        let tokens = if tier.requests_only {
-            let tokens = u64::from(cost.of(&Resource::REQUESTS));
-            if tokens > tier.tables.capacity() {
-                return Err(Refusal::never(t, 0));
+        let tokens = match &tier.resources {
+            None => {
+                let tokens = u64::from(cost.of(&Resource::REQUESTS));
+                if tokens > tier.tables.capacity() {
+                    return Err(Refusal::never(t, 0));
+                }
+                Price::One(tokens)
             }
-            Price::One(tokens)
-        } else {
-            let plan = lock(&tier.plan);
-            amounts = plan.0.amounts(cost).collect();
-            if let Some(i) = (0..amounts.len()).find(|&i| amounts[i] > plan.1.capacity_at(i)) {
-                return Err(Refusal::never(t, i));
+            Some(resources) => {
+                amounts = resources.iter().map(|r| u64::from(cost.of(r))).collect();
+                if let Some(i) = (0..amounts.len()).find(|&i| amounts[i] > tier.cap(i)) {
+                    return Err(Refusal::never(t, i));
+                }
+                Price::Each(&amounts)
             }
-            Price::Each(&amounts)
         };
         let granted = on_core!(&tier.tables, core => match key {
             None => core.acquire_keyless(now, tokens, max_wait),
@@ -246,6 +258,7 @@ impl<K: Hash + Eq + Clone> Tiers<K> {
         let phase = Phase::At(self.align.phase(quota.period_ns(), now));
         on_core!(&tier.tables, core => core.set_quota(quota, phase, now));
         let shape = plan.1.with_quota(&mut plan.1.empty(), quota, phase, now);
+        tier.caps[0].store(shape.capacity_at(0), Ordering::Relaxed);
         *plan = (plan.0.with_first(quota), shape);
     }
 }
