@@ -3,6 +3,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use crate::Priority;
+
 /// A resource a quota counts: requests (the default), tokens, or any other a user names.
 ///
 /// ```
@@ -65,6 +67,7 @@ pub struct Cost {
     requests: u32,
     /// The other resources it names (none for a number of requests: nothing allocated).
     others: Vec<(Resource, u32)>,
+    priority: Priority,
 }
 
 impl Cost {
@@ -96,6 +99,18 @@ impl Cost {
             .map_or(0, |(_, a)| *a)
     }
 
+    /// The class the request waits in ([`Priority::Normal`] unless told otherwise): see
+    /// [`Priority`].
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The class it waits in.
+    pub(crate) fn class(&self) -> Priority {
+        self.priority
+    }
+
     /// Whether it costs nothing of any resource.
     pub(crate) fn is_free(&self) -> bool {
         self.requests == 0 && self.others.iter().all(|(_, a)| *a == 0)
@@ -114,6 +129,7 @@ impl From<u32> for Cost {
         Cost {
             requests: n,
             others: Vec::new(),
+            priority: Priority::Normal,
         }
     }
 }

@@ -121,6 +121,7 @@ pub mod keyed;
 mod limit;
 pub mod observe;
 mod plan;
+mod priority;
 mod quota;
 pub mod rate_limit;
 #[cfg(feature = "redis")]
@@ -137,6 +138,7 @@ pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled
 pub use crate::keyed::KeyedBucket;
 pub use crate::limit::{KeyedLimit, Limit};
 pub use crate::plan::Plan;
+pub use crate::priority::Priority;
 pub use crate::quota::{Quota, QuotaError};
 pub use crate::rate_limit::{RateLimit, RateLimitLayer};
 pub use crate::reject::RejectLayer;

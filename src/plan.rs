@@ -126,8 +126,18 @@ impl Plan {
     /// The plan with its first quota replaced.
     pub(crate) fn with_first(&self, quota: Quota) -> Plan {
         let mut plan = self.clone();
-        plan.parts[0].quota = quota;
+        plan.set(0, quota);
         plan
+    }
+
+    /// Replace quota `i`.
+    pub(crate) fn set(&mut self, i: usize, quota: Quota) {
+        self.parts[i].quota = quota;
+    }
+
+    /// Whether some quota counts `resource`.
+    pub(crate) fn counts(&self, resource: &Resource) -> bool {
+        self.parts.iter().any(|p| p.resource == *resource)
     }
 
     /// The plan with the algorithm of its first quota replaced.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use tokio::time::Instant;
-use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
+use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::adaptive::Adaptive;
 use tower_throttle::{Bucket, Cost, Plan, Quota, RateLimitLayer, Resource, RetryAfterLayer};
 
@@ -208,4 +208,68 @@ async fn a_429_for_tokens_holds_the_tokens_alone() {
     assert_eq!(times[..2], [ms(0), ms(100)]);
     assert!(times[2] >= ms(2500) && times[3] <= ms(2503), "{times:?}");
     assert_eq!(bucket.rate(), 100.0);
+}
+
+/// With no quota configured, each resource's limit comes from the provider's fields of the
+/// first response: the requests' as the rate, the tokens' as a quota per minute that starts
+/// from what the provider says remains, and follows a later change.
+#[tokio::test(start_paused = true)]
+async fn each_resources_limit_is_learned_from_the_first_response() {
+    let bucket = Bucket::builder(Quota::per_second(10_000).burst(1))
+        .adaptive(Adaptive::new())
+        .discover(Resource::TOKENS)
+        .build();
+    let stated = |tokens: &'static str| {
+        vec![
+            ("x-ratelimit-limit-requests", "600"),
+            ("x-ratelimit-limit-tokens", tokens),
+            ("x-ratelimit-remaining-tokens", "5000"),
+        ]
+    };
+    let mut script = vec![(200, stated("6000")); 8];
+    script.push((200, stated("12000")));
+    let (api, log) = server(script);
+    let mut client = ServiceBuilder::new()
+        .layer(RetryAfterLayer::new(bucket.clone()))
+        .layer(
+            RateLimitLayer::new(bucket.clone())
+                .charge(|_: &Request<()>| Cost::new().and(Resource::TOKENS, 1000)),
+        )
+        .service(api);
+    for _ in 0..10 {
+        let resp = client.ready().await.unwrap();
+        assert_eq!(resp.call(Request::new(())).await.unwrap().status(), 200);
+    }
+    assert_eq!(bucket.rate(), 10.0, "600 requests per minute");
+    let times = log.lock().unwrap().clone();
+    let s = Duration::from_secs;
+    // 5,000 tokens left after the first request, 100 more a second: five more requests at
+    // the rate of requests, the seventh when 1,000 came back (10 s), the eighth 10 s later.
+    assert!(times[5] < s(1), "{times:?}");
+    assert!(
+        times[6] >= s(10) && times[6] < s(10) + Duration::from_millis(10),
+        "{times:?}"
+    );
+    assert!(times[7] - times[6] >= s(10), "{times:?}");
+    // The ninth answer states twice the tokens: 200 a second from then on.
+    let tokens = |b: &Bucket| b.plan().quotas().nth(1).unwrap().0;
+    assert_eq!(tokens(&bucket), Quota::per_minute(12_000));
+    assert!(
+        times[9] - times[8] <= Duration::from_millis(5_010),
+        "{times:?}"
+    );
+    assert!(times[9] - times[8] >= s(5), "{times:?}");
+
+    // A quota the plan configures stays what it is.
+    let configured = Bucket::builder(
+        Plan::new(Quota::per_second(10))
+            .and(Quota::per_minute(100).burst(100))
+            .counting(Resource::TOKENS),
+    )
+    .discover(Resource::TOKENS)
+    .build();
+    let (api, _) = server(vec![(200, stated("6000"))]);
+    let client = RetryAfterLayer::new(configured.clone()).layer(api);
+    client.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(tokens(&configured), Quota::per_minute(100));
 }

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use tokio::time::Sleep;
 
 use super::{Bucket, Denied, Permit, Reservation, Waiter};
+use crate::Priority;
 
 /// Waits for tokens of a [`Bucket`]: the future of [`Bucket::acquire`].
 ///
@@ -21,6 +22,7 @@ pub struct Acquire<'a> {
     pub(super) fast: bool,
     /// The amount per quota of a plan whose quotas are charged apart.
     pub(super) each: Option<Arc<[u64]>>,
+    priority: Priority,
     state: State,
 }
 
@@ -40,8 +42,27 @@ impl<'a> Acquire<'a> {
             n,
             fast: true,
             each: None,
+            priority: Priority::Normal,
             state: State::Start,
         }
+    }
+
+    /// Wait in class `priority` ([`Priority::Normal`] unless told otherwise): see
+    /// [`Priority`].
+    ///
+    /// ```
+    /// use tower_throttle::{Bucket, Priority, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tower_throttle::Denied> {
+    /// let bucket = Bucket::new(Quota::per_second(10));
+    /// bucket.acquire(1).priority(Priority::Background).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
     }
 }
 
@@ -59,7 +80,9 @@ impl Acquire<'_> {
                     let reserved = shared
                         .check_cost(self.n, each.as_deref())
                         .map_err(Denied::from)
-                        .and_then(|()| Ok(shared.reserve(self.n, each, true, self.fast)?));
+                        .and_then(|()| {
+                            Ok(shared.reserve(self.n, each, self.priority, true, self.fast)?)
+                        });
                     match reserved {
                         Err(e) => {
                             self.state = State::Done;
@@ -102,6 +125,7 @@ impl fmt::Debug for Acquire<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Acquire")
             .field("n", &self.n)
+            .field("priority", &self.priority)
             .field("waiting", &matches!(self.state, State::Waiting { .. }))
             .finish()
     }

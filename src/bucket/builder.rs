@@ -7,7 +7,12 @@ use super::{Algorithm, Bucket};
 use crate::adaptive::{Adaptive, Control, Mode};
 use crate::clock::{Align, Clock};
 use crate::observe::Observer;
-use crate::Plan;
+use crate::{Plan, Quota, Resource};
+
+/// A discovered quota before its provider states it: about 4·10⁹ per second, not a limit.
+fn unstated() -> Quota {
+    Quota::per_second(u32::MAX)
+}
 
 /// Builds a [`Bucket`]: [`Bucket::builder`].
 ///
@@ -29,6 +34,9 @@ pub struct BucketBuilder {
     observer: Option<Arc<dyn Observer>>,
     mode: Mode,
     ramp: bool,
+    /// The quotas of the plan that discover their limit.
+    discovered: Vec<usize>,
+    weights: [u32; 3],
 }
 
 impl BucketBuilder {
@@ -40,6 +48,8 @@ impl BucketBuilder {
             observer: None,
             mode: Mode::Converge,
             ramp: false,
+            discovered: Vec::new(),
+            weights: [6, 3, 1],
         }
     }
 
@@ -86,6 +96,48 @@ impl BucketBuilder {
             start: settings.start,
             floor: settings.floor,
         };
+        self
+    }
+
+    /// Limit `resource` too, at the limit a provider states for it: from the first response
+    /// whose fields give it (OpenAI's and Azure's `x-ratelimit-limit-tokens`, Anthropic's
+    /// `anthropic-ratelimit-input-tokens-limit`, …, read as per minute) under
+    /// [`RetryAfterLayer`](crate::RetryAfterLayer), and from each change after. Until then
+    /// the resource is counted and not limited. A resource the plan already counts keeps its
+    /// configured quota; the requests' limit is the rate control's (a stated requests limit
+    /// is taken as the rate at once).
+    ///
+    /// ```
+    /// use tower_throttle::adaptive::Adaptive;
+    /// use tower_throttle::{Bucket, Quota, Resource};
+    ///
+    /// // Neither limit known: requests searched for (or taken from the fields), tokens read.
+    /// let bucket = Bucket::builder(Quota::per_second(10_000).burst(1))
+    ///     .adaptive(Adaptive::new())
+    ///     .discover(Resource::TOKENS)
+    ///     .build();
+    /// assert_eq!(bucket.plan().quotas().count(), 2);
+    /// ```
+    pub fn discover(mut self, resource: Resource) -> Self {
+        if !self.plan.counts(&resource) {
+            self.discovered.push(self.plan.quotas().len());
+            self.plan = self.plan.and(unstated()).counting(resource);
+        }
+        self
+    }
+
+    /// The weights of the [`Priority`](crate::Priority) classes' shares while the bucket is saturated:
+    /// critical, normal, background (default 6, 3, 1). Each is kept within 1 ..= 1000.
+    ///
+    /// ```
+    /// use tower_throttle::{Bucket, Quota};
+    ///
+    /// // Background work gets a tenth of the rate while interactive calls wait.
+    /// let bucket = Bucket::builder(Quota::per_second(10)).priority_weights([9, 9, 1]).build();
+    /// # let _ = bucket;
+    /// ```
+    pub fn priority_weights(mut self, weights: [u32; 3]) -> Self {
+        self.weights = weights.map(|w| w.clamp(1, 1000));
         self
     }
 
@@ -163,7 +215,14 @@ impl BucketBuilder {
         let now = tokio::time::Instant::now();
         let control = Control::new(self.plan.quota(), self.mode, self.ramp, false, now);
         Bucket::from_parts(
-            Shared::new(self.plan, self.clock, align, self.observer),
+            Shared::new(
+                self.plan,
+                self.clock,
+                align,
+                self.observer,
+                &self.discovered,
+                self.weights,
+            ),
             control,
         )
     }
@@ -178,6 +237,8 @@ impl std::fmt::Debug for BucketBuilder {
             .field("observer", &self.observer.is_some())
             .field("mode", &self.mode)
             .field("ramp", &self.ramp)
+            .field("discovered", &self.discovered)
+            .field("weights", &self.weights)
             .finish()
     }
 }

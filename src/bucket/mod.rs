@@ -55,7 +55,7 @@ pub(crate) use self::waiter::Waiter;
 use crate::adaptive::{Adaptive, Control};
 pub use crate::algorithm::Algorithm;
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
-use crate::{Cost, Plan, Quota, Resource};
+use crate::{Cost, Plan, Priority, Quota, Resource};
 
 /// A token bucket shared by every clone of this handle.
 ///
@@ -155,9 +155,10 @@ impl Bucket {
 
     /// The plan the bucket enforces, with its first quota as configured now
     /// ([`quota`](Self::quota)): that one is the rate a push-back lowers and
-    /// [`set_quota`](Self::set_quota) changes.
+    /// [`set_quota`](Self::set_quota) changes. A quota that discovers its limit
+    /// ([`BucketBuilder::discover`]) is the one its provider stated last.
     pub fn plan(&self) -> Plan {
-        self.shared.plan.with_first(self.quota())
+        self.shared.plan_now(self.quota())
     }
 
     /// The quota the bucket enforces now: the configured one, or the same shape at a lower
@@ -265,7 +266,8 @@ impl Bucket {
     /// Admit now, or queue: callers check the size first. `bounded`: honour a leaky
     /// bucket's queue limit.
     pub(crate) fn reserve(&self, n: u32, bounded: bool) -> Result<Reservation, QueueFull> {
-        self.shared.reserve(n, None, bounded, true)
+        self.shared
+            .reserve(n, None, Priority::Normal, bounded, true)
     }
 
     /// Wait until `n` tokens are available, then take them.
@@ -310,7 +312,7 @@ impl Bucket {
     pub async fn charge(&self, estimate: impl Into<Cost>) -> Result<Charge, Denied> {
         let estimate = estimate.into();
         let (tokens, each) = self.shared.price_of(&estimate);
-        let mut acquire = Acquire::new(self, tokens);
+        let mut acquire = Acquire::new(self, tokens).priority(estimate.class());
         acquire.fast = false;
         acquire.each = each.clone();
         let permit = std::future::poll_fn(|cx| acquire.poll_permit(cx)).await?;
@@ -366,6 +368,11 @@ impl Bucket {
     pub fn pause_resource(&self, resource: &Resource, cooldown: Duration) {
         let held = self.plan().held(resource);
         self.shared.pause(cooldown, held.as_deref());
+    }
+
+    /// A provider states its limit of `resource` per minute ([`BucketBuilder::discover`]).
+    pub(crate) fn learn(&self, resource: &Resource, per_minute: u64, remains: Option<u64>) {
+        self.shared.learn(resource, per_minute, remains);
     }
 
     /// Change the quota of this live bucket, for every clone, without rebuilding it.

@@ -23,7 +23,7 @@ use crate::clock::{Align, Clock};
 use crate::engine::gcra::Gcra;
 use crate::engine::{Engine as _, Log, Model, Paused, Phase, Price, Stack, Windows};
 use crate::observe::Observer;
-use crate::{Cost, Plan, Quota};
+use crate::{Cost, Plan, Priority, Quota, Resource};
 
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub(crate) observer: Option<Arc<dyn Observer>>,
     /// Lock-free admissions are possible: a GCRA engine.
     lock_free: bool,
+    /// The quotas of the plan that discover their provider's limit.
+    discovered: Box<[usize]>,
 }
 
 #[derive(Debug)]
@@ -74,6 +76,8 @@ pub(super) struct State {
     /// [`AFTER_PAUSE`](super::guard::AFTER_PAUSE)).
     pub(super) resumed: bool,
     pub(super) engine: Kind,
+    /// The limit stated last for each of [`Shared::discovered`] (`None` before one is).
+    stated: Box<[Option<Quota>]>,
 }
 
 /// The engine a bucket decides with.
@@ -138,6 +142,22 @@ pub(crate) fn capacity_of(quota: &Quota, algorithm: Algorithm) -> u32 {
     }
 }
 
+/// Whether a request of `tokens`, or of `each` (an amount per quota), can ever fit `engine`,
+/// whose requests' capacity is `capacity`.
+fn fits(
+    engine: &Kind,
+    capacity: u32,
+    tokens: u32,
+    each: Option<&[u64]>,
+) -> Result<(), ExceedsBurst> {
+    match (each, engine) {
+        (Some(a), Kind::Window(w)) => {
+            (a.iter().enumerate()).try_for_each(|(i, &n)| ExceedsBurst::check(n, w.capacity_at(i)))
+        }
+        _ => ExceedsBurst::check(tokens.into(), capacity.into()),
+    }
+}
+
 fn engine_of(plan: &Plan, now: u64, align: Align) -> Kind {
     if plan.parts().len() > 1 {
         let stack = Stack::new(plan, |width| align.phase(width, now));
@@ -160,10 +180,13 @@ impl Shared {
         clock: Clock,
         align: Align,
         observer: Option<Arc<dyn Observer>>,
+        discovered: &[usize],
+        weights: [u32; Priority::COUNT],
     ) -> Self {
         let (quota, algorithm) = (plan.quota(), plan.parts()[0].algorithm);
         let rest_capacity = plan.parts()[1..]
             .iter()
+            .filter(|p| p.resource == Resource::REQUESTS)
             .map(|p| capacity_of(&p.quota, p.algorithm))
             .min()
             .unwrap_or(u32::MAX);
@@ -178,7 +201,7 @@ impl Shared {
             waiting: AtomicUsize::new(0),
             state: Mutex::new(State {
                 quota,
-                queue: Queue::default(),
+                queue: Queue::new(weights),
                 tail: 0,
                 guard: 0,
                 credited_until: 0,
@@ -186,11 +209,13 @@ impl Shared {
                 last_went: 0,
                 resumed: false,
                 engine: engine_of(&plan, clock.now_ns(), align),
+                stated: vec![None; discovered.len()].into(),
             }),
             clock,
             lock_free: algorithm.is_gcra() && plan.parts().len() == 1,
             plan,
             observer,
+            discovered: discovered.into(),
         }
     }
 
@@ -264,11 +289,8 @@ impl Shared {
         tokens: u32,
         each: Option<&[u64]>,
     ) -> Result<(), ExceedsBurst> {
-        match (each, &st.engine) {
-            (Some(a), Kind::Window(w)) => (a.iter().enumerate())
-                .try_for_each(|(i, &n)| ExceedsBurst::check(n, w.capacity_at(i))),
-            _ => self.check(tokens),
-        }
+        let capacity = self.capacity.load(Ordering::Acquire);
+        fits(&st.engine, capacity, tokens, each)
     }
 
     /// Check a request's size against the capacity.
@@ -301,7 +323,7 @@ impl Shared {
     ) -> Result<Permit, u64> {
         let mut st = self.lock();
         if !st.queue.is_empty() {
-            let ahead = st.queue.tokens();
+            let ahead = st.queue.ahead(Priority::Normal);
             let at = self.predict(&mut st, tokens, each, ahead, now);
             return Err(at.saturating_sub(now).max(1));
         }
@@ -314,10 +336,12 @@ impl Shared {
     /// `fast`: admit on the fast path when it can (else only under the lock, as a
     /// [`Charge`](super::Charge) must be).
     /// `each`: an amount per quota of a plan whose quotas are charged apart.
+    /// `priority`: the class it waits in.
     pub(crate) fn reserve(
         self: &Arc<Self>,
         tokens: u32,
         each: Option<Arc<[u64]>>,
+        priority: Priority,
         bounded: bool,
         fast: bool,
     ) -> Result<Reservation, QueueFull> {
@@ -347,13 +371,13 @@ impl Shared {
                 }
             }
         } else if let Kind::Gcra(_) = st.engine {
-            let ahead = st.queue.tokens();
+            let ahead = st.queue.ahead(priority);
             self.predict(&mut st, tokens, None, ahead, now)
         } else {
             // A window waiter behind the first learns its turn at the hand-over.
             now
         };
-        let mut entry = Entry::new(tokens, armed);
+        let mut entry = Entry::new(tokens, armed, priority);
         entry.first_since = now;
         // The quota may have shrunk below the request since the caller checked it.
         entry.failed = self.check_price(&st, tokens, each.as_deref()).is_err();
@@ -542,10 +566,16 @@ impl Shared {
                 w.set_quota(quota, phase, now);
             }
         }
-        let mut wakers: Vec<Waker> = st
-            .queue
+        self.rescheduled(st, capacity, now);
+    }
+
+    /// After a quota changed: the waiters that can no longer fit fail, the first in line is
+    /// due at the new rate.
+    fn rescheduled(&self, mut st: MutexGuard<'_, State>, capacity: u32, now: u64) {
+        let State { queue, engine, .. } = &mut *st;
+        let mut wakers: Vec<Waker> = queue
             .entries_mut()
-            .filter(|e| e.tokens > capacity && !e.failed)
+            .filter(|e| !e.failed && fits(engine, capacity, e.tokens, e.each.as_deref()).is_err())
             .filter_map(|e| {
                 e.failed = true;
                 e.waker.take()
@@ -554,6 +584,52 @@ impl Shared {
         wakers.extend(self.hand_over(&mut st, now));
         drop(st);
         wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// A provider states its limit of `resource`, per minute, and what `remains` of it: the
+    /// quota that discovers it ([`BucketBuilder::discover`](super::BucketBuilder::discover))
+    /// takes the limit if it changed, starting with what remains the first time.
+    pub(crate) fn learn(&self, resource: &Resource, per_minute: u64, remains: Option<u64>) {
+        let parts = self.plan.parts();
+        let count = u32::try_from(per_minute).unwrap_or(u32::MAX);
+        let Ok(quota) = Quota::try_new(count, Duration::from_secs(60)) else {
+            return;
+        };
+        let Some(k) = (self.discovered.iter()).position(|&i| parts[i].resource == *resource) else {
+            return;
+        };
+        let (i, mut st) = (self.discovered[k], self.lock());
+        let first = st.stated[k].is_none();
+        if st.stated[k].replace(quota) == Some(quota) {
+            return;
+        }
+        let now = self.clock.now_ns();
+        if let Kind::Window(w) = &mut st.engine {
+            w.set_quota_at(i, quota, now);
+            let spent = u64::from(count).saturating_sub(remains.unwrap_or(u64::MAX));
+            if first && spent > 0 {
+                let mut each = vec![0; parts.len()];
+                each[i] = spent;
+                let at = w.earliest(Price::Each(&each), now);
+                w.commit(Price::Each(&each), at);
+                st.tail = st.tail.max(at);
+            }
+        }
+        let capacity = self.capacity.load(Ordering::Acquire);
+        self.rescheduled(st, capacity, now);
+    }
+
+    /// The plan as enforced now: the first quota as [`State::quota`] says aside, with the
+    /// quotas its provider stated.
+    pub(crate) fn plan_now(&self, first: Quota) -> Plan {
+        let mut plan = self.plan.with_first(first);
+        let st = self.lock();
+        for (i, quota) in self.discovered.iter().zip(st.stated.iter()) {
+            if let Some(quota) = quota {
+                plan.set(*i, *quota);
+            }
+        }
+        plan
     }
 
     /// The hook of a rate control ([`crate::adaptive`]): once a server's limit is known, the

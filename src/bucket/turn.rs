@@ -103,7 +103,7 @@ impl Shared {
         counted_at: Option<u64>,
     ) -> (Entry, Option<Waker>) {
         let was_first = st.queue.head() == Some(key);
-        let e = st.queue.remove(key);
+        let e = st.queue.remove(key, counted_at.is_some());
         self.waiting.store(st.queue.len(), Ordering::Release);
         if let (true, Kind::Gcra(_)) = (st.queue.is_empty(), &st.engine) {
             // The fast path takes over: it must see what the guard saw.

@@ -234,6 +234,13 @@ pub(crate) trait Engine: fmt::Debug + Send + Sync + Sized + 'static {
     /// of a new period fall.
     fn with_quota(&self, state: &mut Self::State, quota: Quota, phase: Phase, now: u64) -> Self;
 
+    /// [`with_quota`](Engine::with_quota) for quota `i` of a [`Stack`] (the window of a new
+    /// period where the old one ended); an engine of one quota has only quota 0.
+    fn with_quota_at(&self, state: &mut Self::State, i: usize, quota: Quota, now: u64) -> Self {
+        let _ = i;
+        self.with_quota(state, quota, Phase::KeepEnd, now)
+    }
+
     /// [`with_quota`](Engine::with_quota), for a state that may hold bookings: the next
     /// admission comes no earlier than the last one booked, so turns booked before the change
     /// keep their order.

@@ -89,6 +89,8 @@ pub(crate) trait Model: Send + fmt::Debug {
     fn hold(&mut self, held: &[bool], end: u64);
     /// [`Engine::with_quota`]; the ramp goes on at the new rate.
     fn set_quota(&mut self, quota: Quota, phase: Phase, now: u64);
+    /// [`Engine::with_quota_at`]: quota `i` of a stack, the ramp (of the first) untouched.
+    fn set_quota_at(&mut self, i: usize, quota: Quota, now: u64);
     /// [`Engine::refused_by`].
     fn refused_by(&self, cost: Price<'_>, now: u64) -> usize;
     /// [`Engine::reset_in`].
@@ -186,6 +188,10 @@ impl<E: Engine> Model for Paused<E> {
         if let Some(r) = self.ramp.as_mut() {
             r.set_interval(quota.interval_ns());
         }
+    }
+
+    fn set_quota_at(&mut self, i: usize, quota: Quota, now: u64) {
+        self.engine = self.engine.with_quota_at(&mut self.state, i, quota, now);
     }
 }
 

@@ -445,11 +445,15 @@ impl Engine for Stack {
 
     /// A new first quota (a bucket's rate); the other quotas stay.
     fn with_quota(&self, state: &mut Layers, quota: Quota, phase: Phase, now: u64) -> Self {
-        self.first_quota(state, quota, phase, now, false)
+        self.replace(state, 0, quota, phase, now, false)
+    }
+
+    fn with_quota_at(&self, state: &mut Layers, i: usize, quota: Quota, now: u64) -> Self {
+        self.replace(state, i, quota, Phase::KeepEnd, now, false)
     }
 
     fn carry_quota(&self, state: &mut Layers, quota: Quota, phase: Phase, now: u64) -> Self {
-        self.first_quota(state, quota, phase, now, true)
+        self.replace(state, 0, quota, phase, now, true)
     }
 
     fn pack(&self, state: Layers) -> Box<Layers> {
@@ -464,26 +468,27 @@ impl Engine for Stack {
 }
 
 impl Stack {
-    /// [`Engine::with_quota`] or, keeping turns booked, [`Engine::carry_quota`], for the
-    /// first quota.
-    fn first_quota(
+    /// [`Engine::with_quota`] or, keeping turns booked, [`Engine::carry_quota`], for quota
+    /// `i`.
+    fn replace(
         &self,
         state: &mut Layers,
+        i: usize,
         quota: Quota,
         phase: Phase,
         now: u64,
         keep_turns: bool,
     ) -> Self {
         let mut new = self.clone();
-        let (Some(one), Some(s)) = (self.ones.first(), state.states.first_mut()) else {
+        let (Some(one), Some(s)) = (self.ones.get(i), state.states.get_mut(i)) else {
             return new;
         };
-        new.ones[0] = on_one!(one, s, e, s => one_of(if keep_turns {
+        new.ones[i] = on_one!(one, s, e, s => one_of(if keep_turns {
             e.carry_quota(s, quota, phase, now)
         } else {
             e.with_quota(s, quota, phase, now)
         }));
-        new.quotas[0] = quota;
+        new.quotas[i] = quota;
         new.capacity = new
             .ones
             .iter()

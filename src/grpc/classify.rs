@@ -80,6 +80,7 @@ impl Classify for Grpc {
             stated: None,
             spent_for: None,
             spent: None,
+            provider: Vec::new(),
         })
     }
 }

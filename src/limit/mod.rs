@@ -158,6 +158,17 @@ impl Limit {
         true
     }
 
+    /// A provider states its limit of `resource` per minute, and what remains: a quota of an
+    /// in-process bucket that discovers it takes it
+    /// ([`BucketBuilder::discover`](crate::BucketBuilder::discover)).
+    pub(crate) fn learn(&self, resource: &Resource, per_minute: u64, remains: Option<u64>) {
+        match &self.store {
+            Store::Bucket(b) => b.learn(resource, per_minute, remains),
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => {}
+        }
+    }
+
     /// Wait until `n` tokens are admitted, then take them ([`Bucket::acquire`], or
     /// [`RedisBucket::acquire`]).
     #[cfg_attr(not(feature = "reqwest"), allow(dead_code))] // the reqwest middleware waits here

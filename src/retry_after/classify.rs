@@ -9,7 +9,7 @@ use http::{HeaderMap, StatusCode};
 use super::policy::Policy;
 use crate::headers::{
     read_provider_limits, read_quota_hint, read_quota_rate, read_retry_after, read_stated_rate,
-    spent_for, stated_requests, RetryAfterError,
+    spent_for, stated_requests, ResourceHint, RetryAfterError,
 };
 use crate::Resource;
 
@@ -23,6 +23,8 @@ pub(crate) struct Reading {
     pub(crate) spent_for: Option<Duration>,
     /// The provider's resource that ran out, when it says which.
     pub(crate) spent: Option<Resource>,
+    /// The provider's fields, per resource (at most four).
+    pub(crate) provider: Vec<ResourceHint>,
 }
 
 #[derive(Debug)]
@@ -117,6 +119,7 @@ impl Policy {
             stated,
             spent_for,
             spent,
+            provider,
         }
     }
 

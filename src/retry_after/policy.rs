@@ -185,6 +185,11 @@ impl Policy {
         a: &Attempt<'_>,
     ) -> Verdict {
         let reading = self.read(status, headers);
+        for hint in &reading.provider {
+            if let Some(limit) = hint.limit {
+                self.limit.learn(&hint.resource, limit, hint.remaining);
+            }
+        }
         // A resource the server names, counted by some of the limit's quotas only: those
         // hold alone, and the rate control, which steers requests, is not told.
         let mut alone = false;
