@@ -215,6 +215,12 @@ impl StdError for BackendError {
 pub enum Denied {
     /// Not now; [`Throttled::wait`] says how long until the request fits.
     Throttled(Throttled),
+    /// Not now for this request's [`Priority`](crate::Priority): the limit keeps the rest
+    /// for critical requests ([`BucketBuilder::reserve_for_critical`]);
+    /// [`Throttled::wait`] says how long until it fits with the reserve kept.
+    ///
+    /// [`BucketBuilder::reserve_for_critical`]: crate::BucketBuilder::reserve_for_critical
+    Shed(Throttled),
     /// Never: more tokens than the limit can ever hold.
     ExceedsBurst(ExceedsBurst),
     /// A leaky bucket's queue of waiters is full.
@@ -253,22 +259,22 @@ impl Denied {
         None
     }
 
-    /// How long until the request fits: `Some` for [`Denied::Throttled`], `None` when waiting
-    /// is not known to help.
+    /// How long until the request fits: `Some` for [`Denied::Throttled`] and
+    /// [`Denied::Shed`], `None` when waiting is not known to help.
     pub fn wait(&self) -> Option<Duration> {
         self.throttled().map(Throttled::wait)
     }
 
     /// The `Retry-After` value in whole seconds (rounded up, at least 1) for
-    /// [`Denied::Throttled`], `None` otherwise.
+    /// [`Denied::Throttled`] and [`Denied::Shed`], `None` otherwise.
     pub fn retry_after_secs(&self) -> Option<u64> {
         self.throttled().map(Throttled::retry_after_secs)
     }
 
-    /// The "not now" answer, if this is one.
+    /// The "not now" answer, if this is one ([`Denied::Throttled`] or [`Denied::Shed`]).
     pub fn throttled(&self) -> Option<&Throttled> {
         match self {
-            Denied::Throttled(t) => Some(t),
+            Denied::Throttled(t) | Denied::Shed(t) => Some(t),
             _ => None,
         }
     }
@@ -294,6 +300,11 @@ impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Denied::Throttled(e) => fmt::Display::fmt(e, f),
+            Denied::Shed(e) => write!(
+                f,
+                "request shed, capacity kept for critical requests: retry in {:?}",
+                e.wait()
+            ),
             Denied::ExceedsBurst(e) => fmt::Display::fmt(e, f),
             Denied::QueueFull(e) => fmt::Display::fmt(e, f),
             Denied::Backend(e) => fmt::Display::fmt(e, f),

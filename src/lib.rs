@@ -130,6 +130,7 @@ pub mod reject;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 pub mod retry_after;
+mod slot;
 
 pub use crate::algorithm::Algorithm;
 pub use crate::bucket::{Acquire, Bucket, BucketBuilder, Charge, Feedback, Sent, Snapshot};

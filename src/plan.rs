@@ -41,6 +41,8 @@ pub(crate) struct Part {
     pub(crate) algorithm: Algorithm,
     /// The resource it counts.
     pub(crate) resource: Resource,
+    /// It counts requests in flight: each admission comes back when its request ends.
+    pub(crate) in_flight: bool,
     name: Option<Arc<str>>,
 }
 
@@ -52,6 +54,7 @@ impl Plan {
                 quota,
                 algorithm: Algorithm::TokenBucket,
                 resource: Resource::REQUESTS,
+                in_flight: false,
                 name: None,
             }],
         }
@@ -64,21 +67,57 @@ impl Plan {
             quota,
             algorithm: Algorithm::TokenBucket,
             resource: Resource::REQUESTS,
+            in_flight: false,
             name: None,
         });
         self
     }
 
-    /// The algorithm of the quota added last.
+    /// The algorithm of the quota added last (an [in-flight](Plan::in_flight) quota's is
+    /// the sliding log's, whatever this says).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.last().algorithm = algorithm;
+        let last = self.parts.len() - 1;
+        self.set_algorithm(last, algorithm);
         self
     }
 
     /// The resource the quota added last counts ([`Resource::REQUESTS`] unless told
     /// otherwise): a request is charged to it what its [`Cost`] names of that resource.
     pub fn counting(mut self, resource: Resource) -> Self {
-        self.last().resource = resource;
+        let last = self.last();
+        if !last.in_flight {
+            last.resource = resource;
+        }
+        self
+    }
+
+    /// Make the quota added last count requests in flight: at most its count at once, each
+    /// admission given back when its request ends, or when its period (the lease) has
+    /// passed at the latest, for a request that never tells (a process that died holding it).
+    /// It is a sliding log of requests.
+    ///
+    /// A request ends when the rejecting layer's response body ends or is dropped, or the
+    /// request fails ([`RejectLayer`](crate::RejectLayer)); on the client, when its
+    /// [`Charge`](crate::Charge) is settled, refunded or dropped
+    /// ([`RateLimitLayer::charge`](crate::RateLimitLayer::charge), [`Bucket::charge`](crate::Bucket::charge)).
+    /// Stacked on rate quotas, it is decided with them: refused by either, charged to
+    /// neither.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{Plan, Quota};
+    ///
+    /// // 10 a second, at most 4 at once; a slot no one gives back returns after 30 s.
+    /// let plan = Plan::new(Quota::per_second(10))
+    ///     .and(Quota::new(4, Duration::from_secs(30)))
+    ///     .in_flight();
+    /// # let _ = plan;
+    /// ```
+    pub fn in_flight(mut self) -> Self {
+        let last = self.last();
+        last.in_flight = true;
+        last.algorithm = Algorithm::SlidingLog;
+        last.resource = Resource::REQUESTS;
         self
     }
 
@@ -135,6 +174,16 @@ impl Plan {
         self.parts[i].quota = quota;
     }
 
+    /// What `cost` holds while its request is in flight, per quota (its requests, of each
+    /// in-flight quota), when the plan has an in-flight quota.
+    pub(crate) fn in_flight_amounts(&self, cost: &Cost) -> Option<Vec<u64>> {
+        let requests = u64::from(cost.of(&Resource::REQUESTS));
+        (self.parts.iter().any(|p| p.in_flight)).then(|| {
+            let held = |p: &Part| if p.in_flight { requests } else { 0 };
+            self.parts.iter().map(held).collect()
+        })
+    }
+
     /// Whether some quota counts `resource`.
     pub(crate) fn counts(&self, resource: &Resource) -> bool {
         self.parts.iter().any(|p| p.resource == *resource)
@@ -142,8 +191,14 @@ impl Plan {
 
     /// The plan with the algorithm of its first quota replaced.
     pub(crate) fn with_algorithm(mut self, algorithm: Algorithm) -> Plan {
-        self.parts[0].algorithm = algorithm;
+        self.set_algorithm(0, algorithm);
         self
+    }
+
+    fn set_algorithm(&mut self, i: usize, algorithm: Algorithm) {
+        if !self.parts[i].in_flight {
+            self.parts[i].algorithm = algorithm;
+        }
     }
 
     /// The names of the quotas in the rate-limit fields, for a limit named `scope`.

@@ -192,7 +192,7 @@ fn api_key(req: &Request<String>) -> Option<String> {
     Some(req.headers().get("x-api-key")?.to_str().ok()?.to_owned())
 }
 
-fn field<'a>(res: &'a Res, name: &str) -> &'a str {
+fn field<'a, B>(res: &'a Response<B>, name: &str) -> &'a str {
     res.headers()
         .get(name)
         .unwrap_or_else(|| panic!("no {name} field"))
@@ -200,7 +200,7 @@ fn field<'a>(res: &'a Res, name: &str) -> &'a str {
         .unwrap()
 }
 
-fn rejected(res: &Res) -> &Rejected {
+fn rejected<B>(res: &Response<B>) -> &Rejected {
     res.extensions().get::<Rejected>().expect("a rejection")
 }
 

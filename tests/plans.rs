@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use http::{Request, StatusCode};
+use http::{Request, Response, StatusCode};
 use tokio::time::advance;
 use tower::{Service, ServiceExt};
 use tower_layer::Layer;
@@ -15,7 +15,7 @@ use tower_throttle::reject::Rejected;
 use tower_throttle::{Algorithm, Denied, Plan, Quota, RejectLayer};
 
 mod support;
-use support::server::{get, ok, send, Res};
+use support::server::{get, ok, send};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -161,7 +161,7 @@ async fn set_quota_changes_every_key_of_the_default_plan_with_no_burst() {
     assert_eq!(wait(k.try_acquire(&"b", 1).unwrap_err()), SEC);
 }
 
-fn header(res: &Res, name: &str) -> String {
+fn header<B>(res: &Response<B>, name: &str) -> String {
     let values: Vec<_> = res
         .headers()
         .get_all(name)

@@ -55,9 +55,9 @@ fn ok(
 }
 
 /// Send `n` requests alternately through `servers`; the statuses.
-async fn send<S>(servers: &[S], n: usize) -> Vec<StatusCode>
+async fn send<S, B>(servers: &[S], n: usize) -> Vec<StatusCode>
 where
-    S: tower::Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone,
+    S: tower::Service<Request<String>, Response = Response<B>, Error = Infallible> + Clone,
 {
     let mut out = Vec::new();
     for i in 0..n {

@@ -13,6 +13,7 @@ use http::{Request, Response, StatusCode};
 use redis_support::{redis_url, unique_prefix};
 use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::redis::RedisBucket;
+use tower_throttle::reject::ResponseBody;
 use tower_throttle::{Bucket, Quota, RateLimitLayer, RejectLayer, RetryAfterLayer};
 
 /// A separate Redis client on the shared key: what another process would build.
@@ -399,11 +400,12 @@ async fn a_rejecting_layer_admits_once_another_process_gave_the_token_back() {
     }));
     let mut held = RateLimitLayer::new(b).layer(service_fn(|()| async { Ok::<_, Infallible>(()) }));
     held.ready().await.unwrap();
-    let status = |svc: &tower::util::BoxCloneService<Request<String>, Response<String>, _>| {
-        svc.clone().oneshot(Request::new(String::new()))
-    };
+    let status =
+        |svc: &tower::util::BoxCloneService<Request<String>, Response<ResponseBody<String>>, _>| {
+            svc.clone().oneshot(Request::new(String::new()))
+        };
     let server = tower::util::BoxCloneService::new(server);
-    let code = |r: Result<Response<String>, _>| r.unwrap().status();
+    let code = |r: Result<Response<ResponseBody<String>>, _>| r.unwrap().status();
     assert_eq!(code(status(&server).await), StatusCode::TOO_MANY_REQUESTS);
     drop(held);
     until_given_back(&format!("{prefix}:{{api}}")).await;
@@ -433,7 +435,7 @@ async fn a_keyed_rejecting_layer_admits_once_another_process_gave_the_token_back
         }),
     );
     let status = |server: &_| {
-        let svc: tower::util::BoxCloneService<Request<String>, Response<String>, _> =
+        let svc: tower::util::BoxCloneService<Request<String>, Response<ResponseBody<String>>, _> =
             tower::util::BoxCloneService::clone(server);
         async move { svc.oneshot(keyed_request("k")).await.unwrap().status() }
     };

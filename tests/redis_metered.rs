@@ -254,9 +254,9 @@ async fn leases_refuse_plans_of_other_resources() {
 }
 
 /// `n` tokens for `key` through `svc`.
-async fn send<S>(svc: &mut S, key: &str, n: u32) -> Response<String>
+async fn send<S>(svc: &mut S, key: &str, n: u32) -> S::Response
 where
-    S: tower::Service<Request<u32>, Response = Response<String>, Error = Infallible>,
+    S: tower::Service<Request<u32>, Error = Infallible>,
 {
     let req = Request::builder().header("x-api-key", key).body(n).unwrap();
     svc.ready().await.unwrap().call(req).await.unwrap()

@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use http::StatusCode;
+use http::{Response, StatusCode};
 use redis::AsyncCommands;
 use redis_support::{raw, redis_url, unique_prefix};
-use support::server::{get, ok, send, Res};
+use support::server::{get, ok, send};
 use tower_layer::Layer;
 use tower_throttle::extract::HeaderKey;
 use tower_throttle::extract::{KeyDigest, StableKey};
@@ -210,7 +210,7 @@ async fn a_redis_bucket_of_several_quotas_waits_for_every_one() {
     assert!(leased.is_err());
 }
 
-fn header(res: &Res, name: &str) -> String {
+fn header<B>(res: &Response<B>, name: &str) -> String {
     res.headers()
         .get_all(name)
         .iter()

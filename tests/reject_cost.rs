@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use http::{Request, StatusCode};
+use http::{Request, Response, StatusCode};
 use tokio::time::advance;
 use tower_layer::Layer;
 use tower_throttle::extract::{HeaderKey, KeyDigest};
@@ -12,7 +12,7 @@ use tower_throttle::reject::Rejected;
 use tower_throttle::{Bucket, Denied, Quota, RejectLayer};
 
 mod support;
-use support::server::{get, ok, send, Res};
+use support::server::{get, ok, send};
 
 /// `/search` costs 10 tokens, `/huge` 100, anything else 1.
 fn weight(req: &Request<String>) -> u32 {
@@ -23,7 +23,7 @@ fn weight(req: &Request<String>) -> u32 {
     }
 }
 
-fn rejected(res: &Res) -> &Rejected {
+fn rejected<B>(res: &Response<B>) -> &Rejected {
     res.extensions().get::<Rejected>().expect("a rejection")
 }
 

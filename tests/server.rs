@@ -45,9 +45,9 @@ fn counter() -> Arc<AtomicUsize> {
     Arc::new(AtomicUsize::new(0))
 }
 
-async fn send<S>(svc: &mut S, req: Request<String>) -> Res
+async fn send<S>(svc: &mut S, req: Request<String>) -> S::Response
 where
-    S: Service<Request<String>, Response = Res, Error = Infallible>,
+    S: Service<Request<String>, Error = Infallible>,
 {
     svc.ready().await.unwrap().call(req).await.unwrap()
 }
@@ -68,7 +68,7 @@ fn api_key(req: &Request<String>) -> Option<String> {
     Some(req.headers().get("x-api-key")?.to_str().ok()?.to_owned())
 }
 
-fn header<'a>(res: &'a Res, name: &str) -> &'a str {
+fn header<'a, B>(res: &'a Response<B>, name: &str) -> &'a str {
     res.headers()
         .get(name)
         .unwrap_or_else(|| panic!("no {name} field"))

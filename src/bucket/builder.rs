@@ -37,6 +37,7 @@ pub struct BucketBuilder {
     /// The quotas of the plan that discover their limit.
     discovered: Vec<usize>,
     weights: [u32; 3],
+    reserve: f64,
 }
 
 impl BucketBuilder {
@@ -50,6 +51,7 @@ impl BucketBuilder {
             ramp: false,
             discovered: Vec::new(),
             weights: [6, 3, 1],
+            reserve: 0.0,
         }
     }
 
@@ -141,6 +143,38 @@ impl BucketBuilder {
         self
     }
 
+    /// Keep `share` of the limit for critical requests: a request of any other
+    /// [`Priority`](crate::Priority) is admitted only while, after it, at least `share` of
+    /// each quota it is charged to stays free (of a token bucket's burst, a window's count).
+    /// Past that point the others are shed ([`Denied::Shed`](crate::Denied::Shed), or they
+    /// wait for it), and critical requests still pass, up to the whole limit. Default: no
+    /// reserve. Its decisions are made under the bucket's lock.
+    ///
+    /// ```
+    /// use tower_throttle::{Bucket, Cost, Denied, Priority, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let bucket = Bucket::builder(Quota::per_minute(10)).reserve_for_critical(0.2).build();
+    /// for _ in 0..8 {
+    ///     bucket.try_acquire(1).unwrap();
+    /// }
+    /// assert!(matches!(bucket.try_acquire(1), Err(Denied::Shed(_))));
+    /// assert!(bucket.try_charge(Cost::new().priority(Priority::Critical)).is_ok());
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    /// When `share` is not in `[0, 1)`.
+    pub fn reserve_for_critical(mut self, share: f64) -> Self {
+        assert!(
+            (0.0..1.0).contains(&share),
+            "the share kept for critical requests must be in [0, 1), not {share}"
+        );
+        self.reserve = share;
+        self
+    }
+
     /// Report admissions, delays, refusals and pauses to `observer` (see
     /// [`observe`](crate::observe)).
     pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
@@ -222,6 +256,7 @@ impl BucketBuilder {
                 self.observer,
                 &self.discovered,
                 self.weights,
+                self.reserve,
             ),
             control,
         )
@@ -239,6 +274,7 @@ impl std::fmt::Debug for BucketBuilder {
             .field("ramp", &self.ramp)
             .field("discovered", &self.discovered)
             .field("weights", &self.weights)
+            .field("reserve", &self.reserve)
             .finish()
     }
 }

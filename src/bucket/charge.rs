@@ -73,8 +73,11 @@ enum Target {
 /// A limit kept elsewhere (in Redis) settling one of its charges.
 #[cfg(feature = "redis")]
 pub(crate) trait Settle: Send + Sync {
-    /// The request cost `actual`: give back or owe the difference with its estimate.
+    /// The request cost `actual`: give back or owe the difference with its estimate (and
+    /// its in-flight quotas).
     fn settle(&self, actual: &Cost);
+    /// The request ended unsettled: give back its in-flight quotas.
+    fn end(&self);
 }
 
 /// What settling at `actual` gives back and owes, quota by quota, of an admission of
@@ -152,7 +155,7 @@ impl Charge {
             Target::Nowhere => return true,
         };
         let shared = &bucket.shared;
-        let (first, actual_each) = shared.price_of(&actual.into());
+        let (first, actual_each) = shared.ended_price(&actual.into());
         let Some(estimate) = each else {
             let estimate = permit.tokens;
             match first.checked_sub(estimate) {
@@ -181,12 +184,42 @@ impl Charge {
         self.settle(0)
     }
 
+    /// The admission, kept as taken, for a holder that gives its in-flight quotas back
+    /// itself ([`Bucket::slot`](super::Bucket)): nothing happens when this charge drops.
+    pub(crate) fn kept(self) -> Option<Permit> {
+        self.0.settled.store(true, Ordering::Release);
+        match &self.0.target {
+            Target::Bucket { permit, .. } => Some(*permit),
+            #[cfg(feature = "redis")]
+            _ => None,
+        }
+    }
+
     /// Settle a request the server answered with `status`: a `429` used nothing but the
     /// request itself (its requests stay counted, as the providers count them; its tokens
     /// come back). Any other status leaves the charge to its holder.
     pub(crate) fn answered(&self, status: http::StatusCode) {
         if status == http::StatusCode::TOO_MANY_REQUESTS {
             self.settle(self.estimate().of(&crate::Resource::REQUESTS));
+        }
+    }
+}
+
+impl Drop for Taken {
+    /// Dropped unsettled, the estimate stands, but the request ended: its in-flight quotas
+    /// come back.
+    fn drop(&mut self) {
+        if *self.settled.get_mut() {
+            return;
+        }
+        match &self.target {
+            Target::Bucket { bucket, permit, .. } => {
+                bucket.shared.end_in_flight(*permit, &self.estimate);
+            }
+            #[cfg(feature = "redis")]
+            Target::Elsewhere(target) => target.end(),
+            #[cfg(feature = "redis")]
+            Target::Nowhere => {}
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use super::shared::{Kind, Permit, Shared, State};
 use crate::engine::gcra::schedule;
-use crate::{Algorithm, Quota};
+use crate::{Algorithm, Priority, Quota};
 
 /// How late tokio's timer may fire and still not slow the schedule down: its 1 ms
 /// granularity, plus as much again for the task to be polled.
@@ -123,14 +123,22 @@ impl Shared {
     /// [`commit`](Self::commit) for the first in line, which may be counted up to `slack`
     /// back. The GCRA engines also check the [`guard`](State::guard) at `now`: when it has
     /// no room, the answer is the later of the instant it has and the instant the engine has.
+    /// A request of another class than critical also leaves the reserve
+    /// ([`reserved_fit`](Self::reserved_fit)).
     pub(super) fn commit_first(
         &self,
         st: &mut State,
         tokens: u32,
         each: Option<&[u64]>,
+        priority: Priority,
         from: u64,
         now: u64,
     ) -> Result<Permit, u64> {
+        if let Some(at) = self.reserved_fit(st, tokens, each, priority, from) {
+            if at > now {
+                return Err(at);
+            }
+        }
         if let Kind::Window(_) = st.engine {
             return self.commit(st, tokens, each, from, now);
         }

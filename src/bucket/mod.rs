@@ -55,6 +55,7 @@ pub(crate) use self::waiter::Waiter;
 use crate::adaptive::{Adaptive, Control};
 pub use crate::algorithm::Algorithm;
 pub use crate::denied::{BackendError, Denied, ExceedsBurst, QueueFull, Throttled};
+use crate::slot::Slot;
 use crate::{Cost, Plan, Priority, Quota, Resource};
 
 /// A token bucket shared by every clone of this handle.
@@ -219,7 +220,7 @@ impl Bucket {
                 shared.observe_admitted(n, 0);
                 Ok(permit)
             }
-            Err(ns) => Err(self.refused(n, ns)),
+            Err(ns) => Err(self.refused(n, ns, None, Priority::Normal)),
         }
     }
 
@@ -229,16 +230,20 @@ impl Bucket {
         Ok(Permit::tokens_only(0))
     }
 
-    /// A refusal of `n` tokens for `ns` nanoseconds, reported.
+    /// A refusal of `n` tokens (or `each`) of class `priority` for `ns` nanoseconds,
+    /// reported: shed when only the reserve for critical requests refused it.
     #[cold]
     #[inline(never)]
-    fn refused(&self, n: u32, ns: u64) -> Denied {
+    fn refused(&self, n: u32, ns: u64, each: Option<&[u64]>, priority: Priority) -> Denied {
         let wait = Duration::from_nanos(ns);
         if let Some(o) = &self.shared.observer {
             o.refused(n, wait, false);
             o.tokens(self.snapshot().available);
         }
-        Throttled::after(wait).into()
+        match self.shared.shed(n, each, priority) {
+            true => Denied::Shed(Throttled::after(wait)),
+            false => Throttled::after(wait).into(),
+        }
     }
 
     /// Take `n` tokens now as [`try_acquire`](Bucket::try_acquire) does, then give them back
@@ -294,12 +299,13 @@ impl Bucket {
         let (tokens, each) = shared.price_of(&estimate);
         shared.check_cost(tokens, each.as_deref())?;
         // Under the lock: a charge knows what was given back before it.
-        match shared.try_admit_locked(tokens, each.as_deref(), shared.clock.now_ns()) {
+        let (priority, now) = (estimate.class(), shared.clock.now_ns());
+        match shared.try_admit_locked(tokens, each.as_deref(), priority, now) {
             Ok(permit) => {
                 shared.observe_admitted(tokens, 0);
                 Ok(Charge::new(self.clone(), permit, estimate, each))
             }
-            Err(ns) => Err(self.refused(tokens, ns)),
+            Err(ns) => Err(self.refused(tokens, ns, each.as_deref(), priority)),
         }
     }
 
@@ -368,6 +374,16 @@ impl Bucket {
     pub fn pause_resource(&self, resource: &Resource, cooldown: Duration) {
         let held = self.plan().held(resource);
         self.shared.pause(cooldown, held.as_deref());
+    }
+
+    /// What `permit`, admitted for `cost`, holds of the plan's in-flight quotas
+    /// ([`Plan::in_flight`]), given back when the slot drops.
+    pub(crate) fn slot(&self, permit: Permit, cost: &Cost) -> Slot {
+        if self.shared.plan.in_flight_amounts(cost).is_none() {
+            return Slot::default();
+        }
+        let (bucket, cost) = (self.clone(), cost.clone());
+        Slot::new(move || bucket.shared.end_in_flight(permit, &cost))
     }
 
     /// A provider states its limit of `resource` per minute ([`BucketBuilder::discover`]).

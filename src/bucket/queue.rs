@@ -38,7 +38,8 @@ pub(crate) struct Entry {
     pub(crate) first_since: u64,
     /// The request can no longer fit (the quota shrank below it).
     pub(crate) failed: bool,
-    class: usize,
+    /// The class it waits in.
+    pub(crate) priority: Priority,
     /// Its start in virtual time.
     start: u64,
     prev: usize,
@@ -54,7 +55,7 @@ impl Entry {
             waker: None,
             first_since: 0,
             failed: false,
-            class: priority.index(),
+            priority,
             start: 0,
             prev: NIL,
             next: NIL,
@@ -159,7 +160,7 @@ impl Queue {
     /// Join at the back of its class.
     pub(crate) fn push(&mut self, mut entry: Entry) -> usize {
         self.len += 1;
-        let c = entry.class;
+        let c = entry.priority.index();
         let line = &mut self.lines[c];
         line.tokens += u64::from(entry.tokens);
         entry.start = line.finish.max(self.now);
@@ -206,7 +207,7 @@ impl Queue {
         if admitted {
             self.now = self.now.max(e.start);
         }
-        let line = &mut self.lines[e.class];
+        let line = &mut self.lines[e.priority.index()];
         line.tokens -= u64::from(e.tokens);
         if e.prev == NIL {
             line.head = e.next;

@@ -51,6 +51,8 @@ pub(crate) struct Shared {
     lock_free: bool,
     /// The quotas of the plan that discover their provider's limit.
     discovered: Box<[usize]>,
+    /// The share of each quota's capacity kept for critical requests (0: none).
+    reserve: f64,
 }
 
 #[derive(Debug)]
@@ -182,6 +184,7 @@ impl Shared {
         observer: Option<Arc<dyn Observer>>,
         discovered: &[usize],
         weights: [u32; Priority::COUNT],
+        reserve: f64,
     ) -> Self {
         let (quota, algorithm) = (plan.quota(), plan.parts()[0].algorithm);
         let rest_capacity = plan.parts()[1..]
@@ -212,10 +215,11 @@ impl Shared {
                 stated: vec![None; discovered.len()].into(),
             }),
             clock,
-            lock_free: algorithm.is_gcra() && plan.parts().len() == 1,
+            lock_free: algorithm.is_gcra() && plan.parts().len() == 1 && reserve == 0.0,
             plan,
             observer,
             discovered: discovered.into(),
+            reserve,
         }
     }
 
@@ -264,7 +268,36 @@ impl Shared {
     /// What `cost` charges: the first quota's amount, and the amount per quota where the
     /// plan has several.
     pub(super) fn price_of(&self, cost: &Cost) -> (u32, Option<Arc<[u64]>>) {
-        let mut amounts = self.plan.amounts(cost);
+        Self::price(self.plan.amounts(cost))
+    }
+
+    /// What a request of `cost` took once it ended, as [`price_of`](Self::price_of): its
+    /// in-flight quotas given back ([`Plan::in_flight`]).
+    pub(super) fn ended_price(&self, cost: &Cost) -> (u32, Option<Arc<[u64]>>) {
+        let parts = self.plan.parts().iter();
+        Self::price(
+            self.plan
+                .amounts(cost)
+                .zip(parts)
+                .map(|(a, p)| a * u64::from(!p.in_flight)),
+        )
+    }
+
+    /// The in-flight quotas of `permit`, admitted for `cost`, given back now: its request
+    /// ended unsettled.
+    pub(crate) fn end_in_flight(&self, permit: Permit, cost: &Cost) {
+        let Some(held) = self.plan.in_flight_amounts(cost) else {
+            return;
+        };
+        let tokens = u32::try_from(held[0]).unwrap_or(u32::MAX);
+        let permit = Permit { tokens, ..permit };
+        match held.len() {
+            1 => self.give_back(permit),
+            _ => self.give_back_each(permit, Some(&held)),
+        }
+    }
+
+    fn price(mut amounts: impl ExactSizeIterator<Item = u64>) -> (u32, Option<Arc<[u64]>>) {
         let each = (amounts.len() > 1).then(|| amounts.by_ref().collect::<Arc<[u64]>>());
         let first = match &each {
             Some(each) => each[0],
@@ -293,6 +326,54 @@ impl Shared {
         fits(&st.engine, capacity, tokens, each)
     }
 
+    /// With a reserve for critical requests, the earliest instant `≥ from` at which a request
+    /// of class `priority`, of `tokens` (or `each`), fits and leaves the reserve of each quota
+    /// it is charged to: `None` for a critical request, or without a reserve.
+    pub(super) fn reserved_fit(
+        &self,
+        st: &mut State,
+        tokens: u32,
+        each: Option<&[u64]>,
+        priority: Priority,
+        from: u64,
+    ) -> Option<u64> {
+        if self.reserve == 0.0 || priority == Priority::Critical {
+            return None;
+        }
+        // Each amount asked, and the reserve kept beside it (never more than it leaves).
+        let kept = |amount: u64, capacity: u64| match amount {
+            0 => 0,
+            _ => {
+                let reserve = (self.reserve * capacity as f64).ceil() as u64;
+                amount + reserve.min(capacity.saturating_sub(amount))
+            }
+        };
+        let Kind::Window(w) = &st.engine else {
+            let capacity = self.capacity.load(Ordering::Acquire).into();
+            let padded = u32::try_from(kept(tokens.into(), capacity)).unwrap_or(u32::MAX);
+            return Some(self.predict(st, padded, None, 0, from));
+        };
+        let padded: Vec<u64> = match each {
+            Some(a) => a.to_vec(),
+            None => self.plan.amounts(&Cost::from(tokens)).collect(),
+        };
+        let padded: Vec<u64> = (padded.iter().enumerate())
+            .map(|(i, &a)| kept(a, w.capacity_at(i)))
+            .collect();
+        Some(self.predict(st, tokens, Some(&padded), 0, from))
+    }
+
+    /// Whether a refused request of class `priority` was refused for the reserve alone: it
+    /// would fit now without it.
+    pub(crate) fn shed(&self, tokens: u32, each: Option<&[u64]>, priority: Priority) -> bool {
+        if self.reserve == 0.0 || priority == Priority::Critical {
+            return false;
+        }
+        let mut st = self.lock();
+        let now = self.clock.now_ns();
+        st.queue.is_empty() && self.predict(&mut st, tokens, each, 0, now) <= now
+    }
+
     /// Check a request's size against the capacity.
     #[inline]
     pub(crate) fn check(&self, tokens: u32) -> Result<(), ExceedsBurst> {
@@ -310,7 +391,7 @@ impl Shared {
                 .try_admit(u64::from(tokens), now)
                 .map(|tat| Permit::new(tokens, now, tat, UNKNOWN));
         }
-        self.try_admit_locked(tokens, None, now)
+        self.try_admit_locked(tokens, None, Priority::Normal, now)
     }
 
     /// [`try_admit`](Self::try_admit) under the lock: a window engine, or waiters in line.
@@ -319,13 +400,19 @@ impl Shared {
         &self,
         tokens: u32,
         each: Option<&[u64]>,
+        priority: Priority,
         now: u64,
     ) -> Result<Permit, u64> {
         let mut st = self.lock();
         if !st.queue.is_empty() {
-            let ahead = st.queue.ahead(Priority::Normal);
+            let ahead = st.queue.ahead(priority);
             let at = self.predict(&mut st, tokens, each, ahead, now);
             return Err(at.saturating_sub(now).max(1));
+        }
+        if let Some(at) = self.reserved_fit(&mut st, tokens, each, priority, now) {
+            if at > now {
+                return Err(at - now);
+            }
         }
         self.commit(&mut st, tokens, each, now, now)
             .map_err(|at| at - now)
@@ -358,7 +445,12 @@ impl Shared {
         }
         let now = self.clock.now_ns();
         let armed = if st.queue.is_empty() {
-            match self.commit(&mut st, tokens, each.as_deref(), now, now) {
+            let shed = (self.reserved_fit(&mut st, tokens, each.as_deref(), priority, now))
+                .filter(|at| *at > now);
+            match shed.map_or_else(
+                || self.commit(&mut st, tokens, each.as_deref(), now, now),
+                Err,
+            ) {
                 Ok(permit) => {
                     drop(st);
                     self.observe_admitted(tokens, 0);

@@ -66,6 +66,7 @@ impl Waiter {
         let first = st.queue.head() == Some(key);
         let e = st.queue.get_mut(key);
         let (tokens, failed, since, each) = (e.tokens, e.failed, e.first_since, e.each.clone());
+        let priority = e.priority;
         let taken = if failed {
             Some(Err(ExceedsBurst {
                 requested: tokens,
@@ -77,7 +78,7 @@ impl Waiter {
             // the earliest instant from there at which it fits. (Its timer may have been
             // armed later than that, for the guard.)
             let from = now.saturating_sub(shared.slack(&st)).max(since);
-            match shared.commit_first(&mut st, tokens, each.as_deref(), from, now) {
+            match shared.commit_first(&mut st, tokens, each.as_deref(), priority, from, now) {
                 Ok(permit) => Some(Ok(permit)),
                 Err(at) => {
                     st.queue.get_mut(key).armed = at;

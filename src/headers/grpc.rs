@@ -23,6 +23,8 @@ pub(crate) const INVALID_ARGUMENT: i32 = 3;
 pub(crate) const RESOURCE_EXHAUSTED: i32 = 8;
 /// `INTERNAL`: the server is set up wrong.
 pub(crate) const INTERNAL: i32 = 13;
+/// `UNAVAILABLE`: shed to keep capacity for critical requests.
+pub(crate) const UNAVAILABLE: i32 = 14;
 
 /// Whether `headers` describe a gRPC message: `content-type` is `application/grpc`, alone or
 /// followed by `+format` or parameters (gRPC-Web, `application/grpc-web…`, is not).

@@ -223,6 +223,41 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
         }
     }
 
+    /// Give back `amounts` (per quota) of an admission at `at` of `key`, the admissions
+    /// since staying as they were: its request ended ([`Engine::release_each`]).
+    pub(crate) fn release(
+        &self,
+        key: Option<&K>,
+        place: Place,
+        amounts: &[u64],
+        at: u64,
+        now: u64,
+    ) {
+        let release = |e: &E, s: &mut E::State| {
+            e.release_each(s, amounts, at);
+            e.expires(s) <= now
+        };
+        match (place, key) {
+            (Place::Table, Some(key)) => {
+                let hash = self.hasher.hash_one(key);
+                let mut shard = self.shard(hash);
+                let Held { engine: e, states } = &mut *shard;
+                if let Some(i) = states.find(hash, key) {
+                    if states.update(i, |p| e.unpacked(p, |s| release(e, s))) == Some(true) {
+                        states.remove(&self.hasher, i);
+                    }
+                }
+            }
+            _ => {
+                let mut held = self.keyless.lock();
+                let Held { engine: e, states } = &mut *held;
+                if states.as_mut().is_some_and(|s| release(e, s)) {
+                    *states = None;
+                }
+            }
+        }
+    }
+
     /// The bucket of `key` at `now`.
     pub(crate) fn view(&self, key: &K, now: u64) -> View {
         let hash = self.hasher.hash_one(key);

@@ -24,6 +24,8 @@ pub(super) struct Tier<K> {
     resources: Option<Box<[Resource]>>,
     /// The most one request may take of each quota (the first's follows `set_quota`).
     caps: Box<[AtomicU64]>,
+    /// Which quotas count requests in flight, when some do.
+    in_flight: Option<Box<[bool]>>,
     pub(super) tables: Tables<K>,
 }
 
@@ -131,6 +133,8 @@ impl<K: Hash + Eq + Clone> Tiers<K> {
                     caps: (0..plan.parts().len())
                         .map(|i| AtomicU64::new(shape.capacity_at(i)))
                         .collect(),
+                    in_flight: (plan.parts().iter().any(|p| p.in_flight))
+                        .then(|| plan.parts().iter().map(|p| p.in_flight).collect()),
                     tables: Tables::new(&shape, shards, shard_max),
                     plan: Mutex::new((plan, shape)),
                 }
@@ -273,6 +277,30 @@ impl<K: Hash + Eq> Tiers<K> {
         };
         let tables = &self.tiers[grant.tier].tables;
         on_core!(tables, core => core.refund(key, place, &grant.admit, now));
+    }
+
+    /// What `grant`, of `requests`, holds of its plan's in-flight quotas, per quota; `None`
+    /// when the plan has none.
+    pub(crate) fn in_flight(&self, grant: &Grant, requests: u32) -> Option<Box<[u64]>> {
+        let flags = self.tiers[grant.tier].in_flight.as_ref()?;
+        Some(
+            flags
+                .iter()
+                .map(|f| u64::from(*f) * u64::from(requests))
+                .collect(),
+        )
+    }
+
+    /// Give back `held` ([`in_flight`](Self::in_flight)) of `grant`, for `key`: its request
+    /// ended.
+    pub(crate) fn release(&self, key: Option<&K>, grant: &Grant, held: &[u64]) {
+        let now = self.clock.now_ns();
+        let place = match (grant.place, key) {
+            (Place::Table, None) => Place::Keyless,
+            (place, _) => place,
+        };
+        let tables = &self.tiers[grant.tier].tables;
+        on_core!(tables, core => core.release(key, place, held, grant.admit.at, now));
     }
 
     pub(super) fn len(&self) -> usize {

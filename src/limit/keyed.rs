@@ -15,7 +15,8 @@ use crate::extract::{KeyDigest, StableKey};
 use crate::keyed::{Grant, KeyedBucket};
 #[cfg(feature = "redis")]
 use crate::redis::RedisKeyed;
-use crate::{Cost, Denied, Plan, Quota};
+use crate::slot::Slot;
+use crate::{Cost, Denied, Plan, Quota, Resource};
 
 /// The name of requests that have no key (`MissingKey::Shared`) in Redis: reserved bytes,
 /// not the digest of any key's bytes (short of a SHA-1 preimage).
@@ -124,11 +125,13 @@ impl<K: Hash + Eq + Clone> KeyedLimit<K> {
                     }
                 };
                 let due = table.due(&grant);
+                let held = table.shared.in_flight(&grant, cost.of(&Resource::REQUESTS));
                 let hold = KeyHold {
                     kind: Hold::Table {
                         table: table.clone(),
                         key,
                         grant,
+                        held,
                     },
                     armed: true,
                 };
@@ -176,6 +179,8 @@ enum Hold<K> {
         table: KeyedBucket<K>,
         key: Option<K>,
         grant: Grant,
+        /// What it holds of the plan's in-flight quotas.
+        held: Option<Box<[u64]>>,
     },
     #[cfg(feature = "redis")]
     Redis {
@@ -187,9 +192,29 @@ enum Hold<K> {
 }
 
 impl<K: Hash + Eq> KeyHold<K> {
-    /// The request goes: the admission is used.
-    pub(crate) fn spend(&mut self) {
+    /// The request goes: the admission is used, and its place in the plan's in-flight
+    /// quotas held until the [`Slot`] is dropped.
+    pub(crate) fn spend(&mut self) -> Slot
+    where
+        K: Clone + Send + Sync + 'static,
+    {
         self.armed = false;
+        match &mut self.kind {
+            Hold::Table {
+                table,
+                key,
+                grant,
+                held,
+            } => match held.take() {
+                Some(held) => {
+                    let (table, key, grant) = (table.clone(), key.clone(), *grant);
+                    Slot::new(move || table.shared.release(key.as_ref(), &grant, &held))
+                }
+                None => Slot::default(),
+            },
+            #[cfg(feature = "redis")]
+            Hold::Redis { .. } => Slot::default(),
+        }
     }
 
     /// Give the admission back now (another limit refused the request).
@@ -198,7 +223,9 @@ impl<K: Hash + Eq> KeyHold<K> {
             return;
         }
         match &self.kind {
-            Hold::Table { table, key, grant } => table.shared.refund(key.as_ref(), grant),
+            Hold::Table {
+                table, key, grant, ..
+            } => table.shared.refund(key.as_ref(), grant),
             #[cfg(feature = "redis")]
             Hold::Redis {
                 redis,

@@ -14,8 +14,10 @@ pub(crate) use self::turn::Turn;
 use crate::bucket::{Permit, Reservation};
 #[cfg(feature = "redis")]
 use crate::redis::RedisBucket;
+use crate::slot::Slot;
 use crate::{
-    Bucket, Charge, Cost, Denied, ExceedsBurst, Feedback, Plan, QueueFull, Quota, Resource,
+    Bucket, Charge, Cost, Denied, ExceedsBurst, Feedback, Plan, Priority, QueueFull, Quota,
+    Resource,
 };
 
 /// One limit for every request of a layer: a [`Bucket`] in this process, or a
@@ -215,7 +217,8 @@ impl Limit {
             #[cfg(feature = "redis")]
             Store::Redis(r) => {
                 let r = r.clone();
-                Reserved::Later(Turn::shared(n, async move { r.acquire(n).await }))
+                let acquired = async move { r.acquire(n).await.map(|()| Permit::tokens_only(n)) };
+                Reserved::Later(Turn::shared(acquired))
             }
         }
     }
@@ -227,25 +230,30 @@ impl Limit {
         let n = cost.of(&Resource::REQUESTS);
         let waits =
             move |d: &Denied| !max_wait.is_zero() && d.wait().is_some_and(|w| w <= max_wait);
+        // The admission the slot gives back (`Limit::slot`); elsewhere, its requests.
+        let kept = move |c: Charge| c.kept().unwrap_or(Permit::tokens_only(n));
         match &self.store {
-            Store::Bucket(b) if !b.counts_requests_only() => match b.try_charge(cost.clone()) {
-                Err(denied) if waits(&denied) => {
-                    let (b, cost) = (b.clone(), cost.clone());
-                    let charged = async move { b.charge(cost).await.map(drop) };
-                    Decision::Later(Turn::shared(n, within(max_wait, denied, charged)))
+            Store::Bucket(b) if !b.counts_requests_only() || cost.class() != Priority::Normal => {
+                match b.try_charge(cost.clone()) {
+                    Err(denied) if waits(&denied) => {
+                        let (b, cost) = (b.clone(), cost.clone());
+                        let charged = async move { b.charge(cost).await.map(kept) };
+                        Decision::Later(Turn::shared(within(max_wait, denied, charged)))
+                    }
+                    decided => Decision::Now(decided.map(kept)),
                 }
-                decided => Decision::Now(decided.map(|_| Permit::tokens_only(n))),
-            },
+            }
             #[cfg(feature = "redis")]
             Store::Redis(r) if !r.counts_requests_only() => {
                 let (r, cost) = (r.clone(), cost.clone());
-                Decision::Later(Turn::shared(n, async move {
+                Decision::Later(Turn::shared(async move {
                     match r.try_charge(cost.clone()).await {
                         Err(denied) if waits(&denied) => {
-                            let charged = async { r.charge(cost).await.map(drop) };
+                            let charged =
+                                async { r.charge(cost).await.map(|_| Permit::tokens_only(n)) };
                             within(max_wait, denied, charged).await
                         }
-                        decided => decided.map(drop),
+                        decided => decided.map(|_| Permit::tokens_only(n)),
                     }
                 }))
             }
@@ -271,10 +279,22 @@ impl Limit {
             #[cfg(feature = "redis")]
             Store::Redis(r) => {
                 let r = r.clone();
-                Decision::Later(Turn::shared(n, async move {
-                    r.try_acquire_within(n, max_wait).await
+                Decision::Later(Turn::shared(async move {
+                    let within = r.try_acquire_within(n, max_wait).await;
+                    within.map(|()| Permit::tokens_only(n))
                 }))
             }
+        }
+    }
+
+    /// What `permit`, admitted for `cost`, holds of the in-flight quotas of this limit's plan
+    /// ([`Plan::in_flight`]), given back when the slot drops. Nothing for a limit kept in
+    /// Redis: the rejecting layer's global ceiling counts in-flight requests in process only.
+    pub(crate) fn slot(&self, permit: Permit, cost: &Cost) -> Slot {
+        match &self.store {
+            Store::Bucket(b) => b.slot(permit, cost),
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => Slot::default(),
         }
     }
 
@@ -312,9 +332,9 @@ impl Limit {
 }
 
 /// `decided`, unless `max_wait` passes first: then `refused`.
-async fn within<F>(max_wait: Duration, refused: Denied, decided: F) -> Result<(), Denied>
+async fn within<T, F>(max_wait: Duration, refused: Denied, decided: F) -> Result<T, Denied>
 where
-    F: std::future::Future<Output = Result<(), Denied>>,
+    F: std::future::Future<Output = Result<T, Denied>>,
 {
     tokio::time::timeout(max_wait, decided)
         .await

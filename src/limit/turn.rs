@@ -12,7 +12,7 @@ use crate::{Bucket, Denied, Throttled};
 
 /// A future of an admission a shared store (Redis) is deciding.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-type Deciding = Pin<Box<dyn Future<Output = Result<(), Denied>> + Send>>;
+type Deciding = Pin<Box<dyn Future<Output = Result<Permit, Denied>> + Send>>;
 
 /// An admission being waited for. Dropping it gives the place back.
 pub(crate) struct Turn {
@@ -26,9 +26,9 @@ enum Kind {
         waiter: Option<Waiter>,
         deadline: Option<(Pin<Box<Sleep>>, Bucket)>,
     },
-    /// `n` tokens a shared store is deciding on.
+    /// An admission a shared store is deciding on.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    Shared { n: u32, deciding: Deciding },
+    Shared { deciding: Deciding },
 }
 
 impl Turn {
@@ -53,13 +53,12 @@ impl Turn {
     }
 
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn shared<F>(n: u32, deciding: F) -> Self
+    pub(crate) fn shared<F>(deciding: F) -> Self
     where
-        F: Future<Output = Result<(), Denied>> + Send + 'static,
+        F: Future<Output = Result<Permit, Denied>> + Send + 'static,
     {
         Turn {
             kind: Kind::Shared {
-                n,
                 deciding: Box::pin(deciding),
             },
         }
@@ -88,10 +87,7 @@ impl Turn {
                 let wait = bucket.snapshot().next_token_in;
                 Poll::Ready(Err(Throttled::after(wait).into()))
             }
-            Kind::Shared { n, deciding } => {
-                let decided = std::task::ready!(deciding.as_mut().poll(cx));
-                Poll::Ready(decided.map(|()| Permit::tokens_only(*n)))
-            }
+            Kind::Shared { deciding } => deciding.as_mut().poll(cx),
         }
     }
 }

@@ -306,6 +306,16 @@ impl Backend {
         self.plan.amounts(cost).collect()
     }
 
+    /// What a request admitted for `each` (an amount per quota) holds while in flight: its
+    /// amount of each in-flight quota ([`Plan::in_flight`]), nothing of the others.
+    pub(crate) fn in_flight(&self, each: &[u64]) -> Vec<u64> {
+        let parts = self.plan.parts().iter();
+        each.iter()
+            .zip(parts)
+            .map(|(a, p)| a * u64::from(p.in_flight))
+            .collect()
+    }
+
     /// Whether an amount per quota can ever fit now.
     pub(crate) fn check_each(&self, each: &[u64]) -> Result<(), ExceedsBurst> {
         let caps = std::iter::once(self.params().max_cost)

@@ -10,9 +10,11 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::body::ResponseBody;
 use super::fields::Fields;
 use super::respond::OnReject;
 use super::wait::{Outcome, Wait};
+use crate::slot::Slot;
 
 pin_project! {
     /// The response of a [`Reject`](super::Reject) service: the inner service's answer, or the
@@ -28,6 +30,8 @@ pin_project! {
         kind: Kind<S, O, Req, K>,
         // Boxed: most responses get none, and the future stays small.
         fields: Option<Box<Fields>>,
+        // The request's place in the in-flight quotas, for the response's body.
+        slot: Slot,
     }
 }
 
@@ -52,10 +56,11 @@ where
     O: OnReject<Req, S::Response, S::Error>,
     K: Hash + Eq,
 {
-    pub(crate) fn called(future: S::Future, fields: Option<Fields>) -> Self {
+    pub(crate) fn called(future: S::Future, fields: Option<Fields>, slot: Slot) -> Self {
         ResponseFuture {
             kind: Kind::Called { future },
             fields: fields.map(Box::new),
+            slot,
         }
     }
 
@@ -63,6 +68,7 @@ where
         ResponseFuture {
             kind: Kind::Rejected { future },
             fields: Some(Box::new(fields)),
+            slot: Slot::default(),
         }
     }
 
@@ -72,6 +78,7 @@ where
                 wait: Box::new(wait),
             },
             fields: None,
+            slot: Slot::default(),
         }
     }
 }
@@ -80,9 +87,9 @@ impl<S, O, ReqBody, ResBody, K> Future for ResponseFuture<S, O, Request<ReqBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     O: OnReject<Request<ReqBody>, Response<ResBody>, S::Error>,
-    K: Hash + Eq,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
 {
-    type Output = Result<Response<ResBody>, S::Error>;
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
@@ -93,17 +100,21 @@ where
                     if let Some(fields) = this.fields.take() {
                         fields.apply(&mut res);
                     }
-                    return Poll::Ready(Ok(res));
+                    let slot = std::mem::take(this.slot);
+                    return Poll::Ready(Ok(res.map(|body| ResponseBody::new(body, slot))));
                 }
                 KindProj::Rejected { future } => {
                     let mut res = std::task::ready!(future.poll(cx))?;
                     if let Some(fields) = this.fields.take() {
                         fields.apply(&mut res);
                     }
-                    return Poll::Ready(Ok(res));
+                    return Poll::Ready(Ok(
+                        res.map(|body| ResponseBody::new(body, Slot::default()))
+                    ));
                 }
                 KindProj::Waiting { wait } => match std::task::ready!(wait.poll(cx)) {
-                    Outcome::Go(mut service, req, statuses, tier) => {
+                    Outcome::Go(mut service, req, statuses, tier, slot) => {
+                        *this.slot = slot;
                         *this.fields = wait
                             .spec
                             .admitted(|| wait.policies(tier), statuses)

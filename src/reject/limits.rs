@@ -21,6 +21,7 @@ use super::rejected::Rejected;
 use super::wait::Pending;
 use crate::extract::KeyExtractor;
 use crate::limit::{Decision, KeyDecision, KeyHold, KeyedLimit, Limit};
+use crate::slot::Slot;
 use crate::Cost;
 
 /// The extractor of a layer of one limit, which has no keys: one limit for every request is
@@ -78,8 +79,9 @@ pub(crate) struct Limits<K, E> {
 
 /// What to do with a request.
 pub(crate) enum Verdict<K: Hash + Eq> {
-    /// Go now; the state of each limit when asked for.
-    Admit([Option<super::rejected::Status>; 2], usize),
+    /// Go now; the state of each limit when asked for, the key's plan, and the request's
+    /// place in the in-flight quotas.
+    Admit([Option<super::rejected::Status>; 2], usize, Slot),
     Reject(Rejected),
     /// Go after a wait (bounded wait only).
     Wait(Box<Pending<K>>),
@@ -138,7 +140,7 @@ impl<K, E> Limits<K, E> {
 
 impl<K, E> Limits<K, E>
 where
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     /// Decide for `req`, which costs `cost`. `max_wait` (nanoseconds) bounds a wait for
     /// the key's limit or the single limit; the global ceiling of a keyed layer never queues.
@@ -154,9 +156,9 @@ where
         E: KeyExtractor<B, Key = K>,
     {
         let mut statuses = [None, None];
-        let mut held = None;
+        let (mut held, mut slot) = (None, Slot::default());
         if cost.is_free() {
-            return Verdict::Admit(statuses, 0);
+            return Verdict::Admit(statuses, 0, Slot::default());
         }
         if let Some(k) = &self.keyed {
             let decision = match k.extractor.extract(req) {
@@ -197,7 +199,8 @@ where
                 None => Duration::from_nanos(max_wait),
             };
             match limit.decide(cost, max_wait) {
-                Decision::Now(Ok(_)) => {
+                Decision::Now(Ok(permit)) => {
+                    slot = limit.slot(permit, cost);
                     if describe {
                         statuses[1] = limit_status(limit, name);
                     }
@@ -212,17 +215,17 @@ where
                 Decision::Later(turn) => {
                     return Verdict::Wait(Box::new(match (&self.keyed, held) {
                         (Some(k), Some(hold)) => {
-                            Pending::held(k.limit.clone(), hold, limit.clone(), turn)
+                            Pending::held(k.limit.clone(), hold, limit.clone(), turn, cost)
                         }
-                        _ => Pending::single(limit.clone(), turn, name),
+                        _ => Pending::single(limit.clone(), turn, name, cost),
                     }));
                 }
             }
         }
         let tier = held.as_ref().map_or(0, KeyHold::tier);
         if let Some(hold) = held.as_mut() {
-            hold.spend();
+            slot = hold.spend().and(slot);
         }
-        Verdict::Admit(statuses, tier)
+        Verdict::Admit(statuses, tier, slot)
     }
 }

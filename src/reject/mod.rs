@@ -45,6 +45,7 @@
 //! # }
 //! ```
 
+mod body;
 mod cost;
 mod fields;
 mod future;
@@ -57,6 +58,7 @@ mod respond;
 mod service;
 mod wait;
 
+pub use self::body::ResponseBody;
 pub use self::cost::{PerResource, Weigh};
 pub use self::future::ResponseFuture;
 pub use self::layer::RejectLayer;

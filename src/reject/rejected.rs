@@ -69,10 +69,16 @@ impl Rejected {
     /// Refused by the limit `name` of `quota`, for the reason `denied`: nothing left, the
     /// next token [`wait`](Self::wait) away (zero when waiting does not help).
     pub(crate) fn new(denied: Denied, name: Arc<str>, quota: Quota) -> Self {
+        // Shed to keep capacity for critical requests: the server is busy, not the client over
+        // its limit.
+        let code = match denied {
+            Denied::Shed(_) => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::TOO_MANY_REQUESTS,
+        };
         let mut rejected = Rejected {
             denied: Some(denied),
             status: None,
-            code: StatusCode::TOO_MANY_REQUESTS,
+            code,
             tier: 0,
         };
         rejected.status = Some(Status {

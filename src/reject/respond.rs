@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::rejected::Rejected;
 use crate::headers::grpc::{
-    is_grpc_call, trailers_only, INTERNAL, INVALID_ARGUMENT, RESOURCE_EXHAUSTED,
+    is_grpc_call, trailers_only, INTERNAL, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE,
 };
 
 /// What a [`Reject`](super::Reject) service does with a request it turns away.
@@ -69,6 +69,7 @@ where
         let body = match rejected.status_code() {
             StatusCode::BAD_REQUEST => "Bad Request\n",
             StatusCode::INTERNAL_SERVER_ERROR => "Internal Server Error\n",
+            StatusCode::SERVICE_UNAVAILABLE => "Service Unavailable\n",
             _ => "Too Many Requests\n",
         };
         let mut res = Response::new(B::from(body));
@@ -90,6 +91,9 @@ impl Rejected {
             }
             StatusCode::INTERNAL_SERVER_ERROR => {
                 trailers_only(INTERNAL, "rate-limit key missing", None, body)
+            }
+            StatusCode::SERVICE_UNAVAILABLE => {
+                trailers_only(UNAVAILABLE, "load shed", self.wait(), body)
             }
             _ => trailers_only(RESOURCE_EXHAUSTED, "rate limit exceeded", self.wait(), body),
         }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::body::ResponseBody;
 use super::cost::Weigh;
 use super::fields::Spec;
 use super::future::ResponseFuture;
@@ -18,6 +19,7 @@ use super::wait::Wait;
 use crate::extract::KeyExtractor;
 use crate::observe::Observer;
 use crate::rate_limit::UnitCost;
+use crate::slot::Slot;
 use crate::Resource;
 
 /// Answers requests over the limit at once (`429 Too Many Requests`), and passes the others
@@ -74,11 +76,11 @@ impl<S, K, E, O, C, ReqBody, ResBody> Service<Request<ReqBody>> for Reject<S, K,
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     E: KeyExtractor<ReqBody, Key = K>,
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     O: OnReject<Request<ReqBody>, Response<ResBody>, S::Error> + Clone,
     C: Weigh<Request<ReqBody>>,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S, O, Request<ReqBody>, K>;
 
@@ -95,11 +97,11 @@ where
             .limits
             .check(&req, &cost, config.max_wait, config.spec.admitted);
         match verdict {
-            Verdict::Admit(statuses, tier) => {
+            Verdict::Admit(statuses, tier, slot) => {
                 let fields = config
                     .spec
                     .admitted(|| config.limits.policies(tier), statuses);
-                ResponseFuture::called(self.inner.call(req), fields)
+                ResponseFuture::called(self.inner.call(req), fields, slot)
             }
             Verdict::Reject(rejected) => {
                 if let Some(o) = &config.observer {
@@ -108,7 +110,7 @@ where
                 req.extensions_mut().insert(rejected.clone());
                 if config.dry_run {
                     trace_event!(debug, limit = ?rejected.policy(), wait = ?rejected.wait(), "dry run: request would be rejected");
-                    return ResponseFuture::called(self.inner.call(req), None);
+                    return ResponseFuture::called(self.inner.call(req), None, Slot::default());
                 }
                 trace_event!(debug, limit = ?rejected.policy(), wait = ?rejected.wait(), "request rejected");
                 let future = config.on_reject.on_reject(req, &rejected);

@@ -25,6 +25,7 @@ use super::policy::{self, limit_refusal, limit_status, policies, GLOBAL};
 use super::rejected::{Rejected, Status};
 use crate::limit::{Decision, KeyHold, KeyTurn, KeyedLimit, Limit, Turn};
 use crate::observe::Observer;
+use crate::slot::Slot;
 use crate::Cost;
 
 /// A reservation being waited for.
@@ -48,6 +49,7 @@ pub(crate) enum Pending<K: Hash + Eq> {
         limit: Limit,
         turn: Turn,
         name: &'static str,
+        cost: Cost,
     },
 }
 
@@ -69,26 +71,38 @@ impl<K: Hash + Eq> Pending<K> {
     }
 
     /// A key admitted already, waiting for the global ceiling's `turn`.
-    pub(crate) fn held(keyed: KeyedLimit<K>, hold: KeyHold<K>, global: Limit, turn: Turn) -> Self {
+    pub(crate) fn held(
+        keyed: KeyedLimit<K>,
+        hold: KeyHold<K>,
+        global: Limit,
+        turn: Turn,
+        cost: &Cost,
+    ) -> Self {
         Pending::Key {
             keyed,
             turn: None,
             hold: Some(hold),
             global: Some(global),
             global_turn: Some(turn),
-            cost: Cost::from(0), // the global ceiling's turn is taken already
+            cost: cost.clone(),
         }
     }
 
-    pub(crate) fn single(limit: Limit, turn: Turn, name: &'static str) -> Self {
-        Pending::Single { limit, turn, name }
+    pub(crate) fn single(limit: Limit, turn: Turn, name: &'static str, cost: &Cost) -> Self {
+        Pending::Single {
+            limit,
+            turn,
+            name,
+            cost: cost.clone(),
+        }
     }
 }
 
 /// How a wait ended.
 pub(crate) enum Outcome<S, Req> {
-    /// Go, with the state of each limit when asked for and the plan of the key.
-    Go(S, Req, [Option<Status>; 2], usize),
+    /// Go, with the state of each limit when asked for, the plan of the key, and the
+    /// request's place in the in-flight quotas.
+    Go(S, Req, [Option<Status>; 2], usize, Slot),
     Refuse(Req, Rejected),
     /// Refused, but a dry run lets it through.
     DryRun(S, Req, Rejected),
@@ -109,7 +123,7 @@ pub(crate) struct Wait<S, O, Req, K: Hash + Eq> {
     observer: Option<Arc<dyn Observer>>,
 }
 
-impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
+impl<S, O, Req, K: Hash + Eq + Clone + Send + Sync + 'static> Wait<S, O, Req, K> {
     #[allow(clippy::too_many_arguments)] // the layer's settings, taken apart
     pub(crate) fn new(
         pending: Pending<K>,
@@ -174,8 +188,7 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                 };
                 let tier = h.tier();
                 let Some(g) = global else {
-                    h.spend();
-                    break Ok(([key, None], tier));
+                    break Ok(([key, None], tier, h.spend()));
                 };
                 let decided = match global_turn {
                     Some(t) => std::task::ready!(t.poll(self.sleep.as_mut(), cx)),
@@ -188,14 +201,14 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     },
                 };
                 break match decided {
-                    Ok(_) => {
-                        h.spend();
+                    Ok(permit) => {
+                        let slot = h.spend().and(g.slot(permit, cost));
                         let global = if describe {
                             limit_status(g, GLOBAL)
                         } else {
                             None
                         };
-                        Ok(([key, global], tier))
+                        Ok(([key, global], tier, slot))
                     }
                     Err(denied) => {
                         h.refund();
@@ -203,24 +216,27 @@ impl<S, O, Req, K: Hash + Eq> Wait<S, O, Req, K> {
                     }
                 };
             },
-            Pending::Single { limit, turn, name } => {
-                match std::task::ready!(turn.poll(self.sleep.as_mut(), cx)) {
-                    Ok(_) => {
-                        let status = if describe {
-                            limit_status(limit, name)
-                        } else {
-                            None
-                        };
-                        Ok(([None, status], 0))
-                    }
-                    Err(denied) => Err(limit_refusal(limit, name, &Cost::from(1), denied)),
+            Pending::Single {
+                limit,
+                turn,
+                name,
+                cost,
+            } => match std::task::ready!(turn.poll(self.sleep.as_mut(), cx)) {
+                Ok(permit) => {
+                    let status = if describe {
+                        limit_status(limit, name)
+                    } else {
+                        None
+                    };
+                    Ok(([None, status], 0, limit.slot(permit, cost)))
                 }
-            }
+                Err(denied) => Err(limit_refusal(limit, name, cost, denied)),
+            },
         };
         let req = self.req.take().expect("polled after completion");
         let service = self.service.take().expect("polled after completion");
         Poll::Ready(match verdict {
-            Ok((statuses, tier)) => Outcome::Go(service, req, statuses, tier),
+            Ok((statuses, tier, slot)) => Outcome::Go(service, req, statuses, tier, slot),
             Err(rejected) => {
                 if let Some(o) = &self.observer {
                     let wait = rejected.wait().unwrap_or(Duration::ZERO);

@@ -258,9 +258,9 @@ pub mod server {
     }
 
     /// `req` sent through `svc` once it is ready.
-    pub async fn send<S>(svc: &mut S, req: Request<String>) -> Res
+    pub async fn send<S>(svc: &mut S, req: Request<String>) -> S::Response
     where
-        S: Service<Request<String>, Response = Res, Error = Infallible>,
+        S: Service<Request<String>, Error = Infallible>,
     {
         svc.ready().await.unwrap().call(req).await.unwrap()
     }

@@ -105,7 +105,13 @@ impl Settle for Settlement {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (back, owed) = differences(&self.each, &self.inner.backend.amounts(actual));
+        let backend = &self.inner.backend;
+        // Ended: its in-flight quotas come back with the rest.
+        let held = backend.in_flight(&self.each);
+        let actual: Vec<u64> = (backend.amounts(actual).iter().zip(&held))
+            .map(|(a, h)| if *h > 0 { 0 } else { *a })
+            .collect();
+        let (back, owed) = differences(&self.each, &actual);
         let (inner, at_us) = (Arc::clone(&self.inner), self.at_us);
         rt.spawn(async move {
             let (backend, key) = (&inner.backend, &inner.key);
@@ -117,6 +123,23 @@ impl Settle for Settlement {
                 let _ = backend.owe(key, &owed).await;
             }
             bump(&backend.counters.settlements);
+        });
+    }
+
+    fn end(&self) {
+        let held = self.inner.backend.in_flight(&self.each);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if held.iter().all(|n| *n == 0) {
+            return;
+        }
+        let (inner, at_us) = (Arc::clone(&self.inner), self.at_us);
+        rt.spawn(async move {
+            let n = u32::try_from(held[0]).unwrap_or(u32::MAX);
+            let _ = (inner.backend)
+                .release_booked(&inner.key, n, at_us, Some(&held))
+                .await;
         });
     }
 }
