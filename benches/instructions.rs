@@ -23,7 +23,8 @@
 //! (`keyed_check/ours_3_quotas/N`), and `charge`, `charge_2_quotas`, `charge_2_resources`:
 //! `try_charge` of one request on a plan of one quota and of two quotas of requests, and of
 //! one request and 100 tokens on a plan of a quota of requests and one of tokens, the charge
-//! dropped each time.
+//! dropped each time; `charge_in_flight`: one request on a quota of requests and an
+//! in-flight quota, its slot given back as the charge drops.
 
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -43,7 +44,7 @@ const WARM_UP: u64 = 10_000;
 
 const ROWS: &str = "try_acquire, ready_call, keyed_1, keyed_1000, keyed_100000, \
                     keyed_3_quotas_1, keyed_3_quotas_1000, keyed_3_quotas_100000, \
-                    charge, charge_2_quotas, charge_2_resources";
+                    charge, charge_2_quotas, charge_2_resources, charge_in_flight";
 
 /// As in `benches/bucket.rs`: one token per nanosecond, one second of burst.
 fn always_allow() -> Quota {
@@ -181,6 +182,13 @@ fn main() -> ExitCode {
         "charge" => charge(Plan::new(always_allow()), Cost::new(), n),
         "charge_2_quotas" => charge(
             Plan::new(always_allow()).and(always_allow()),
+            Cost::new(),
+            n,
+        ),
+        "charge_in_flight" => charge(
+            Plan::new(always_allow())
+                .and(Quota::new(1_000_000, Duration::from_secs(3600)))
+                .in_flight(),
             Cost::new(),
             n,
         ),

@@ -61,7 +61,10 @@ fn streaming() -> (
 }
 
 fn keyed(key: &str) -> Request<()> {
-    Request::builder().header("x-api-key", key).body(()).unwrap()
+    Request::builder()
+        .header("x-api-key", key)
+        .body(())
+        .unwrap()
 }
 
 fn end(ends: &Ends, i: usize, ok: bool) {
@@ -76,7 +79,10 @@ async fn a_key_has_at_most_n_requests_until_their_bodies_end() {
     let svc = RejectLayer::keyed(limit, HeaderKey::x_api_key()).layer(api);
     let first = svc.clone().oneshot(keyed("a")).await.unwrap();
     let second = svc.clone().oneshot(keyed("a")).await.unwrap();
-    assert_eq!((first.status(), second.status()), (StatusCode::OK, StatusCode::OK));
+    assert_eq!(
+        (first.status(), second.status()),
+        (StatusCode::OK, StatusCode::OK)
+    );
     let third = svc.clone().oneshot(keyed("a")).await.unwrap();
     assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(third.headers().contains_key("retry-after"));
@@ -89,7 +95,10 @@ async fn a_key_has_at_most_n_requests_until_their_bodies_end() {
     assert_eq!(status(svc.clone().oneshot(keyed("a")).await.unwrap()), 429);
     // The first body read to its end gives its slot back.
     end(&ends, 0, true);
-    assert_eq!(first.into_body().collect().await.unwrap().to_bytes(), "done");
+    assert_eq!(
+        first.into_body().collect().await.unwrap().to_bytes(),
+        "done"
+    );
     let fourth = svc.clone().oneshot(keyed("a")).await.unwrap();
     assert_eq!(fourth.status(), StatusCode::OK);
     assert_eq!(status(svc.clone().oneshot(keyed("a")).await.unwrap()), 429);
@@ -115,8 +124,10 @@ async fn a_failed_or_cancelled_request_gives_its_slot_back() {
     failing.headers_mut().insert("x-fail", "1".parse().unwrap());
     assert!(svc.clone().oneshot(failing).await.is_err());
     // The inner service never answers this one: the caller gives up.
-    let slow = service_fn(|_: Request<()>| std::future::pending::<Result<Response<Body>, BoxError>>());
-    let stuck = RejectLayer::keyed(KeyedBucket::new(in_flight(1)), HeaderKey::x_api_key()).layer(slow);
+    let slow =
+        service_fn(|_: Request<()>| std::future::pending::<Result<Response<Body>, BoxError>>());
+    let stuck =
+        RejectLayer::keyed(KeyedBucket::new(in_flight(1)), HeaderKey::x_api_key()).layer(slow);
     let gave_up = tokio::time::timeout(Duration::from_secs(1), stuck.clone().oneshot(keyed("a")));
     assert!(gave_up.await.is_err());
     let mut again = Box::pin(stuck.clone().oneshot(keyed("a")));
@@ -149,7 +160,11 @@ async fn in_flight_and_rate_refuse_together_and_charge_nothing() {
     assert_eq!(status(svc.clone().oneshot(keyed("a")).await.unwrap()), 429);
     tokio::time::advance(Duration::from_secs(30)).await;
     let third = svc.clone().oneshot(keyed("a")).await.unwrap();
-    assert_eq!(third.status(), 200, "the request refused by the rate held no slot");
+    assert_eq!(
+        third.status(),
+        200,
+        "the request refused by the rate held no slot"
+    );
 }
 
 /// Many tasks on one client bucket: exactly N in flight at the peak, never more.
@@ -198,7 +213,11 @@ async fn a_full_limit_waits_for_a_slot_and_a_lost_one_returns_after_its_lease() 
     });
     tokio::time::sleep(Duration::from_secs(2)).await;
     drop(held);
-    assert_eq!(waiter.await.unwrap(), Duration::from_secs(3), "at once when it came back");
+    assert_eq!(
+        waiter.await.unwrap(),
+        Duration::from_secs(3),
+        "at once when it came back"
+    );
     // Lost (never dropped): the slot returns when its lease ends.
     let lost = bucket.charge(1).await.unwrap();
     let taken = start.elapsed();
@@ -212,16 +231,29 @@ async fn a_full_limit_waits_for_a_slot_and_a_lost_one_returns_after_its_lease() 
 /// settled or dropped with the response.
 #[tokio::test(start_paused = true)]
 async fn the_client_layer_holds_the_slot_until_the_charge_goes() {
-    let bucket = Bucket::new(Plan::new(Quota::per_second(100)).and(Quota::new(1, LEASE)).in_flight());
+    let bucket = Bucket::new(
+        Plan::new(Quota::per_second(100))
+            .and(Quota::new(1, LEASE))
+            .in_flight(),
+    );
     let api = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(())) });
-    let client = RateLimitLayer::new(bucket.clone()).charge(|_: &Request<()>| Cost::new()).layer(api);
+    let client = RateLimitLayer::new(bucket.clone())
+        .charge(|_: &Request<()>| Cost::new())
+        .layer(api);
     let first = client.clone().oneshot(Request::new(())).await.unwrap();
     let second = tokio::spawn(client.clone().oneshot(Request::new(())));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!second.is_finished(), "the first still holds the slot");
-    let charge = first.extensions().get::<tower_throttle::Charge>().unwrap().clone();
+    let charge = first
+        .extensions()
+        .get::<tower_throttle::Charge>()
+        .unwrap()
+        .clone();
     drop(first);
-    assert!(!second.is_finished(), "a clone of the charge still holds it");
+    assert!(
+        !second.is_finished(),
+        "a clone of the charge still holds it"
+    );
     assert!(charge.settle(1));
     second.await.unwrap().unwrap();
 }
@@ -236,7 +268,10 @@ async fn a_single_limit_counts_requests_in_flight() {
     let refused = svc.clone().oneshot(Request::new(())).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     end(&ends, 0, true);
-    assert_eq!(first.into_body().collect().await.unwrap().to_bytes(), "done");
+    assert_eq!(
+        first.into_body().collect().await.unwrap().to_bytes(),
+        "done"
+    );
     let next = svc.clone().oneshot(Request::new(())).await.unwrap();
     assert_eq!(next.status(), StatusCode::OK);
 }

@@ -28,6 +28,8 @@ use crate::Cost;
 ///   rest (its tokens) comes back.
 /// - Dropped unsettled (every clone), the estimate stands: a request sent whose cost never
 ///   came back.
+/// - Settled, refunded or dropped, the request has ended: what it held of the plan's
+///   [in-flight](crate::Plan::in_flight) quotas comes back.
 ///
 /// ```
 /// use tower_throttle::{Bucket, Quota};

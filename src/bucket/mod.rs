@@ -278,7 +278,8 @@ impl Bucket {
     /// Wait until `n` tokens are available, then take them.
     ///
     /// Waiters are served first come, first served. Dropping the future before it completes
-    /// gives its place back.
+    /// gives its place back. On a plan with an [in-flight](Plan::in_flight) quota, only the
+    /// lease gives its slot back: take a [`charge`](Self::charge) instead.
     ///
     /// # Errors
     /// [`Denied::ExceedsBurst`], at once, when `n` is larger than the burst (it could never

@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     discovered: Box<[usize]>,
     /// The share of each quota's capacity kept for critical requests (0: none).
     reserve: f64,
+    /// The plan has an in-flight quota ([`Plan::in_flight`]).
+    pub(crate) in_flight: bool,
 }
 
 #[derive(Debug)]
@@ -187,6 +189,7 @@ impl Shared {
         reserve: f64,
     ) -> Self {
         let (quota, algorithm) = (plan.quota(), plan.parts()[0].algorithm);
+        let in_flight = plan.parts().iter().any(|p| p.in_flight);
         let rest_capacity = plan.parts()[1..]
             .iter()
             .filter(|p| p.resource == Resource::REQUESTS)
@@ -220,6 +223,7 @@ impl Shared {
             observer,
             discovered: discovered.into(),
             reserve,
+            in_flight,
         }
     }
 
@@ -286,6 +290,9 @@ impl Shared {
     /// The in-flight quotas of `permit`, admitted for `cost`, given back now: its request
     /// ended unsettled.
     pub(crate) fn end_in_flight(&self, permit: Permit, cost: &Cost) {
+        if !self.in_flight {
+            return;
+        }
         let Some(held) = self.plan.in_flight_amounts(cost) else {
             return;
         };
@@ -329,6 +336,7 @@ impl Shared {
     /// With a reserve for critical requests, the earliest instant `≥ from` at which a request
     /// of class `priority`, of `tokens` (or `each`), fits and leaves the reserve of each quota
     /// it is charged to: `None` for a critical request, or without a reserve.
+    #[inline]
     pub(super) fn reserved_fit(
         &self,
         st: &mut State,
@@ -340,6 +348,17 @@ impl Shared {
         if self.reserve == 0.0 || priority == Priority::Critical {
             return None;
         }
+        Some(self.fit_leaving_reserve(st, tokens, each, from))
+    }
+
+    #[cold]
+    fn fit_leaving_reserve(
+        &self,
+        st: &mut State,
+        tokens: u32,
+        each: Option<&[u64]>,
+        from: u64,
+    ) -> u64 {
         // Each amount asked, and the reserve kept beside it (never more than it leaves).
         let kept = |amount: u64, capacity: u64| match amount {
             0 => 0,
@@ -351,7 +370,7 @@ impl Shared {
         let Kind::Window(w) = &st.engine else {
             let capacity = self.capacity.load(Ordering::Acquire).into();
             let padded = u32::try_from(kept(tokens.into(), capacity)).unwrap_or(u32::MAX);
-            return Some(self.predict(st, padded, None, 0, from));
+            return self.predict(st, padded, None, 0, from);
         };
         let padded: Vec<u64> = match each {
             Some(a) => a.to_vec(),
@@ -360,7 +379,7 @@ impl Shared {
         let padded: Vec<u64> = (padded.iter().enumerate())
             .map(|(i, &a)| kept(a, w.capacity_at(i)))
             .collect();
-        Some(self.predict(st, tokens, Some(&padded), 0, from))
+        self.predict(st, tokens, Some(&padded), 0, from)
     }
 
     /// Whether a refused request of class `priority` was refused for the reserve alone: it

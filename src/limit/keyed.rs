@@ -188,6 +188,8 @@ enum Hold<K> {
         id: KeyDigest,
         cost: Cost,
         tier: usize,
+        /// The admission's instant on the Redis clock, µs, when Redis decided.
+        at_us: Option<u64>,
     },
 }
 
@@ -213,7 +215,16 @@ impl<K: Hash + Eq> KeyHold<K> {
                 None => Slot::default(),
             },
             #[cfg(feature = "redis")]
-            Hold::Redis { .. } => Slot::default(),
+            Hold::Redis {
+                redis,
+                id,
+                cost,
+                tier,
+                at_us,
+            } => match at_us {
+                Some(at) => redis.in_flight_slot(*id, *tier, cost, *at),
+                None => Slot::default(),
+            },
         }
     }
 
@@ -232,6 +243,7 @@ impl<K: Hash + Eq> KeyHold<K> {
                 id,
                 cost,
                 tier,
+                ..
             } => redis.release_detached(*id, *tier, cost.clone()),
         }
     }
@@ -265,9 +277,10 @@ impl<K: Hash + Eq> Drop for KeyHold<K> {
     }
 }
 
-/// What Redis decides of a key: admitted, or refused by a quota of its plan.
+/// What Redis decides of a key: admitted (at an instant of the Redis clock, µs, when Redis
+/// decided), or refused by a quota of its plan.
 #[cfg(feature = "redis")]
-type Deciding = Result<(), (Denied, usize)>;
+type Deciding = Result<Option<u64>, (Denied, usize)>;
 
 /// A key's admission being waited for.
 pub(crate) struct KeyTurn<K: Hash + Eq> {
@@ -311,7 +324,7 @@ impl<K: Hash + Eq> KeyTurn<K> {
                 deciding,
             } => {
                 let tier = *tier;
-                std::task::ready!(deciding.as_mut().poll(cx))
+                let at_us = std::task::ready!(deciding.as_mut().poll(cx))
                     .map_err(|(denied, part)| (denied, Which { tier, part }))?;
                 Poll::Ready(Ok(KeyHold {
                     kind: Hold::Redis {
@@ -319,6 +332,7 @@ impl<K: Hash + Eq> KeyTurn<K> {
                         id: *id,
                         cost: cost.clone(),
                         tier,
+                        at_us,
                     },
                     armed: true,
                 }))

@@ -217,7 +217,7 @@ impl Limit {
             #[cfg(feature = "redis")]
             Store::Redis(r) => {
                 let r = r.clone();
-                let acquired = async move { r.acquire(n).await.map(|()| Permit::tokens_only(n)) };
+                let acquired = async move { r.acquire(n).await.map(|()| tokens_only(n)) };
                 Reserved::Later(Turn::shared(acquired))
             }
         }
@@ -230,30 +230,36 @@ impl Limit {
         let n = cost.of(&Resource::REQUESTS);
         let waits =
             move |d: &Denied| !max_wait.is_zero() && d.wait().is_some_and(|w| w <= max_wait);
-        // The admission the slot gives back (`Limit::slot`); elsewhere, its requests.
+        // The admission the slot gives back (`Limit::slot`).
         let kept = move |c: Charge| c.kept().unwrap_or(Permit::tokens_only(n));
         match &self.store {
             Store::Bucket(b) if !b.counts_requests_only() || cost.class() != Priority::Normal => {
                 match b.try_charge(cost.clone()) {
                     Err(denied) if waits(&denied) => {
                         let (b, cost) = (b.clone(), cost.clone());
-                        let charged = async move { b.charge(cost).await.map(kept) };
+                        let charged =
+                            async move { b.charge(cost).await.map(|c| (kept(c), Slot::default())) };
                         Decision::Later(Turn::shared(within(max_wait, denied, charged)))
                     }
                     decided => Decision::Now(decided.map(kept)),
                 }
             }
             #[cfg(feature = "redis")]
-            Store::Redis(r) if !r.counts_requests_only() => {
+            Store::Redis(r) if !r.counts_requests_only() || r.holds_in_flight() => {
                 let (r, cost) = (r.clone(), cost.clone());
+                // A charge that holds in-flight quotas holds them until the slot drops.
+                let holds = r.holds_in_flight();
+                let held = move |c: Charge| match holds {
+                    true => (Permit::tokens_only(n), Slot::new(move || drop(c))),
+                    false => tokens_only(n),
+                };
                 Decision::Later(Turn::shared(async move {
                     match r.try_charge(cost.clone()).await {
                         Err(denied) if waits(&denied) => {
-                            let charged =
-                                async { r.charge(cost).await.map(|_| Permit::tokens_only(n)) };
+                            let charged = async { r.charge(cost).await.map(held) };
                             within(max_wait, denied, charged).await
                         }
-                        decided => decided.map(|_| Permit::tokens_only(n)),
+                        decided => decided.map(held),
                     }
                 }))
             }
@@ -281,7 +287,7 @@ impl Limit {
                 let r = r.clone();
                 Decision::Later(Turn::shared(async move {
                     let within = r.try_acquire_within(n, max_wait).await;
-                    within.map(|()| Permit::tokens_only(n))
+                    within.map(|()| tokens_only(n))
                 }))
             }
         }
@@ -332,6 +338,12 @@ impl Limit {
 }
 
 /// `decided`, unless `max_wait` passes first: then `refused`.
+/// An admission of `n` requests that holds nothing in flight.
+#[cfg(feature = "redis")]
+fn tokens_only(n: u32) -> (Permit, Slot) {
+    (Permit::tokens_only(n), Slot::default())
+}
+
 async fn within<T, F>(max_wait: Duration, refused: Denied, decided: F) -> Result<T, Denied>
 where
     F: std::future::Future<Output = Result<T, Denied>>,

@@ -8,11 +8,12 @@ use std::time::Duration;
 use tokio::time::Sleep;
 
 use crate::bucket::{Permit, Waiter};
+use crate::slot::Slot;
 use crate::{Bucket, Denied, Throttled};
 
 /// A future of an admission a shared store (Redis) is deciding.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-type Deciding = Pin<Box<dyn Future<Output = Result<Permit, Denied>> + Send>>;
+type Deciding = Pin<Box<dyn Future<Output = Result<(Permit, Slot), Denied>> + Send>>;
 
 /// An admission being waited for. Dropping it gives the place back.
 pub(crate) struct Turn {
@@ -55,7 +56,7 @@ impl Turn {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn shared<F>(deciding: F) -> Self
     where
-        F: Future<Output = Result<Permit, Denied>> + Send + 'static,
+        F: Future<Output = Result<(Permit, Slot), Denied>> + Send + 'static,
     {
         Turn {
             kind: Kind::Shared {
@@ -70,6 +71,16 @@ impl Turn {
         sleep: Pin<&mut Sleep>,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Permit, Denied>> {
+        self.poll_held(sleep, cx).map_ok(|(permit, _)| permit)
+    }
+
+    /// [`poll`](Self::poll), with what a shared store's admission holds of its in-flight
+    /// quotas (an in-process one's: [`Limit::slot`](super::Limit::slot)).
+    pub(crate) fn poll_held(
+        &mut self,
+        sleep: Pin<&mut Sleep>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(Permit, Slot), Denied>> {
         match &mut self.kind {
             Kind::Queued { waiter, deadline } => {
                 let Some(w) = waiter.as_mut() else {
@@ -77,7 +88,8 @@ impl Turn {
                 };
                 if let Poll::Ready(turn) = w.poll(sleep, cx) {
                     waiter.take();
-                    return Poll::Ready(turn.map_err(Denied::from));
+                    let held = turn.map(|permit| (permit, Slot::default()));
+                    return Poll::Ready(held.map_err(Denied::from));
                 }
                 let Some((timer, bucket)) = deadline.as_mut() else {
                     return Poll::Pending;

@@ -306,6 +306,11 @@ impl Backend {
         self.plan.amounts(cost).collect()
     }
 
+    /// Whether the plan has an in-flight quota ([`Plan::in_flight`]).
+    pub(crate) fn holds_in_flight(&self) -> bool {
+        self.plan.parts().iter().any(|p| p.in_flight)
+    }
+
     /// What a request admitted for `each` (an amount per quota) holds while in flight: its
     /// amount of each in-flight quota ([`Plan::in_flight`]), nothing of the others.
     pub(crate) fn in_flight(&self, each: &[u64]) -> Vec<u64> {

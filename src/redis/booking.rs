@@ -53,6 +53,9 @@ pub(crate) async fn book(
     n: u32,
     each: Option<Arc<[u64]>>,
 ) -> Result<Admission, Unbooked> {
+    if backend.holds_in_flight() {
+        return poll(backend, hint, key, n, each).await;
+    }
     let mut slept = false;
     loop {
         // Checked again after every sleep, and at once when the quota changes (listened to
@@ -111,6 +114,43 @@ pub(crate) async fn book(
             slept,
             at_us: t.at_us,
         });
+    }
+}
+
+/// How often a waiter on a plan with in-flight quotas asks again.
+const POLL: Duration = Duration::from_millis(20);
+
+/// [`book`], for a plan with in-flight quotas ([`Plan::in_flight`](crate::Plan::in_flight)):
+/// their slots come back when requests end, which no booking foresees, so a waiter asks
+/// again every [`POLL`] (sooner when the refusal says the rate quotas let it) until it is
+/// admitted. Waiters of one process or several are then served in no set order.
+async fn poll(
+    backend: &Arc<Backend>,
+    hint: &Hint,
+    key: &str,
+    n: u32,
+    each: Option<Arc<[u64]>>,
+) -> Result<Admission, Unbooked> {
+    let mut slept = false;
+    loop {
+        match &each {
+            Some(each) => backend.check_each(each),
+            None => backend.check(n),
+        }
+        .map_err(Unbooked::Exceeds)?;
+        let t = (backend.acquire(key, n, false, each.as_deref()))
+            .await
+            .map_err(Unbooked::Failed)?;
+        let reply = learn(backend, hint, &t, n);
+        if reply.admitted {
+            return Ok(Admission {
+                reply,
+                slept,
+                at_us: t.at_us,
+            });
+        }
+        slept = true;
+        tokio::time::sleep(reply.wait.clamp(Duration::from_millis(1), POLL)).await;
     }
 }
 

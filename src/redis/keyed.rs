@@ -253,6 +253,7 @@ impl RedisKeyed {
         let id = key.key_digest();
         self.try_acquire_at(id, self.tier_of(&id), &n.into())
             .await
+            .map(drop)
             .map_err(|(denied, _)| denied)
     }
 
@@ -263,11 +264,11 @@ impl RedisKeyed {
         id: KeyDigest,
         tier: usize,
         cost: &Cost,
-    ) -> Result<(), (Denied, usize)> {
+    ) -> Result<Option<u64>, (Denied, usize)> {
         let backend = self.backend_at(tier);
         let (n, each) = backend.price(cost);
         if cost.is_free() {
-            return Ok(());
+            return Ok(None);
         }
         match &each {
             Some(each) => backend.check_each(each),
@@ -276,10 +277,12 @@ impl RedisKeyed {
         .map_err(|e| (e.into(), 0))?;
         let key = self.key_of(&id);
         match backend.acquire(&key, n, false, each.as_deref()).await {
-            Ok(t) => t.reply.decision().map_err(|e| (e.into(), t.part)),
-            Err(e) => backend
-                .fallback()
+            Ok(t) => (t.reply.decision())
+                .map(|()| Some(t.at_us))
+                .map_err(|e| (e.into(), t.part)),
+            Err(e) => (backend.fallback())
                 .try_acquire(self.local(&id, tier).as_ref(), n, e)
+                .map(|()| None)
                 .map_err(|e| (e, 0)),
         }
     }
@@ -316,6 +319,29 @@ impl RedisKeyed {
         }
     }
 
+    /// What `cost` holds of the in-flight quotas of the plan `tier`, per quota, when it holds
+    /// any.
+    pub(crate) fn in_flight(&self, tier: usize, cost: &Cost) -> Option<Vec<u64>> {
+        let backend = self.backend_at(tier);
+        let held = backend.in_flight(&backend.amounts(cost));
+        held.iter().any(|n| *n > 0).then_some(held)
+    }
+
+    /// Give back `held` (per quota) of the admission of `key` on the plan `tier` at `at_us`
+    /// on the Redis clock: its request ended.
+    pub(crate) async fn release_in_flight(
+        &self,
+        id: KeyDigest,
+        tier: usize,
+        held: &[u64],
+        at_us: u64,
+    ) -> Result<(), Denied> {
+        let (backend, key) = (self.backend_at(tier), self.key_of(&id));
+        let n = u32::try_from(held[0]).unwrap_or(u32::MAX);
+        let released = backend.release_booked(&key, n, at_us, Some(held)).await;
+        released.map(drop).map_err(Denied::from)
+    }
+
     /// Wait until `n` tokens of `key`'s limit are available, then take them.
     ///
     /// As [`RedisBucket::acquire`](super::RedisBucket::acquire), per key: the waiter books
@@ -330,7 +356,9 @@ impl RedisKeyed {
     /// As [`RedisBucket::acquire`](super::RedisBucket::acquire).
     pub async fn acquire(&self, key: impl StableKey, n: u32) -> Result<(), Denied> {
         let id = key.key_digest();
-        self.acquire_at(id, self.tier_of(&id), &n.into()).await
+        self.acquire_at(id, self.tier_of(&id), &n.into())
+            .await
+            .map(drop)
     }
 
     /// [`acquire`](Self::acquire) of `cost` for the key `id` on the plan `tier`.
@@ -339,9 +367,9 @@ impl RedisKeyed {
         id: KeyDigest,
         tier: usize,
         cost: &Cost,
-    ) -> Result<(), Denied> {
+    ) -> Result<Option<u64>, Denied> {
         if cost.is_free() {
-            return Ok(());
+            return Ok(None);
         }
         let inner = &*self.inner;
         // The key's hint, shared by this process's waiters for it while any waits.
@@ -349,11 +377,12 @@ impl RedisKeyed {
         let backend = self.backend_at(tier);
         let (n, each) = backend.price(cost);
         match booking::book(backend, entered.lane(), &self.key_of(&id), n, each).await {
-            Ok(_) => Ok(()),
+            Ok(admission) => Ok(Some(admission.at_us)),
             Err(Unbooked::Exceeds(e)) => Err(e.into()),
             Err(Unbooked::Failed(e)) => {
                 let local = self.local(&id, tier);
-                inner.backend.fallback().acquire(local.as_ref(), n, e).await
+                let fallback = inner.backend.fallback();
+                fallback.acquire(local.as_ref(), n, e).await.map(|()| None)
             }
         }
     }

@@ -1,6 +1,7 @@
 //! What a Redis limit's observer is told of each decision, and the decisions the layers ask
 //! for: within a bounded wait, and writes made in the background.
 
+use crate::slot::Slot;
 use std::future::Future;
 use std::time::Duration;
 
@@ -111,7 +112,7 @@ impl RedisKeyed {
         tier: usize,
         cost: &Cost,
         max_wait: Duration,
-    ) -> Result<(), (Denied, usize)> {
+    ) -> Result<Option<u64>, (Denied, usize)> {
         match self.try_acquire_at(key, tier, cost).await {
             Err((Denied::Throttled(t), part)) if !max_wait.is_zero() && t.wait() <= max_wait => {
                 let deadline = Instant::now() + max_wait;
@@ -123,6 +124,25 @@ impl RedisKeyed {
             }
             other => other,
         }
+    }
+
+    /// What an admission of `cost` for `key` on the plan `tier`, at `at_us` on the Redis
+    /// clock, holds of the plan's in-flight quotas, given back in the background when the
+    /// slot drops.
+    pub(crate) fn in_flight_slot(
+        &self,
+        key: KeyDigest,
+        tier: usize,
+        cost: &Cost,
+        at_us: u64,
+    ) -> Slot {
+        let Some(held) = self.in_flight(tier, cost) else {
+            return Slot::default();
+        };
+        let this = self.clone();
+        Slot::new(move || {
+            detach(async move { this.release_in_flight(key, tier, &held, at_us).await })
+        })
     }
 
     /// Give back `cost`, admitted for `key` on the plan `tier` and refused by another limit,

@@ -191,9 +191,9 @@ impl<S, O, Req, K: Hash + Eq + Clone + Send + Sync + 'static> Wait<S, O, Req, K>
                     break Ok(([key, None], tier, h.spend()));
                 };
                 let decided = match global_turn {
-                    Some(t) => std::task::ready!(t.poll(self.sleep.as_mut(), cx)),
+                    Some(t) => std::task::ready!(t.poll_held(self.sleep.as_mut(), cx)),
                     None => match g.decide(cost, Duration::ZERO) {
-                        Decision::Now(decided) => decided,
+                        Decision::Now(decided) => decided.map(|p| (p, Slot::default())),
                         Decision::Later(t) => {
                             *global_turn = Some(t);
                             continue;
@@ -201,8 +201,8 @@ impl<S, O, Req, K: Hash + Eq + Clone + Send + Sync + 'static> Wait<S, O, Req, K>
                     },
                 };
                 break match decided {
-                    Ok(permit) => {
-                        let slot = h.spend().and(g.slot(permit, cost));
+                    Ok((permit, held)) => {
+                        let slot = h.spend().and(held).and(g.slot(permit, cost));
                         let global = if describe {
                             limit_status(g, GLOBAL)
                         } else {
@@ -221,14 +221,14 @@ impl<S, O, Req, K: Hash + Eq + Clone + Send + Sync + 'static> Wait<S, O, Req, K>
                 turn,
                 name,
                 cost,
-            } => match std::task::ready!(turn.poll(self.sleep.as_mut(), cx)) {
-                Ok(permit) => {
+            } => match std::task::ready!(turn.poll_held(self.sleep.as_mut(), cx)) {
+                Ok((permit, held)) => {
                     let status = if describe {
                         limit_status(limit, name)
                     } else {
                         None
                     };
-                    Ok(([None, status], 0, limit.slot(permit, cost)))
+                    Ok(([None, status], 0, held.and(limit.slot(permit, cost))))
                 }
                 Err(denied) => Err(limit_refusal(limit, name, cost, denied)),
             },

@@ -432,6 +432,11 @@ impl RedisBucket {
         self.inner.backend.counts_requests_only()
     }
 
+    /// Whether the plan has an in-flight quota ([`Plan::in_flight`](crate::Plan::in_flight)).
+    pub(crate) fn holds_in_flight(&self) -> bool {
+        self.inner.backend.holds_in_flight()
+    }
+
     /// Hold only the quotas that count `resource` for `cooldown`, in every process, as
     /// [`Bucket::pause_resource`] does: in Redis alone (this process's waiters booked on
     /// those quotas keep their instants). Where every quota counts `resource`, or none
