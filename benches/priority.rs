@@ -56,6 +56,20 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let fifo = [Priority::Normal];
     let mixed = [Priority::Critical, Priority::Normal, Priority::Background];
+    // `priority one` or `priority three`: one run, for an instruction counter.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let single = match args.first().map(String::as_str) {
+        Some("one") => Some(&fifo[..]),
+        Some("three") => Some(&mixed[..]),
+        _ => None,
+    };
+    if let Some(classes) = single {
+        println!("{:.0} CPU ns per admission", run(classes));
+        return;
+    }
     let (mut one, mut three, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         let (a, b) = (run(&fifo), run(&mixed));

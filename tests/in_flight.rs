@@ -275,3 +275,31 @@ async fn a_single_limit_counts_requests_in_flight() {
     let next = svc.clone().oneshot(Request::new(())).await.unwrap();
     assert_eq!(next.status(), StatusCode::OK);
 }
+
+/// A flood of distinct keys, each holding a request that never ends: the table stays within
+/// its cap, every request is decided, and nothing panics; the slots come back as the
+/// responses go.
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_keys_holding_requests_stays_within_the_key_cap() {
+    let (api, _ends) = streaming();
+    let limit = KeyedBucket::builder(in_flight(1))
+        .max_keys(64)
+        .shards(1)
+        .build();
+    let svc = RejectLayer::keyed(limit.clone(), HeaderKey::x_api_key()).layer(api);
+    let mut held = Vec::new();
+    for i in 0..2_000 {
+        let res = svc
+            .clone()
+            .oneshot(keyed(&format!("key-{i}")))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "a fresh key has its slot");
+        held.push(res);
+        assert!(limit.len() <= 64, "{} keys tracked", limit.len());
+    }
+    drop(held);
+    assert!(limit.len() <= 64);
+    let res = svc.clone().oneshot(keyed("key-1999")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+}

@@ -141,18 +141,20 @@ impl Queue {
     }
 
     /// The tokens that go before a request of class `priority` joining now, in service
-    /// order (for the others' classes, as if their requests were of equal size).
+    /// order: those of its class, and of each other class with waiters, those that start
+    /// before it, that class staying busy (its requests to come included, which overtake
+    /// it). An overestimate when a busy class empties: a turn predicted late is handed over
+    /// on time, where one predicted early would wake its waiter twice.
     pub(crate) fn ahead(&self, priority: Priority) -> u64 {
         let c = priority.index();
         let starts = self.lines[c].finish.max(self.now);
         let others = (0..Priority::COUNT).filter(|&d| d != c).map(|d| {
-            let line = &self.lines[d];
             let Some((first, _)) = self.head_start(d) else {
                 return 0;
             };
             // A higher class goes first at a tie.
             let span = (starts + u64::from(d < c)).saturating_sub(first);
-            line.tokens.min(span.div_ceil(line.step.max(1)))
+            span.div_ceil(self.lines[d].step.max(1))
         });
         self.lines[c].tokens + others.sum::<u64>()
     }

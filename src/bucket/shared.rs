@@ -730,8 +730,8 @@ impl Shared {
         self.rescheduled(st, capacity, now);
     }
 
-    /// The plan as enforced now: the first quota as [`State::quota`] says aside, with the
-    /// quotas its provider stated.
+    /// The plan with `first` as its first quota, and the limit its provider stated last for
+    /// each quota that discovers its own.
     pub(crate) fn plan_now(&self, first: Quota) -> Plan {
         let mut plan = self.plan.with_first(first);
         let st = self.lock();

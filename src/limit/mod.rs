@@ -295,7 +295,7 @@ impl Limit {
 
     /// What `permit`, admitted for `cost`, holds of the in-flight quotas of this limit's plan
     /// ([`Plan::in_flight`]), given back when the slot drops. Nothing for a limit kept in
-    /// Redis: the rejecting layer's global ceiling counts in-flight requests in process only.
+    /// Redis, whose admissions carry their own ([`Turn::poll_held`]).
     pub(crate) fn slot(&self, permit: Permit, cost: &Cost) -> Slot {
         match &self.store {
             Store::Bucket(b) => b.slot(permit, cost),
