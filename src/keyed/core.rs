@@ -198,29 +198,7 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
     /// Undo `admit` if nothing was admitted after it in its bucket.
     pub(crate) fn refund(&self, key: Option<&K>, place: Place, admit: &Admit, now: u64) {
         // Undone, and as if unused again.
-        let undo = |e: &E, s: &mut E::State| {
-            e.undo(s, admit);
-            e.expires(s) <= now
-        };
-        match (place, key) {
-            (Place::Table, Some(key)) => {
-                let hash = self.hasher.hash_one(key);
-                let mut shard = self.shard(hash);
-                let Held { engine: e, states } = &mut *shard;
-                if let Some(i) = states.find(hash, key) {
-                    if states.update(i, |p| e.unpacked(p, |s| undo(e, s))) == Some(true) {
-                        states.remove(&self.hasher, i);
-                    }
-                }
-            }
-            _ => {
-                let mut held = self.keyless.lock();
-                let Held { engine: e, states } = &mut *held;
-                if states.as_mut().is_some_and(|s| undo(e, s)) {
-                    *states = None;
-                }
-            }
-        }
+        self.give_back(key, place, now, |e, s| e.undo(s, admit));
     }
 
     /// Give back `amounts` (per quota) of an admission at `at` of `key`, the admissions
@@ -233,8 +211,14 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
         at: u64,
         now: u64,
     ) {
-        let release = |e: &E, s: &mut E::State| {
-            e.release_each(s, amounts, at);
+        self.give_back(key, place, now, |e, s| e.release_each(s, amounts, at));
+    }
+
+    /// Run `f` on the state of `key` (at `place`), if it has one, and forget the state if it
+    /// then means no more than none at `now`.
+    fn give_back(&self, key: Option<&K>, place: Place, now: u64, f: impl Fn(&E, &mut E::State)) {
+        let apply = |e: &E, s: &mut E::State| {
+            f(e, s);
             e.expires(s) <= now
         };
         match (place, key) {
@@ -243,7 +227,7 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
                 let mut shard = self.shard(hash);
                 let Held { engine: e, states } = &mut *shard;
                 if let Some(i) = states.find(hash, key) {
-                    if states.update(i, |p| e.unpacked(p, |s| release(e, s))) == Some(true) {
+                    if states.update(i, |p| e.unpacked(p, |s| apply(e, s))) == Some(true) {
                         states.remove(&self.hasher, i);
                     }
                 }
@@ -251,7 +235,7 @@ impl<K: Hash + Eq, E: Engine + Clone> Core<K, E> {
             _ => {
                 let mut held = self.keyless.lock();
                 let Held { engine: e, states } = &mut *held;
-                if states.as_mut().is_some_and(|s| release(e, s)) {
+                if states.as_mut().is_some_and(|s| apply(e, s)) {
                     *states = None;
                 }
             }

@@ -62,11 +62,7 @@ pub(crate) async fn book(
         // before the check, so no change is missed).
         let mut changed = std::pin::pin!(hint.next_quota_change());
         changed.as_mut().enable();
-        match &each {
-            Some(each) => backend.check_each(each),
-            None => backend.check(n),
-        }
-        .map_err(Unbooked::Exceeds)?;
+        fits_ever(backend, n, each.as_deref())?;
         // Read again after every sleep: a reply or a pause may have moved the instant.
         if let Some(early) = fits_at(backend, hint, n).checked_sub(backend.reserve_horizon()) {
             if early > Instant::now() {
@@ -133,11 +129,7 @@ async fn poll(
 ) -> Result<Admission, Unbooked> {
     let mut slept = false;
     loop {
-        match &each {
-            Some(each) => backend.check_each(each),
-            None => backend.check(n),
-        }
-        .map_err(Unbooked::Exceeds)?;
+        fits_ever(backend, n, each.as_deref())?;
         let t = (backend.acquire(key, n, false, each.as_deref()))
             .await
             .map_err(Unbooked::Failed)?;
@@ -152,6 +144,16 @@ async fn poll(
         slept = true;
         tokio::time::sleep(reply.wait.clamp(Duration::from_millis(1), POLL)).await;
     }
+}
+
+/// Whether `n` tokens (or `each`, an amount per quota) can ever fit: checked again after
+/// every sleep, for the quota may have changed.
+fn fits_ever(backend: &Backend, n: u32, each: Option<&[u64]>) -> Result<(), Unbooked> {
+    match each {
+        Some(each) => backend.check_each(each),
+        None => backend.check(n),
+    }
+    .map_err(Unbooked::Exceeds)
 }
 
 /// The instant `n` tokens should fit, from what the last replies said.
