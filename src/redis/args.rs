@@ -8,17 +8,17 @@ use super::error::RedisError;
 use super::params::{Convert, Params, Rates, Shape};
 use super::script::family;
 use super::source;
-use crate::Plan;
+use crate::{Plan, Priority};
 
 /// What a script call does, for the arguments it needs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Op {
-    /// Take `n` tokens: now, or booked (`book`).
-    Acquire { n: u32, book: bool },
+    /// Take `n` tokens: now, or booked (`book`), for a request ranked `rank`.
+    Acquire { n: u32, book: bool, rank: Rank },
     /// Give back `n` tokens of an admission (booked for `at_us`, or 0).
     Release { n: u32, at_us: u64 },
-    /// Pause for this many µs.
-    Pause { us: u64 },
+    /// Pause for this many µs (`rank`: whether the classes' accounting goes with it).
+    Pause { us: u64, rank: Rank },
     /// Take a lease of up to `want` tokens, at least `need`, giving back `back`.
     Lease { want: u32, need: u32, back: u32 },
     /// Count `n` tokens now, whether they fit or not: a settlement's overrun.
@@ -38,12 +38,44 @@ impl Op {
     fn with_n(self, amount: u64) -> Op {
         let n = u32::try_from(amount).unwrap_or(u32::MAX);
         match self {
-            Op::Acquire { book, .. } => Op::Acquire { n, book },
+            Op::Acquire { book, rank, .. } => Op::Acquire { n, book, rank },
             Op::Release { at_us, .. } => Op::Release { n, at_us },
             Op::Owe { .. } => Op::Owe { n },
-            Op::Pause { .. } => Op::Pause { us: amount },
+            Op::Pause { rank, .. } => Op::Pause { us: amount, rank },
             other => other,
         }
+    }
+}
+
+/// How a request ranks (`lua/classes.lua`): the share of each quota it leaves free for
+/// critical requests (0: none), and its class and the classes' weights, as `ARGV[10]`
+/// carries them (0: the classes' accounting is off).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Rank {
+    pub(crate) keep: f64,
+    pub(crate) class: u64,
+}
+
+impl Rank {
+    /// No reserve, no classes.
+    pub(crate) const NONE: Rank = Rank {
+        keep: 0.0,
+        class: 0,
+    };
+
+    /// A request of `priority` on a limit keeping `reserve` for critical requests, whose
+    /// waiters rank by `weights` across processes (`None`: in arrival order).
+    pub(crate) fn of(priority: Priority, reserve: f64, weights: Option<[u32; 3]>) -> Rank {
+        let c = priority as u64 + 1;
+        let class = weights.map_or(0, |[a, b, w]| {
+            c + 4 * (u64::from(a) + 1024 * (u64::from(b) + 1024 * u64::from(w)))
+        });
+        let keep = if priority == Priority::Critical {
+            0.0
+        } else {
+            reserve
+        };
+        Rank { keep, class }
     }
 }
 
@@ -56,13 +88,21 @@ pub(crate) fn script_args(p: &Params, shape: &Shape, op: Op) -> ([u64; 14], usiz
     let gcra = shape.algorithm.is_gcra();
     let most = if gcra { p.burst } else { p.limit };
     let (arg, book, need, back) = match op {
-        Op::Acquire { n, book } => (u64::from(n), u64::from(book), 0, 0),
+        Op::Acquire { n, book, rank } => {
+            let keep = if rank.keep > 0.0 && n > 0 {
+                (rank.keep * f64::from(most)).ceil() as u64
+            } else {
+                0
+            };
+            (u64::from(n), u64::from(book), keep, rank.class)
+        }
         Op::Release { n, at_us } => (u64::from(n.min(most)), at_us, 0, 0),
         Op::Owe { n } => (u64::from(n.min(most)), 2, 0, 0),
-        Op::Pause { us } => (us, 0, 0, 0),
+        Op::Pause { us, rank } => (us, 0, 0, rank.class),
         Op::Lease { want, need, back } => {
             let want = want.min(p.burst).max(need);
-            (u64::from(want), 0, need, back.min(p.burst))
+            let back = back.min(p.burst);
+            (u64::from(want), 0, u64::from(need), u64::from(back))
         }
     };
     let [from_t, from_tau, from_e] = p.convert.map_or([0; 3], Convert::args);
@@ -75,8 +115,8 @@ pub(crate) fn script_args(p: &Params, shape: &Shape, op: Op) -> ([u64; 14], usiz
         shape.window_us,
         u64::from(p.limit),
         book,
-        u64::from(need),
-        u64::from(back),
+        need,
+        back,
         u64::from(p.effective_limit),
         from_t,
         from_tau,
@@ -87,7 +127,7 @@ pub(crate) fn script_args(p: &Params, shape: &Shape, op: Op) -> ([u64; 14], usiz
     // more.
     let len = if p.convert.is_some() {
         14
-    } else if matches!(op, Op::Lease { .. }) {
+    } else if matches!(op, Op::Lease { .. }) || need > 0 || back > 0 {
         10
     } else if gcra {
         8
@@ -115,7 +155,11 @@ pub(crate) fn call_args(
     let op_of = |i: usize| each.and_then(|e| e.get(i)).map_or(op, |&n| op.with_n(n));
     let (all, len) = script_args(p, shape, op_of(0));
     let mut keys = vec![key.to_owned(), format!("{key}:log")];
+    // The classes' accounting, last (`lua/classes.lua`).
+    let ranked = [format!("{key}:classes"), format!("{key}:booked")];
+    let ranked = (all[9] > 0 && !matches!(op, Op::Lease { .. })).then_some(ranked);
     if !stacked {
+        keys.extend(ranked.into_iter().flatten());
         return (keys, all[..len].to_vec(), None);
     }
     let mut args = all.to_vec();
@@ -130,6 +174,7 @@ pub(crate) fn call_args(
         quotas.push((family(shape.algorithm), a));
     }
     let marker = source::marker(quotas.iter().map(|(f, a)| (*f, a)));
+    keys.extend(ranked.into_iter().flatten());
     (keys, args, Some(marker))
 }
 
@@ -141,7 +186,11 @@ pub(crate) fn base_marker(plan: &Plan, options: &Options) -> Result<Arc<str>, Re
         .iter()
         .map(|part| {
             let rates = Rates::new(Shape::new(part.algorithm, part.quota, max_pause_us)?);
-            let op = Op::Acquire { n: 1, book: false };
+            let op = Op::Acquire {
+                n: 1,
+                book: false,
+                rank: Rank::NONE,
+            };
             let (a, _) = script_args(&rates.params(), &rates.shape, op);
             Ok((family(part.algorithm), a))
         })
@@ -207,7 +256,11 @@ mod tests {
         let slow = changing.params();
         changing.set_rate(quota);
         let fast = changing.params();
-        let op = Op::Acquire { n: 1, book: true };
+        let op = Op::Acquire {
+            n: 1,
+            book: true,
+            rank: Rank::NONE,
+        };
         let mut torn = script_args(&slow, &changing.shape, op).0;
         torn[4] = script_args(&fast, &changing.shape, op).0[4];
         assert!(!consistent(leaky, &torn), "{torn:?}");
@@ -237,8 +290,15 @@ mod tests {
                     std::thread::spawn(move || {
                         for _ in 0..20_000 {
                             let p = rates.params();
-                            let (args, _) =
-                                script_args(&p, &rates.shape, Op::Acquire { n: 1, book: true });
+                            let (args, _) = script_args(
+                                &p,
+                                &rates.shape,
+                                Op::Acquire {
+                                    n: 1,
+                                    book: true,
+                                    rank: Rank::NONE,
+                                },
+                            );
                             assert!(consistent(algorithm, &args), "{algorithm:?}: {args:?}");
                             rates.answered(&p);
                         }
@@ -276,6 +336,7 @@ mod tests {
                             Op::Acquire {
                                 n: p.max_cost,
                                 book: false,
+                                rank: Rank::NONE,
                             },
                             Op::Release {
                                 n: u32::MAX,
@@ -298,7 +359,17 @@ mod tests {
     #[test]
     fn a_change_is_carried_until_a_call_made_after_it_is_answered() {
         let rates = rates(Algorithm::TokenBucket, Quota::per_second(10).burst(10));
-        let args = |p: &Params| script_args(p, &rates.shape, Op::Acquire { n: 1, book: false });
+        let args = |p: &Params| {
+            script_args(
+                p,
+                &rates.shape,
+                Op::Acquire {
+                    n: 1,
+                    book: false,
+                    rank: Rank::NONE,
+                },
+            )
+        };
         let before = rates.params();
         assert_eq!(args(&before).1, 8, "nothing to carry");
         rates.set_quota(Quota::per_second(5).burst(4));

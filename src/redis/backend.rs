@@ -8,7 +8,7 @@ use std::time::Duration;
 use ::redis::Value;
 use tokio::time::Instant;
 
-use super::args::{base_marker, call_args, Op};
+use super::args::{base_marker, call_args, Op, Rank};
 use super::breaker::Breaker;
 use super::config::Options;
 use super::conn::Conn;
@@ -17,7 +17,7 @@ use super::failure::FailurePolicy;
 use super::params::{Params, Rates, Shape};
 use super::script::{parse_grant, Reply, Scripts};
 use super::stats::{bump, Counters, RedisStats};
-use crate::{Algorithm, Cost, Denied, ExceedsBurst, Plan, Quota};
+use crate::{Algorithm, Cost, Denied, ExceedsBurst, Plan, Priority, Quota};
 
 /// A reply with the local instants around its round trip: the script ran in between.
 #[derive(Debug, Clone, Copy)]
@@ -270,15 +270,18 @@ impl Backend {
     /// amount of each quota of a plan, where they differ (else `n` requests). `book`: take
     /// them for the earliest instant they fit (after every earlier booking), if that is
     /// within the reservation horizon; an admitted reply's `wait` is the time from the
-    /// script's run to that instant.
+    /// script's run to that instant. `priority`: the request's class, for the reserve kept
+    /// for critical requests and the classes' shares, where the limit has them.
     pub(crate) async fn acquire(
         &self,
         key: &str,
         n: u32,
         book: bool,
         each: Option<&[u64]>,
+        priority: Priority,
     ) -> Result<Timed, RedisError> {
-        let op = Op::Acquire { n, book };
+        let rank = Rank::of(priority, self.options.reserve, self.options.weights);
+        let op = Op::Acquire { n, book, rank };
         self.run(&self.scripts.acquire, key, op, each).await
     }
 
@@ -411,8 +414,14 @@ impl Backend {
             .min(self.rates.shape.max_pause_us)
             .max(1);
         let each: Option<Vec<u64>> = held.map(|h| h.iter().map(|&h| us * u64::from(h)).collect());
-        self.run(&self.scripts.pause, key, Op::Pause { us }, each.as_deref())
-            .await
+        let rank = Rank::of(Priority::Normal, 0.0, self.options.weights);
+        self.run(
+            &self.scripts.pause,
+            key,
+            Op::Pause { us, rank },
+            each.as_deref(),
+        )
+        .await
     }
 
     async fn run(

@@ -17,9 +17,9 @@ use tokio::time::Instant;
 use super::backend::{Backend, Timed};
 use super::error::{RedisError, RedisErrorKind};
 use super::lane::Hint;
-use super::script::Reply;
+use super::script::{By, Reply};
 use super::told;
-use crate::{Denied, ExceedsBurst};
+use crate::{Denied, ExceedsBurst, Priority};
 
 /// A waiter admitted.
 #[derive(Debug)]
@@ -52,9 +52,10 @@ pub(crate) async fn book(
     key: &str,
     n: u32,
     each: Option<Arc<[u64]>>,
+    priority: Priority,
 ) -> Result<Admission, Unbooked> {
     if backend.holds_in_flight() {
-        return poll(backend, hint, key, n, each).await;
+        return poll(backend, hint, key, n, each, priority).await;
     }
     let mut slept = false;
     loop {
@@ -79,11 +80,22 @@ pub(crate) async fn book(
         }
         // A pause made (or heard of) while the booking is on its way voids it too.
         let voids = hint.voids();
-        let t = reserve_apart(backend, key, n, each.clone())
+        let t = reserve_apart(backend, key, n, each.clone(), priority)
             .await
             .map_err(Unbooked::Failed)?;
         let reply = learn(backend, hint, &t, n);
         if !reply.admitted {
+            // Held back alone (by its class's share, or by the reserve for critical
+            // requests, beyond the horizon): it asks again when its wait says.
+            let early = match reply.by {
+                By::Limit => None,
+                By::Share => Some(reply.wait),
+                By::Reserve => reply.wait.checked_sub(backend.reserve_horizon()),
+            };
+            if let Some(early) = early {
+                slept = true;
+                let _ = tokio::time::timeout_at(t.received + early, changed).await;
+            }
             continue;
         }
         if !reply.wait.is_zero() {
@@ -126,11 +138,12 @@ async fn poll(
     key: &str,
     n: u32,
     each: Option<Arc<[u64]>>,
+    priority: Priority,
 ) -> Result<Admission, Unbooked> {
     let mut slept = false;
     loop {
         fits_ever(backend, n, each.as_deref())?;
-        let t = (backend.acquire(key, n, false, each.as_deref()))
+        let t = (backend.acquire(key, n, false, each.as_deref(), priority))
             .await
             .map_err(Unbooked::Failed)?;
         let reply = learn(backend, hint, &t, n);
@@ -170,7 +183,7 @@ pub(crate) fn fits_at(backend: &Backend, hint: &Hint, n: u32) -> Instant {
 pub(crate) fn learn(backend: &Backend, hint: &Hint, t: &Timed, n: u32) -> Reply {
     if backend.is_gcra() {
         hint.observe(t);
-    } else if !t.reply.admitted {
+    } else if !t.reply.admitted && t.reply.by == By::Limit {
         hint.refused(t, n);
     }
     t.reply
@@ -183,14 +196,17 @@ async fn reserve_apart(
     key: &str,
     n: u32,
     each: Option<Arc<[u64]>>,
+    priority: Priority,
 ) -> Result<Timed, RedisError> {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return backend.acquire(key, n, true, each.as_deref()).await;
+        return backend
+            .acquire(key, n, true, each.as_deref(), priority)
+            .await;
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (backend, key) = (Arc::clone(backend), key.to_owned());
     rt.spawn(async move {
-        let t = backend.acquire(&key, n, true, each.as_deref()).await;
+        let t = (backend.acquire(&key, n, true, each.as_deref(), priority)).await;
         if let Err(Ok(t)) = tx.send(t) {
             if t.reply.admitted {
                 let _ = backend

@@ -276,6 +276,38 @@ impl RedisBucketBuilder {
         self
     }
 
+    /// Rank the waiters of every process by [`Priority`](crate::Priority) class, with
+    /// these weights (critical, normal, background; each clamped to `1..=1000`): a booking
+    /// takes a place within its class's share of the booking horizon, the share counted
+    /// among the classes with bookings ahead or a waiter refused lately (an idle class's
+    /// share goes to the others). So while several classes wait, each is admitted its
+    /// weight's share of the rate within the horizon's tokens per class, in every process
+    /// alike ([Redis docs](https://github.com/tower-throttle/tower-throttle/blob/main/docs/redis.md#priorities)).
+    /// Default: waiters go in the order they reach Redis, whatever their class. Not with
+    /// [`lease`](Self::lease).
+    pub fn priority_weights(mut self, weights: [u32; 3]) -> Self {
+        self.options.weights = Some(weights.map(|w| w.clamp(1, 1000)));
+        self
+    }
+
+    /// Keep `share` of the limit for critical requests, in every process, as
+    /// [`BucketBuilder::reserve_for_critical`](crate::BucketBuilder::reserve_for_critical)
+    /// does in one: a request of another class is admitted only while, after it, at least
+    /// `share` of each quota stays free; past that point it is
+    /// [`Denied::Shed`](crate::Denied::Shed) (or it waits), decided in the same script run.
+    /// Default: no reserve. Not with [`lease`](Self::lease).
+    ///
+    /// # Panics
+    /// When `share` is not in `[0, 1)`.
+    pub fn reserve_for_critical(mut self, share: f64) -> Self {
+        assert!(
+            (0.0..1.0).contains(&share),
+            "the share kept for critical requests must be in [0, 1), not {share}"
+        );
+        self.options.reserve = share;
+        self
+    }
+
     /// Report to `observer` (see [`observe`](crate::observe)) what this limit decides, on
     /// every path: [`RedisBucket::acquire`], [`RedisBucket::try_acquire`],
     /// [`RedisBucket::pause`] and the layers report admissions (with the time waited),
@@ -297,6 +329,12 @@ impl RedisBucketBuilder {
     /// work; unless [`connect_lazily`](Self::connect_lazily) is set, an error of another kind
     /// when Redis does not answer within the connect timeout.
     pub async fn build(mut self) -> Result<RedisBucket, RedisError> {
+        let ranked = self.options.weights.is_some() || self.options.reserve > 0.0;
+        if self.lease.is_some() && ranked {
+            return Err(RedisError::config(
+                "leases admit in process: they cannot rank classes nor keep a reserve",
+            ));
+        }
         if self.lease.is_some() && !self.plan.counts_requests_only() {
             return Err(RedisError::config(
                 "leases need a plan whose quotas count requests alone",

@@ -24,6 +24,10 @@ pub(crate) struct Options {
     pub(crate) algorithm: Algorithm,
     /// Leases (bucket only): the most tokens one lease takes, and how long it lasts.
     pub(crate) lease: Option<(u32, Duration)>,
+    /// The share kept for critical requests (bucket only; 0: none).
+    pub(crate) reserve: f64,
+    /// The priority classes' weights, when they rank waiters across processes (bucket only).
+    pub(crate) weights: Option<[u32; 3]>,
 }
 
 impl Default for Options {
@@ -41,6 +45,8 @@ impl Default for Options {
             lazy: false,
             algorithm: Algorithm::TokenBucket,
             lease: None,
+            reserve: 0.0,
+            weights: None,
         }
     }
 }
@@ -59,6 +65,8 @@ impl std::fmt::Debug for Options {
             .field("lazy", &self.lazy)
             .field("algorithm", &self.algorithm)
             .field("lease", &self.lease)
+            .field("reserve", &self.reserve)
+            .field("weights", &self.weights)
             .finish_non_exhaustive()
     }
 }

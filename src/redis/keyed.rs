@@ -14,7 +14,7 @@ use super::lane::Lanes;
 use super::stats::RedisStats;
 use super::told;
 use crate::extract::{KeyDigest, StableKey};
-use crate::{Algorithm, Bucket, Cost, Denied, Plan, Quota};
+use crate::{Algorithm, Bucket, Cost, Denied, Plan, Priority, Quota};
 
 /// The name of a key's plan, from its digest.
 type PlanName = dyn Fn(&KeyDigest) -> Option<&str> + Send + Sync;
@@ -276,7 +276,7 @@ impl RedisKeyed {
         }
         .map_err(|e| (e.into(), 0))?;
         let key = self.key_of(&id);
-        match backend.acquire(&key, n, false, each.as_deref()).await {
+        match (backend.acquire(&key, n, false, each.as_deref(), Priority::Normal)).await {
             Ok(t) => (t.reply.decision())
                 .map(|()| Some(t.at_us))
                 .map_err(|e| (e.into(), t.part)),
@@ -376,7 +376,9 @@ impl RedisKeyed {
         let entered = inner.lanes.enter(id);
         let backend = self.backend_at(tier);
         let (n, each) = backend.price(cost);
-        match booking::book(backend, entered.lane(), &self.key_of(&id), n, each).await {
+        let key = self.key_of(&id);
+        let booked = booking::book(backend, entered.lane(), &key, n, each, Priority::Normal);
+        match booked.await {
             Ok(admission) => Ok(Some(admission.at_us)),
             Err(Unbooked::Exceeds(e)) => Err(e.into()),
             Err(Unbooked::Failed(e)) => {

@@ -312,7 +312,7 @@ impl Drop for Entered<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redis::script::Reply;
+    use crate::redis::script::{By, Reply};
 
     #[tokio::test(start_paused = true)]
     async fn hints_schedule_wake_ups_from_the_upper_bound() {
@@ -331,6 +331,7 @@ mod tests {
                 admitted: true,
                 wait: Duration::ZERO,
                 full_in: Duration::from_millis(50),
+                by: By::Limit,
             },
             granted: 1,
             at_us: 0,
@@ -377,6 +378,7 @@ mod tests {
                     admitted: false,
                     wait: Duration::from_millis(40),
                     full_in: Duration::from_millis(900),
+                    by: By::Limit,
                 },
                 granted: 0,
                 at_us: 0,

@@ -67,7 +67,7 @@ use ::redis::Value;
 
 use super::error::{RedisError, RedisErrorKind};
 use super::source::{self, Family, Verb};
-use crate::{Algorithm, Throttled};
+use crate::{Algorithm, Denied, Throttled};
 
 /// The pieces of Lua of `algorithm`.
 pub(crate) fn family(algorithm: Algorithm) -> Family {
@@ -86,7 +86,7 @@ pub(crate) fn family(algorithm: Algorithm) -> Family {
 /// - acquire: take `ARGV[3]` tokens if they fit (now, or with `ARGV[8]` = 1 booked within
 ///   the booking horizon). Returns `{admitted 0|1, wait µs, full_in µs, the admission's
 ///   instant µs}` (the instant a release of a booking names; 0 when refused), and for a
-///   plan the quota that refused, fifth.
+///   plan the quota that refused, fifth, and what refused it, sixth ([`By`]).
 /// - pause: pause for `ARGV[3]` µs (at most P). Returns `{1, pause_in µs, full_in µs}`.
 /// - release: give back `ARGV[3]` tokens. Returns `{1, 0, full_in µs}`.
 ///
@@ -162,15 +162,30 @@ pub(crate) struct Reply {
     pub(crate) wait: Duration,
     /// Until the bucket is full again, from the script's `now`.
     pub(crate) full_in: Duration,
+    /// What refused it.
+    pub(crate) by: By,
+}
+
+/// What refused a request (`lua/acquire.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum By {
+    /// The limit.
+    #[default]
+    Limit,
+    /// Only the share kept for critical requests: shed.
+    Reserve,
+    /// Its class's share of the booking horizon (`lua/classes.lua`).
+    Share,
 }
 
 impl Reply {
-    /// The decision: admitted, or refused until the tokens fit.
-    pub(crate) fn decision(&self) -> Result<(), Throttled> {
-        if self.admitted {
-            Ok(())
-        } else {
-            Err(Throttled::after(self.wait))
+    /// The decision: admitted, or refused until the tokens fit (shed, when only the reserve
+    /// for critical requests refused them).
+    pub(crate) fn decision(&self) -> Result<(), Denied> {
+        match (self.admitted, self.by) {
+            (true, _) => Ok(()),
+            (false, By::Reserve) => Err(Denied::Shed(Throttled::after(self.wait))),
+            (false, _) => Err(Throttled::after(self.wait).into()),
         }
     }
 }
@@ -179,7 +194,7 @@ impl Reply {
 /// admitted or not); with the count, the admission's instant on the Redis clock (µs) when
 /// the reply has a fourth integer (an acquire's: what a release of a booking names; 0
 /// otherwise), and the quota that refused (`0..parts`) when it has a fifth (a plan's
-/// acquire; 0 otherwise). Anything else is garbage.
+/// acquire; 0 otherwise), and what refused it when it has a sixth. Anything else is garbage.
 pub(crate) fn parse_grant(
     value: &Value,
     limit_us: u64,
@@ -190,8 +205,8 @@ pub(crate) fn parse_grant(
     let Value::Array(items) = value else {
         return Err(garbage());
     };
-    let mut ints = [0u64; 5];
-    if !(3..=5).contains(&items.len()) {
+    let mut ints = [0u64; 6];
+    if !(3..=6).contains(&items.len()) {
         return Err(garbage());
     }
     for (slot, item) in ints.iter_mut().zip(items) {
@@ -200,7 +215,7 @@ pub(crate) fn parse_grant(
             _ => return Err(garbage()),
         }
     }
-    let [admitted, wait, full_in, at, part] = ints;
+    let [admitted, wait, full_in, at, part, by] = ints;
     let part = usize::try_from(part.saturating_sub(1)).unwrap_or(usize::MAX);
     // A refusal always has a wait (a zero would make a waiter ask again at once); an
     // instant stays exact in Lua's doubles.
@@ -210,6 +225,7 @@ pub(crate) fn parse_grant(
         || full_in > limit_us
         || at >= 1 << 53
         || part >= parts.max(1)
+        || by > 2
     {
         return Err(garbage());
     }
@@ -217,6 +233,7 @@ pub(crate) fn parse_grant(
         admitted: admitted > 0,
         wait: Duration::from_micros(wait),
         full_in: Duration::from_micros(full_in),
+        by: [By::Limit, By::Reserve, By::Share][by as usize],
     };
     // At most `max`, a u32.
     Ok((reply, admitted as u32, at, part))
@@ -241,6 +258,7 @@ mod tests {
                 admitted: false,
                 wait: Duration::from_micros(1500),
                 full_in: Duration::from_micros(9000),
+                by: By::Limit,
             }
         );
         let bad = [

@@ -8,7 +8,8 @@
 //! `fits`, `take`, `keep`, `later`, `give`, `hold`: in `lua/gcra/ops.lua`, or
 //! `lua/window/ops.lua` with `lua/window/refund.lua` or `lua/log/refund.lua`). A script of
 //! one quota then loads it (`lua/one.lua`) and runs the operation (`lua/acquire.lua`,
-//! `lua/pause.lua`, `lua/release.lua`, `lua/lease.lua`); a script of a plan loads each of
+//! `lua/pause.lua`, `lua/release.lua`, `lua/lease.lua`; acquire and pause after
+//! `lua/classes.lua`, the priority classes' account); a script of a plan loads each of
 //! its quotas from the plan's one value (`lua/stack/parts.lua`) and runs the operation on
 //! all of them together (`lua/stack/<operation>.lua`).
 //!
@@ -124,16 +125,16 @@ impl Family {
 impl Verb {
     fn one(self) -> &'static str {
         match self {
-            Verb::Acquire => lua!("acquire"),
-            Verb::Pause => lua!("pause"),
+            Verb::Acquire => lua!("classes", "acquire"),
+            Verb::Pause => lua!("classes", "pause"),
             Verb::Release => lua!("release"),
         }
     }
 
     fn stack(self) -> &'static str {
         match self {
-            Verb::Acquire => lua!("stack/acquire"),
-            Verb::Pause => lua!("stack/pause"),
+            Verb::Acquire => lua!("classes", "stack/acquire"),
+            Verb::Pause => lua!("classes", "stack/pause"),
             Verb::Release => lua!("stack/release"),
         }
     }

@@ -31,7 +31,8 @@ impl RedisBucket {
             return Ok(Charge::elsewhere(None, estimate));
         }
         let backend = &inner.backend;
-        match backend.acquire(&inner.key, n, false, Some(&each)).await {
+        let priority = estimate.class();
+        match (backend.acquire(&inner.key, n, false, Some(&each), priority)).await {
             Ok(t) => {
                 booking::learn(&inner.backend, &inner.hint, &t, n).decision()?;
                 Ok(self.charged(estimate, each, t.at_us))
@@ -63,6 +64,7 @@ impl RedisBucket {
             &inner.key,
             n,
             Some(each.clone()),
+            estimate.class(),
         );
         match booked.await {
             Ok(admission) => Ok(self.charged(estimate, each, admission.at_us)),

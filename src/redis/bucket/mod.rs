@@ -21,7 +21,7 @@ use super::told;
 use crate::adaptive::Control;
 use crate::bucket::{Steered, Steering};
 use crate::observe::Observer;
-use crate::{Algorithm, Bucket, Denied, Plan, Quota, Resource, Throttled};
+use crate::{Algorithm, Bucket, Denied, Plan, Priority, Quota, Resource, Throttled};
 
 mod charge;
 mod leased;
@@ -294,7 +294,11 @@ impl RedisBucket {
                 Err(e) => fallback(e),
             };
         }
-        match inner.backend.acquire(&inner.key, n, false, None).await {
+        match (inner
+            .backend
+            .acquire(&inner.key, n, false, None, Priority::Normal))
+        .await
+        {
             Ok(t) => {
                 let reply = booking::learn(&inner.backend, &inner.hint, &t, n);
                 Outcome {
@@ -371,7 +375,15 @@ impl RedisBucket {
                 Err(e) => return self.acquire_fallback(n, e, asked).await,
             }
         }
-        match booking::book(&inner.backend, &inner.hint, &inner.key, n, None).await {
+        let booked = booking::book(
+            &inner.backend,
+            &inner.hint,
+            &inner.key,
+            n,
+            None,
+            Priority::Normal,
+        );
+        match booked.await {
             Ok(admission) => Outcome {
                 result: Ok(if admission.slept {
                     asked.elapsed()

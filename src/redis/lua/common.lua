@@ -26,7 +26,10 @@
 --   horizon is admitted for that instant), 2 to count the tokens now whether they fit or
 --   not (acquire: a debt), else 0; release: the instant of the booking
 -- ARGV[9] = the fewest tokens a lease may grant, ARGV[10] = unused tokens of an expired lease
---   to give back (the token bucket's lease only; else absent or 0)
+--   to give back (the token bucket's lease); acquire: the tokens to leave free after the
+--   request (the reserve for critical requests; a plan's read each quota's own, at
+--   ARGV[O + 9]), and the request's class (`lua/classes.lua`; pause: whether the classes
+--   keep an account); else absent or 0
 -- Integers only, all below 2^53 (exact in Lua's doubles); the caller checks it.
 local x = tonumber(ARGV[3])
 local P = tonumber(ARGV[4])

@@ -4,4 +4,5 @@
 local d = x
 if d > P then d = P end
 local ends = algo.hold(q, d)
+forget_ranks()
 return {1, ends - now, algo.later(q) - now}

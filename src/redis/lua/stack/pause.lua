@@ -6,4 +6,5 @@ for i = 1, K do
   local d = math.min(tonumber(ARGV[(i - 1) * 14 + 3]) or 0, P)
   if d > 0 then ends = math.max(ends, ALGOS[i].hold(parts[i], d)) end
 end
+forget_ranks()
 return {1, ends - now, commit() - now}
