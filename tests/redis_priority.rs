@@ -322,3 +322,49 @@ async fn garbage_in_the_account_is_no_account() {
         .unwrap();
     assert!(kind == "zset" || kind == "none", "{kind}");
 }
+
+/// A `RedisBucket` behind the rejecting layer: the shed get `503` with `Retry-After`, and
+/// past the whole limit every class gets `429`.
+#[tokio::test]
+async fn the_server_answers_503_to_the_shed() {
+    use http::{Request, Response, StatusCode};
+    use tower::{service_fn, ServiceExt};
+    use tower_layer::Layer;
+    use tower_throttle::RejectLayer;
+
+    let bucket = RedisBucket::builder(Quota::per_hour(10))
+        .url(redis_url())
+        .key_prefix(unique_prefix("reserve-server"))
+        .key("server")
+        .reserve_for_critical(0.2)
+        .build()
+        .await
+        .unwrap();
+    let svc = RejectLayer::new(bucket)
+        .cost_per_resource(|r: &Request<()>| Cost::new().priority(Priority::of(r)))
+        .layer(service_fn(|_: Request<()>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+        }));
+    let send = |p: Priority| {
+        let svc = svc.clone();
+        async move {
+            let mut request = Request::new(());
+            request.extensions_mut().insert(p);
+            svc.oneshot(request).await.unwrap()
+        }
+    };
+    for _ in 0..8 {
+        assert_eq!(send(Priority::Normal).await.status(), StatusCode::OK);
+    }
+    let shed = send(Priority::Background).await;
+    assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(shed.headers().contains_key("retry-after"));
+    assert!(shed.headers().contains_key("ratelimit"));
+    for _ in 0..2 {
+        assert_eq!(send(Priority::Critical).await.status(), StatusCode::OK);
+    }
+    assert_eq!(
+        send(Priority::Critical).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}

@@ -245,7 +245,11 @@ impl Limit {
                 }
             }
             #[cfg(feature = "redis")]
-            Store::Redis(r) if !r.counts_requests_only() || r.holds_in_flight() => {
+            Store::Redis(r)
+                if !r.counts_requests_only()
+                    || r.holds_in_flight()
+                    || cost.class() != Priority::Normal =>
+            {
                 let (r, cost) = (r.clone(), cost.clone());
                 // A charge that holds in-flight quotas holds them until the slot drops.
                 let holds = r.holds_in_flight();

@@ -50,7 +50,7 @@ impl Op {
 /// How a request ranks (`lua/classes.lua`): the share of each quota it leaves free for
 /// critical requests (0: none), and its class and the classes' weights, as `ARGV[10]`
 /// carries them (0: the classes' accounting is off).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Rank {
     pub(crate) keep: f64,
     pub(crate) class: u64,

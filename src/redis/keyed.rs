@@ -279,7 +279,7 @@ impl RedisKeyed {
         match (backend.acquire(&key, n, false, each.as_deref(), Priority::Normal)).await {
             Ok(t) => (t.reply.decision())
                 .map(|()| Some(t.at_us))
-                .map_err(|e| (e.into(), t.part)),
+                .map_err(|e| (e, t.part)),
             Err(e) => (backend.fallback())
                 .try_acquire(self.local(&id, tier).as_ref(), n, e)
                 .map(|()| None)

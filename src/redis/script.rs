@@ -282,13 +282,15 @@ mod tests {
                 Value::Int(0),
                 Value::Int(1 << 53),
             ]),
+            Value::Array(vec![Value::Int(1); 7]),
+            // Refused by nothing the scripts name.
             Value::Array(vec![
-                Value::Int(1),
+                Value::Int(0),
+                Value::Int(5),
                 Value::Int(0),
                 Value::Int(0),
                 Value::Int(0),
-                Value::Int(0),
-                Value::Int(0),
+                Value::Int(3),
             ]),
             // A refusal by a second quota, from a limit of one.
             Value::Array(vec![
@@ -309,6 +311,9 @@ mod tests {
             parse_grant(&booked, 10_000, 1, 1).unwrap().2,
             1_700_000_000_000_700
         );
+        let shed = Value::Array([0, 700, 9000, 0, 0, 1].map(Value::Int).to_vec());
+        let (reply, ..) = parse_grant(&shed, 10_000, 1, 1).unwrap();
+        assert!(matches!(reply.decision(), Err(Denied::Shed(_))));
         for v in bad {
             let e = parse_reply(&v, 10_000).unwrap_err();
             assert_eq!(e.kind(), RedisErrorKind::Garbage, "{v:?}");

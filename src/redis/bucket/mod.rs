@@ -302,10 +302,7 @@ impl RedisBucket {
             Ok(t) => {
                 let reply = booking::learn(&inner.backend, &inner.hint, &t, n);
                 Outcome {
-                    result: reply
-                        .decision()
-                        .map(|()| Duration::ZERO)
-                        .map_err(Denied::from),
+                    result: reply.decision().map(|()| Duration::ZERO),
                     available: self.available(&reply),
                 }
             }

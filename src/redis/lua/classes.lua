@@ -3,10 +3,11 @@
 -- 3 background) and each class's weight (1..1000). A request that goes later than now (a
 -- booking) takes a place within its class's share of the booking horizon's tokens (of the
 -- first quota) and of the bookings ahead, shared by weight among the classes with bookings
--- ahead or with a waiter refused of late; going now needs no share. The last two keys keep the account:
--- `<key>:classes`, "<a1>:<a2>:<a3>:<u1>:<u2>:<u3>:<seq>" (each class's tokens booked ahead,
--- the instant until which it counts as waiting, a counter), and `<key>:booked`, the
--- bookings ahead (score = instant, member = "<c>:<n>:<seq>").
+-- ahead or with a waiter refused of late; going now needs no share. The last two keys keep
+-- the account: `<key>:classes`, "<a1>:<a2>:<a3>:<u1>:<u2>:<u3>:<seq>:<last>" (each class's
+-- tokens booked ahead, the instant until which it counts as waiting, a counter, the latest
+-- booking), and `<key>:booked`, the bookings ahead (score = instant, member =
+-- "<c>:<n>:<seq>").
 local ranked = nil
 do
   local code = back
@@ -15,23 +16,22 @@ do
   elseif code >= 4 then
     local c, rest = code % 4, math.floor(code / 4)
     local w = {rest % 1024, math.floor(rest / 1024) % 1024, math.floor(rest / 1048576)}
-    for k = 1, 3 do
-      if w[k] < 1 or w[k] > 1000 then return redis.error_reply('ERR tower-throttle: bad arguments') end
-    end
-    if c < 1 then return redis.error_reply('ERR tower-throttle: bad arguments') end
+    local bad = c < 1
+    for k = 1, 3 do bad = bad or w[k] < 1 or w[k] > 1000 end
+    if bad then return redis.error_reply('ERR tower-throttle: bad arguments') end
     ranked = {c = c, w = w, account = KEYS[#KEYS - 1], booked = KEYS[#KEYS]}
   elseif code ~= 0 then
     return redis.error_reply('ERR tower-throttle: bad arguments')
   end
 end
 -- The account as of now, the bookings that passed taken off; garbage reads as none, and no
--- class counts more than `room` nor waits past `now + ahead`.
+-- class counts more than `room` nor waits longer than two horizons.
 local function account(room, ahead)
   local s = {}
   local raw = redis.call('GET', ranked.account)
   for v in string.gmatch(raw or '', '%d+') do s[#s + 1] = tonumber(v) end
-  if #s ~= 7 then
-    s = {0, 0, 0, 0, 0, 0, 0}
+  if #s ~= 8 then
+    s = {0, 0, 0, 0, 0, 0, 0, 0}
     redis.call('DEL', ranked.booked)
   end
   local t = redis.call('TYPE', ranked.booked)['ok']
@@ -47,11 +47,15 @@ local function account(room, ahead)
     s[k] = math.min(math.max(s[k], 0), room)
     s[3 + k] = math.min(s[3 + k], now + 2 * ahead + 50000)
   end
+  s[7], s[8] = s[7] % 1000000000, math.min(s[8], now + ahead)
   return s
 end
+-- Written to last until the latest booking, or the last class counted as waiting.
 local function save(s, horizon)
-  local until_ = math.max(horizon, s[4], s[5], s[6])
-  local v = string.format('%d:%d:%d:%d:%d:%d:%d', s[1], s[2], s[3], s[4], s[5], s[6], s[7])
+  s[8] = math.max(s[8], horizon)
+  local until_ = math.max(s[4], s[5], s[6], s[8])
+  local v = string.format('%d:%d:%d:%d:%d:%d:%d:%d', s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+    s[8])
   redis.call('SET', ranked.account, v, 'PX', fmt(ttl_ms(until_)))
   redis.call('PEXPIRE', ranked.booked, fmt(ttl_ms(until_)))
 end
@@ -74,7 +78,7 @@ local function refused_share(n, at, ahead, T)
   end
   local share = math.max(n, math.floor(room * w[c] / weights))
   if s[c] + n <= share and (not most or (s[c] + n) / w[c] <= most) then
-    s[c], s[7] = s[c] + n, (s[7] + 1) % 1000000000
+    s[c], s[7] = s[c] + n, s[7] + 1
     redis.call('ZADD', ranked.booked, fmt(at), string.format('%d:%d:%d', c, n, s[7]))
     save(s, at)
     return nil
