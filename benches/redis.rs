@@ -14,6 +14,12 @@
 //! minute and per day, the last two in fixed windows) beside a keyed check against one
 //! quota and a `RedisBucket` decision, alternating in the same run.
 //!
+//! `-- classes` runs another: 60 waiters (20 of each priority class) saturating one
+//! `RedisBucket` of 500 a second for 3 s, with and without `priority_weights`, alternating
+//! in the same run: what each class was admitted, the script runs per admission, and what a
+//! script run costs Redis (`INFO commandstats`, µs per `EVALSHA`; the benchmark resets
+//! Redis' statistics).
+//!
 //! With `--features redis-cluster`, also keyed decisions (64 tasks, keys spread evenly)
 //! on a private 3-primary Redis Cluster started by the benchmark, next to the same on one
 //! primary, with each shard's share.
@@ -22,6 +28,7 @@
 //! cargo bench --features redis --bench redis
 //! cargo bench --features redis --bench redis -- refusal
 //! cargo bench --features redis --bench redis -- plans
+//! cargo bench --features redis --bench redis -- classes
 //! cargo bench --features redis-cluster --bench redis
 //! TOWER_THROTTLE_REDIS_URL=redis://host:6379 cargo bench --features redis --bench redis
 //! ```
@@ -529,6 +536,80 @@ fn processes_on_one_hot_limit(prefix: &str) {
     assert!(admitted as f64 <= bound, "the stated bound does not hold");
 }
 
+/// Waiters of every class on one bucket, ranked by class or in arrival order.
+async fn classes(prefix: &str) {
+    use tower_throttle::{Cost, Priority};
+    let client = redis::Client::open(url().as_str()).unwrap();
+    let mut admin = ConnectionManager::new(client).await.unwrap();
+    println!("\n60 waiters (20 per class), 500/s, burst 1, 3 s each, alternating:");
+    println!(
+        "  {:<22} {:>9} {:>9} {:>9} {:>13} {:>12}",
+        "", "critical", "normal", "backgr.", "runs / adm.", "µs / run"
+    );
+    for round in 0..3 {
+        for ranked in [false, true] {
+            let mut builder = RedisBucket::builder(Quota::per_second(500).burst(1))
+                .url(url())
+                .key_prefix(prefix)
+                .key(format!("classes-{round}-{ranked}"));
+            if ranked {
+                builder = builder.priority_weights([6, 3, 1]);
+            }
+            let bucket = builder.build().await.unwrap();
+            let counts: Arc<[AtomicU64; 3]> = Arc::default();
+            let _: () = redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let tasks: Vec<_> = (0..60)
+                .map(|i| {
+                    let (bucket, counts) = (bucket.clone(), counts.clone());
+                    let class = [Priority::Critical, Priority::Normal, Priority::Background][i % 3];
+                    tokio::spawn(async move {
+                        loop {
+                            let charge = bucket.charge(Cost::new().priority(class)).await;
+                            drop(charge.unwrap());
+                            counts[i % 3].fetch_add(1, Ordering::Relaxed);
+                        }
+                    })
+                })
+                .collect();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            tasks.iter().for_each(|t| t.abort());
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let field = |name: &str| -> f64 {
+                let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:"));
+                let line = line.unwrap_or_default();
+                let at = line
+                    .find(&format!("{name}="))
+                    .map_or(line.len(), |i| i + name.len() + 1);
+                let value = line[at..].split(',').next().unwrap_or("0");
+                value.parse().unwrap_or(0.0)
+            };
+            let n: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+            let total = n.iter().sum::<u64>().max(1) as f64;
+            let name = if ranked {
+                "priority_weights 6:3:1"
+            } else {
+                "arrival order"
+            };
+            println!(
+                "  {name:<22} {:>9} {:>9} {:>9} {:>13.2} {:>12.1}",
+                n[0],
+                n[1],
+                n[2],
+                field("calls") / total,
+                field("usec_per_call")
+            );
+        }
+    }
+}
+
 fn main() {
     if let Ok(spec) = std::env::var(WORKER_ENV) {
         lease_worker(&spec);
@@ -550,6 +631,14 @@ fn main() {
             .build()
             .unwrap()
             .block_on(plans(&prefix));
+        return;
+    }
+    if std::env::args().any(|a| a == "classes") {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(classes(&prefix));
         return;
     }
     if std::env::args().any(|a| a == "refusal") {

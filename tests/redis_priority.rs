@@ -100,9 +100,9 @@ async fn classes_share_the_rate_by_weight_across_processes() {
     let quota = Quota::per_second(50).burst(1);
     let a = ranked(&prefix, "api", quota).await;
     let b = ranked(&prefix, "api", quota).await;
-    // 20 waiters of every class in each process, more than any class's share of the
-    // horizon; the first horizon booked before the classes all wait is left out.
-    let log = admissions(&[a, b], &CLASSES, 20, 350).await;
+    // 6 waiters of every class in each process, fewer than the critical class's share of
+    // the horizon; the first horizon booked before the classes all wait is left out.
+    let log = admissions(&[a, b], &CLASSES, 6, 350).await;
     let weights = [(CLASSES[0], 6), (CLASSES[1], 3), (CLASSES[2], 1)];
     assert_shares(&log[50..], &weights, 50);
 }

@@ -66,25 +66,27 @@ local function refused_share(n, at, ahead, T)
   if not ranked or book ~= 1 or at <= now or n == 0 then return nil end
   local room = math.max(1, math.floor(ahead / T))
   local s, c, w = account(room, ahead), ranked.c, ranked.w
-  -- Its share of the room, and no more ahead, for its weight, than the classes waiting
-  -- beside it (one request over, so that each may grow): each class's bookings ahead stay
+  -- Its share of the room, and no more ahead, for its weight, than any class waiting
+  -- beside it (one request over, so that each may grow): the classes' bookings ahead stay
   -- in the ratio of the weights, and so do the admissions, whose bookings pass at one pace.
-  local weights, most = w[c], nil
+  local weights, least, ahead_all = w[c], nil, s[1] + s[2] + s[3]
   for k = 1, 3 do
     if k ~= c and (s[k] > 0 or s[3 + k] > now) then
       weights = weights + w[k]
-      most = math.max(most or 0, (s[k] + n) / w[k])
+      least = math.min(least or math.huge, (s[k] + n) / w[k])
     end
   end
   local share = math.max(n, math.floor(room * w[c] / weights))
-  if s[c] + n <= share and (not most or (s[c] + n) / w[c] <= most) then
+  if s[c] + n <= share and (not least or (s[c] + n) / w[c] <= least) then
     s[c], s[7] = s[c] + n, s[7] + 1
     redis.call('ZADD', ranked.booked, fmt(at), string.format('%d:%d:%d', c, n, s[7]))
     save(s, at)
     return nil
   end
-  local wait = math.ceil((s[c] + n - share) * T * weights / w[c])
-  wait = math.min(math.max(wait, 1000), ahead)
+  -- Until enough of its own bookings pass: at its share of the rate, or one of them, at
+  -- the pace the bookings ahead pass.
+  local wait = math.max((s[c] + n - share) * T * weights / w[c], T * ahead_all / math.max(s[c], 1))
+  wait = math.min(math.max(math.ceil(wait), 1000), ahead)
   s[3 + c] = math.max(s[3 + c], now + math.min(2 * wait, ahead) + 50000)
   save(s, now)
   return wait
