@@ -215,3 +215,34 @@ fn extreme_plans() {
         });
     });
 }
+
+/// Priority classes at the weights' extremes, a reserve of nearly everything, and costs of
+/// every class from 0 to `u32::MAX`, waiting and not, on every algorithm and extreme quota.
+#[test]
+fn extreme_priorities_and_reserves() {
+    use tower_throttle::{Cost, Priority};
+    isolated("extreme_priorities_and_reserves", || {
+        runtime().block_on(async {
+            for algorithm in algorithms() {
+                for quota in quotas() {
+                    let bucket = Bucket::builder(quota)
+                        .algorithm(algorithm)
+                        .priority_weights([0, u32::MAX, 1])
+                        .reserve_for_critical(0.999_999)
+                        .build();
+                    let burst = quota.burst_size().max(quota.count());
+                    for n in [0, 1, burst, burst.saturating_add(1), u32::MAX] {
+                        for p in [Priority::Critical, Priority::Normal, Priority::Background] {
+                            let _ = bucket.try_charge(Cost::from(n).priority(p));
+                            let waited = bucket.acquire(n).priority(p);
+                            let _ = timeout(Duration::from_millis(10), waited).await;
+                            let charged = bucket.charge(Cost::from(n).priority(p));
+                            let _ = timeout(Duration::from_millis(10), charged).await;
+                        }
+                    }
+                    costs(&bucket).await;
+                }
+            }
+        });
+    });
+}

@@ -29,9 +29,19 @@ fn bucket(algorithm: Algorithm) -> Bucket {
 
 type Log = Arc<Mutex<Vec<usize>>>;
 
-/// Keep `tasks` waiters of each busy class in line for `secs` seconds: the classes admitted,
-/// in order.
+/// Keep 12 waiters of each busy class in line for `secs` seconds: the classes admitted, in
+/// order.
 async fn saturate(bucket: &Bucket, busy: [bool; 3], secs: u64) -> Vec<usize> {
+    saturate_stalled(bucket, busy, secs, Duration::ZERO).await
+}
+
+/// [`saturate`], the clock jumping `stall` at once halfway through (a runtime that stalled).
+async fn saturate_stalled(
+    bucket: &Bucket,
+    busy: [bool; 3],
+    secs: u64,
+    stall: Duration,
+) -> Vec<usize> {
     // The burst of an idle bucket goes to whoever comes first: take it.
     while bucket.try_acquire(1).is_ok() {}
     let log: Log = Arc::default();
@@ -48,7 +58,9 @@ async fn saturate(bucket: &Bucket, busy: [bool; 3], secs: u64) -> Vec<usize> {
             }));
         }
     }
-    tokio::time::sleep(Duration::from_secs(secs)).await;
+    tokio::time::sleep(Duration::from_secs(secs / 2)).await;
+    tokio::time::advance(stall).await;
+    tokio::time::sleep(Duration::from_secs(secs - secs / 2)).await;
     tasks.iter().for_each(|t| t.abort());
     let log = log.lock().unwrap().clone();
     log
@@ -70,6 +82,32 @@ async fn saturated_classes_share_by_weight_on_every_algorithm() {
     for algorithm in ALGORITHMS {
         let log = saturate(&bucket(algorithm), [true; 3], 60).await;
         assert!(log.len() >= 500, "{algorithm:?}: {}", log.len());
+        for w in windows(&log, 100) {
+            for (c, share) in [60, 30, 10].into_iter().enumerate() {
+                assert!(w[c].abs_diff(share) <= 1, "{algorithm:?}: {w:?}");
+            }
+        }
+    }
+}
+
+/// A clock that jumps 5 s at once (a stalled runtime) brings no burst beyond what the
+/// algorithm holds, and the shares hold across it.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_clock_keeps_the_shares_and_the_rate() {
+    for algorithm in ALGORITHMS {
+        let start = Instant::now();
+        let stall = Duration::from_secs(5);
+        let log = saturate_stalled(&bucket(algorithm), [true; 3], 30, stall).await;
+        // 10 a second over the 35 s the clock moved, plus the most a window holds at once.
+        let most = (start.elapsed().as_secs_f64() * 10.0) as usize + 11;
+        assert!(log.len() <= most, "{algorithm:?}: {} > {most}", log.len());
+        let steady = saturate(&bucket(algorithm), [true; 3], 30).await;
+        assert!(
+            log.len() >= steady.len() - 1,
+            "{algorithm:?}: {} < {}",
+            log.len(),
+            steady.len()
+        );
         for w in windows(&log, 100) {
             for (c, share) in [60, 30, 10].into_iter().enumerate() {
                 assert!(w[c].abs_diff(share) <= 1, "{algorithm:?}: {w:?}");
